@@ -1,0 +1,243 @@
+"""Attention math shared by every implementation: T5 relative buckets, temperature, row statistics.
+
+Axis letters used across the project (shape comments and einsums):
+  b batch, q query length, k key length, h heads, d head dim, e embed, f mlp, v vocab,
+  n layers, t candidate temperatures.
+
+Temperature semantics (the paper's, and the fixtures'):
+  probs = softmax((q . k + relpos_bias + mask_bias) / tau), in float32.
+NOTE: T5 has no 1/sqrt(d) at run time (it is folded into the query kernel's initializer), so tau
+divides the raw sum, relative-position bias included. Masked keys carry -1e10 before the division,
+so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in t5x.
+
+Row statistics (flash-attention accumulators, REFERENCE sec. 2): with s = logits / tau, m = max s,
+l = sum exp(s - m), w = sum exp(s - m) * s over keys:  P_max = 1 / l  and  H = m + log l - w / l.
+"""
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+NUM_BUCKETS = 32
+MAX_DISTANCE = 128
+MASK_VALUE = -1e10  # t5x's additive mask value.
+
+AttentionImpl = Literal['reference', 'blockwise', 'pallas']
+
+
+class RowStats(NamedTuple):
+  """Per-row softmax statistics, float32, shape `[batch, heads, q_len]` each."""
+
+  pmax: Array
+  entropy: Array
+
+
+def relative_position_bucket(
+    relative_position: Array,
+    bidirectional: bool = True,
+    num_buckets: int = NUM_BUCKETS,
+    max_distance: int = MAX_DISTANCE,
+) -> Array:
+  """Maps `key_pos - query_pos` to T5's relative-position bucket (int32, same shape).
+
+  Half the buckets (per side when bidirectional) are exact offsets; the rest are log-spaced up to
+  `max_distance`, beyond which every offset shares the last bucket of its side.
+  """
+  n = -jnp.asarray(relative_position, jnp.int32)
+  bucket = jnp.zeros_like(n)
+  if bidirectional:
+    num_buckets //= 2
+    bucket = bucket + (n < 0).astype(jnp.int32) * num_buckets
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  max_exact = num_buckets // 2
+  # NOTE: float32 arithmetic, as t5x computes it, so boundary offsets fall in the same bucket.
+  scale = np.float32((num_buckets - max_exact) / np.log(max_distance / max_exact))
+  log_ratio = jnp.log(n.astype(jnp.float32) / max_exact + np.finfo(np.float32).eps)
+  large = max_exact + (log_ratio * scale).astype(jnp.int32)
+  large = jnp.minimum(large, num_buckets - 1)
+  return bucket + jnp.where(n < max_exact, n, large)
+
+
+def relative_position_bias(
+    rel_embedding: Array, q_len: int, k_len: int, bidirectional: bool, q_offset: int = 0
+) -> Array:
+  """Materialized relative-position bias.
+
+  Args:
+    rel_embedding: `[heads, num_buckets]` table.
+    q_len: number of query positions, starting at position `q_offset`.
+    k_len: number of key positions, starting at 0.
+    bidirectional: encoder (True) or causal decoder (False) bucketing.
+    q_offset: position of the first query.
+
+  Returns:
+    `[1, heads, q_len, k_len]` bias in the table's dtype.
+  """
+  q_pos = np.arange(q_len, dtype=np.int32)[:, None] + q_offset
+  k_pos = np.arange(k_len, dtype=np.int32)[None, :]
+  # [q, k]
+  buckets = relative_position_bucket(k_pos - q_pos, bidirectional, rel_embedding.shape[-1])
+  # [h, buckets] -> [h, q, k]; a one-hot contraction avoids a gather (SPMD friendly).
+  one_hot = jax.nn.one_hot(buckets, rel_embedding.shape[-1], dtype=rel_embedding.dtype)
+  return jnp.einsum('hn,qkn->hqk', rel_embedding, one_hot)[None]
+
+
+def mask_from_ids(q_ids: Array, k_ids: Array) -> Array:
+  """Attention mask from segment ids (0 = padding): `[b, q]`, `[b, k]` -> bool `[b, 1, q, k]`."""
+  allowed = (q_ids[:, :, None] == k_ids[:, None, :]) & (q_ids[:, :, None] > 0)
+  return (allowed & (k_ids[:, None, :] > 0))[:, None]
+
+
+def as_batch_temperature(temperature: Array | float | None, batch: int) -> Array:
+  """Canonical temperature: float32 `[batch]` (or `[1]`, broadcast) from a scalar or vector."""
+  if temperature is None:
+    return jnp.ones((1,), jnp.float32)
+  tau = jnp.asarray(temperature, jnp.float32).reshape(-1)
+  if tau.shape[0] not in (1, batch):
+    raise ValueError(f'temperature has {tau.shape[0]} values; expected 1 or batch={batch}.')
+  return tau
+
+
+def softmax_with_stats(
+    logits: Array, temperature: Array, with_stats: bool
+) -> tuple[Array, RowStats | None]:
+  """Tempered float32 softmax over the last axis.
+
+  Args:
+    logits: `[b, h, q, k]` raw logits (q.k + bias + mask bias).
+    temperature: `[b]` or `[1]` float32.
+    with_stats: also return per-row P_max and entropy.
+
+  Returns:
+    float32 probabilities `[b, h, q, k]` and optional RowStats of `[b, h, q]`.
+  """
+  s = logits.astype(jnp.float32) / temperature[:, None, None, None]
+  m = jnp.max(s, axis=-1, keepdims=True)
+  e = jnp.exp(s - m)
+  l = jnp.sum(e, axis=-1, keepdims=True)
+  probs = e / l
+  if not with_stats:
+    return probs, None
+  w = jnp.sum(e * s, axis=-1, keepdims=True)
+  stats = RowStats(pmax=(1.0 / l)[..., 0], entropy=(m + jnp.log(l) - w / l)[..., 0])
+  return probs, stats
+
+
+def dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    *,
+    temperature: Array | None = None,
+    dtype: jnp.dtype = jnp.float32,
+    float32_logits: bool = False,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    with_stats: bool = False,
+) -> tuple[Array, RowStats | None]:
+  """Materialized ('reference') attention.
+
+  Args:
+    query: `[b, q, h, d]`.
+    key: `[b, k, h, d]`.
+    value: `[b, k, h, d]`.
+    bias: additive bias broadcastable to `[b, h, q, k]` (relative position + mask).
+    temperature: `[b]` or `[1]` float32, None for 1.
+    dtype: dtype of the probabilities used against `value`.
+    float32_logits: compute q.k in float32 (t5x's `float32_attention_logits`).
+    dropout_rng: PRNG key, enables attention dropout (training only).
+    dropout_rate: dropout rate.
+    with_stats: also return per-row statistics.
+
+  Returns:
+    `[b, q, h, d]` output and optional RowStats.
+  """
+  if float32_logits:
+    query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+  # [b, q, h, d] x [b, k, h, d] -> [b, h, q, k]
+  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key).astype(jnp.float32)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  tau = as_batch_temperature(temperature, query.shape[0])
+  probs, stats = softmax_with_stats(logits, tau, with_stats)
+  probs = probs.astype(dtype)
+  if dropout_rng is not None and dropout_rate > 0.0:
+    keep_prob = 1.0 - dropout_rate
+    # T5 broadcasts attention dropout over the query axis.
+    keep_shape = probs.shape[:-2] + (1,) + probs.shape[-1:]
+    keep = jax.random.bernoulli(dropout_rng, keep_prob, keep_shape)
+    probs = probs * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype))
+  # [b, h, q, k] x [b, k, h, d] -> [b, q, h, d]
+  return jnp.einsum('bhqk,bkhd->bqhd', probs, value), stats
+
+
+def self_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    *,
+    rel_embedding: Array,
+    segment_ids: Array,
+    temperature: Array | None = None,
+    bidirectional: bool = True,
+    impl: AttentionImpl = 'reference',
+    dtype: jnp.dtype = jnp.float32,
+    float32_logits: bool = False,
+    with_stats: bool = False,
+) -> tuple[Array, RowStats | None]:
+  """Self-attention with T5 relative bias and padding/segment mask, given by its parts.
+
+  Every implementation takes the parts (table and ids), never a materialized `[h, L, L]` bias,
+  so that long-input implementations can build the bias block by block.
+
+  Args:
+    query: `[b, l, h, d]`.
+    key: `[b, l, h, d]`.
+    value: `[b, l, h, d]`.
+    rel_embedding: `[h, num_buckets]` relative-position table.
+    segment_ids: int `[b, l]`; 0 marks padding, positions attend within equal ids.
+    temperature: `[b]` or `[1]` float32 softmax temperature, None for 1.
+    bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
+    impl: 'reference' (materialized); other implementations register in IMPLEMENTATIONS.
+    dtype: computation dtype.
+    float32_logits: compute q.k in float32.
+    with_stats: also return per-row P_max and entropy.
+
+  Returns:
+    `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
+  """
+  if impl not in IMPLEMENTATIONS:
+    raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(IMPLEMENTATIONS)}.')
+  return IMPLEMENTATIONS[impl](
+      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
+      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
+      float32_logits=float32_logits, with_stats=with_stats)
+
+
+def _reference_self_attention(
+    query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
+    float32_logits, with_stats):
+  length = query.shape[1]
+  # [1, h, l, l]
+  bias = relative_position_bias(rel_embedding.astype(jnp.float32), length, length, bidirectional)
+  if not bidirectional:
+    causal = np.tril(np.ones((length, length), bool))
+    mask = mask_from_ids(segment_ids, segment_ids) & causal
+  else:
+    mask = mask_from_ids(segment_ids, segment_ids)
+  # [b, 1, l, l] + [1, h, l, l] -> [b, h, l, l]
+  bias = jnp.where(mask, 0.0, MASK_VALUE) + bias
+  return dot_product_attention(
+      query, key, value, bias, temperature=temperature, dtype=dtype,
+      float32_logits=float32_logits, with_stats=with_stats)
+
+
+IMPLEMENTATIONS = {'reference': _reference_self_attention}

@@ -1,0 +1,356 @@
+"""T5 encoder-decoder with an encoder softmax temperature (T5X parameter tree and signatures)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from flax import linen as nn
+from flax import struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5align import attention
+from t5align import layers
+
+Array = jax.Array
+
+
+@struct.dataclass
+class T5Config:
+  """Architecture and run-time knobs; t5x's fields plus the encoder temperature and impl."""
+
+  vocab_size: int
+  # Activation dtype; parameters are always stored in float32.
+  dtype: Any = jnp.float32
+  emb_dim: int = 512
+  num_heads: int = 8
+  num_encoder_layers: int = 6
+  num_decoder_layers: int = 6
+  head_dim: int = 64
+  mlp_dim: int = 2048
+  mlp_activations: Sequence[str] = ('relu',)
+  dropout_rate: float = 0.1
+  # If True, the decoder's output logits use the transposed embedding (T5 1.0).
+  logits_via_embedding: bool = False
+  float32_attention_logits: bool = False
+  # Encoder self-attention softmax temperature: one float, or one per encoder layer. 1.0 is t5x.
+  encoder_attention_temperature: float | Sequence[float] = 1.0
+  # Encoder self-attention implementation (see attention.IMPLEMENTATIONS).
+  attention_impl: str = 'reference'
+
+  def __post_init__(self):
+    tau = self.encoder_attention_temperature
+    if isinstance(tau, (list, tuple)):
+      tau = tuple(float(t) for t in tau)
+      if len(tau) != self.num_encoder_layers:
+        raise ValueError(
+            f'T5Config.encoder_attention_temperature has {len(tau)} values; expected one float '
+            f'or num_encoder_layers={self.num_encoder_layers}.')
+      object.__setattr__(self, 'encoder_attention_temperature', tau)
+    check_temperature(tau, 'T5Config.encoder_attention_temperature')
+    object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
+    if self.attention_impl not in attention.IMPLEMENTATIONS:
+      raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
+                       f'{sorted(attention.IMPLEMENTATIONS)}.')
+
+
+def check_temperature(temperature: Any, name: str = 'temperature') -> None:
+  """Raises ValueError if a concrete temperature has a value <= 0 or not finite.
+
+  Traced values (inside jit/vmap) cannot be inspected and are let through; callers that trace
+  temperatures (calibration) check them before tracing.
+  """
+  try:
+    values = np.asarray(temperature, dtype=np.float64)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return
+  bad = values[~(np.isfinite(values) & (values > 0))]
+  if bad.size:
+    raise ValueError(f'{name} must be finite and > 0; got {bad.tolist()} in {values.tolist()}.')
+
+
+def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
+  """Normalizes a temperature to float32 `[1 or batch, num_layers]`.
+
+  Accepted: a scalar; a `[num_layers]` vector (per layer); a `[batch]` vector (per example);
+  a 2-D `[1 or batch, 1 or num_layers]` array. A 1-D vector whose length equals both `batch` and
+  `num_layers` is ambiguous and rejected: pass `[batch, 1]` or `[1, num_layers]` instead.
+  """
+  check_temperature(temperature)
+  tau = jnp.asarray(temperature, jnp.float32)
+  if tau.ndim == 0:
+    tau = tau.reshape(1, 1)
+  elif tau.ndim == 1:
+    n = tau.shape[0]
+    if n == num_layers and n == batch and n > 1:
+      raise ValueError(
+          f'temperature of shape ({n},) is ambiguous: batch and num_encoder_layers are both {n}. '
+          f'Pass shape ({n}, 1) for one value per example or (1, {n}) for one per layer.')
+    if n == num_layers:
+      tau = tau[None, :]
+    elif n == batch or n == 1:
+      tau = tau[:, None]
+    else:
+      raise ValueError(f'temperature of shape ({n},) matches neither batch={batch} nor '
+                       f'num_encoder_layers={num_layers}.')
+  elif tau.ndim != 2 or tau.shape[0] not in (1, batch) or tau.shape[1] not in (1, num_layers):
+    raise ValueError(f'temperature of shape {tau.shape} does not broadcast to '
+                     f'[batch={batch}, num_encoder_layers={num_layers}].')
+  return jnp.broadcast_to(tau, (tau.shape[0], num_layers))
+
+
+def _relpos(cfg: T5Config) -> layers.RelativePositionBiases:
+  return layers.RelativePositionBiases(
+      num_buckets=attention.NUM_BUCKETS, max_distance=attention.MAX_DISTANCE,
+      num_heads=cfg.num_heads, dtype=cfg.dtype, name='relpos_bias')
+
+
+def _attention(cfg: T5Config, name: str, impl: str = 'reference'):
+  return layers.MultiHeadDotProductAttention(
+      num_heads=cfg.num_heads, head_dim=cfg.head_dim, dtype=cfg.dtype,
+      dropout_rate=cfg.dropout_rate, float32_logits=cfg.float32_attention_logits,
+      attention_impl=impl, name=name)
+
+
+def _mlp(cfg: T5Config):
+  return layers.MlpBlock(intermediate_dim=cfg.mlp_dim, activations=cfg.mlp_activations,
+                         intermediate_dropout_rate=cfg.dropout_rate, dtype=cfg.dtype, name='mlp')
+
+
+def _dropout(cfg: T5Config, x: Array, deterministic: bool) -> Array:
+  return nn.Dropout(rate=cfg.dropout_rate, broadcast_dims=(-2,))(x, deterministic=deterministic)
+
+
+class EncoderLayer(nn.Module):
+  """Pre-norm self-attention + MLP block."""
+
+  config: T5Config
+  relative_embedding: nn.Module
+
+  @nn.compact
+  def __call__(self, inputs: Array, segment_ids: Array, temperature: Array,
+               deterministic: bool = False) -> Array:
+    """`[b, l, e]` -> `[b, l, e]`; `segment_ids` `[b, l]` (0 = pad), `temperature` `[1 or b]`."""
+    cfg = self.config
+    x = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
+    # [b, l, e] -> [b, l, e]
+    x = _attention(cfg, 'attention', cfg.attention_impl)(
+        x, x, deterministic=deterministic, rel_embedding=self.relative_embedding.table(),
+        segment_ids=segment_ids, temperature=temperature)
+    x = _dropout(cfg, x, deterministic) + inputs
+    y = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_layer_norm')(x)
+    # [b, l, e] -> [b, l, e]
+    y = _mlp(cfg)(y, deterministic=deterministic)
+    return _dropout(cfg, y, deterministic) + x
+
+
+class DecoderLayer(nn.Module):
+  """Pre-norm causal self-attention, cross-attention and MLP block."""
+
+  config: T5Config
+  relative_embedding: nn.Module
+
+  @nn.compact
+  def __call__(self, inputs, encoded, decoder_mask=None, encoder_decoder_mask=None,
+               deterministic=False, decode=False, max_decode_length=None):
+    """`[b, l, e]` decoder stream and `[b, k, e]` encoder output -> `[b, l, e]`."""
+    cfg = self.config
+    length = max_decode_length if decode and max_decode_length else inputs.shape[-2]
+    # [1, h, l, l]
+    decoder_bias = self.relative_embedding(length, length, False)
+    x = layers.LayerNorm(dtype=cfg.dtype, name='pre_self_attention_layer_norm')(inputs)
+    x = _attention(cfg, 'self_attention')(
+        x, x, decoder_mask, decoder_bias, deterministic=deterministic, decode=decode)
+    x = _dropout(cfg, x, deterministic) + inputs
+    y = layers.LayerNorm(dtype=cfg.dtype, name='pre_cross_attention_layer_norm')(x)
+    y = _attention(cfg, 'encoder_decoder_attention')(
+        y, encoded, encoder_decoder_mask, deterministic=deterministic)
+    y = _dropout(cfg, y, deterministic) + x
+    z = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_layer_norm')(y)
+    z = _mlp(cfg)(z, deterministic=deterministic)
+    return _dropout(cfg, z, deterministic) + y
+
+
+class Encoder(nn.Module):
+  """Embedding, encoder layers and final norm."""
+
+  config: T5Config
+  shared_embedding: nn.Module
+
+  @nn.compact
+  def __call__(self, encoder_input_tokens: Array, segment_ids: Array, temperature: Array,
+               deterministic: bool = False) -> Array:
+    """`[b, l]` tokens -> `[b, l, e]`; `temperature` is `[1 or b, num_encoder_layers]`."""
+    cfg = self.config
+    rel_emb = _relpos(cfg)
+    # [b, l] -> [b, l, e]
+    x = self.shared_embedding(encoder_input_tokens.astype(jnp.int32))
+    x = _dropout(cfg, x, deterministic).astype(cfg.dtype)
+    for i in range(cfg.num_encoder_layers):
+      x = EncoderLayer(config=cfg, relative_embedding=rel_emb, name=f'layers_{i}')(
+          x, segment_ids, temperature[:, i], deterministic)
+    x = layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
+    return nn.Dropout(rate=cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+class Decoder(nn.Module):
+  """Embedding, decoder layers, final norm and output logits (float32)."""
+
+  config: T5Config
+  shared_embedding: nn.Module
+
+  @nn.compact
+  def __call__(self, encoded, decoder_input_tokens, decoder_positions=None, decoder_mask=None,
+               encoder_decoder_mask=None, deterministic=False, decode=False,
+               max_decode_length=None):
+    """`[b, l]` tokens and `[b, k, e]` encoded -> `[b, l, vocab]` float32 logits."""
+    del decoder_positions  # Relative positions only; kept for t5x's signature.
+    cfg = self.config
+    rel_emb = _relpos(cfg)
+    # [b, l] -> [b, l, e]
+    y = self.shared_embedding(decoder_input_tokens.astype(jnp.int32))
+    y = _dropout(cfg, y, deterministic).astype(cfg.dtype)
+    for i in range(cfg.num_decoder_layers):
+      y = DecoderLayer(config=cfg, relative_embedding=rel_emb, name=f'layers_{i}')(
+          y, encoded, decoder_mask=decoder_mask, encoder_decoder_mask=encoder_decoder_mask,
+          deterministic=deterministic, decode=decode, max_decode_length=max_decode_length)
+    y = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(y)
+    y = _dropout(cfg, y, deterministic)
+    # [b, l, e] -> [b, l, vocab]
+    if cfg.logits_via_embedding:
+      # NOTE: tied logits are rescaled by 1/sqrt(emb_dim), as t5x (and HF's tied T5) do.
+      return self.shared_embedding.attend(y) / math.sqrt(y.shape[-1])
+    return layers.DenseGeneral(cfg.vocab_size, dtype=jnp.float32, kernel_axes=('embed', 'vocab'),
+                               name='logits_dense')(y)
+
+
+def segment_ids_for(encoder_input_tokens: Array,
+                        encoder_segment_ids: Array | None = None) -> Array:
+  """int32 `[b, l]` ids: 0 on padding; attention is allowed between equal non-zero ids."""
+  valid = encoder_input_tokens > 0
+  if encoder_segment_ids is None:
+    return valid.astype(jnp.int32)
+  # +1 keeps a real token with segment id 0 distinct from padding, as t5x's masks do.
+  return jnp.where(valid, encoder_segment_ids.astype(jnp.int32) + 1, 0)
+
+
+class Transformer(nn.Module):
+  """T5 encoder-decoder; `encode`/`decode`/`__call__` match t5x's EncoderDecoderModel calls.
+
+  Every entry point that runs the encoder takes an optional `temperature` (scalar, per layer,
+  per example, or `[batch, layers]`; see `layer_temperatures`) that overrides the config's
+  `encoder_attention_temperature` and may be traced (e.g. under `jax.vmap`).
+  """
+
+  config: T5Config
+
+  def setup(self):
+    cfg = self.config
+    self.shared_embedding = layers.Embed(
+        num_embeddings=cfg.vocab_size, features=cfg.emb_dim, dtype=cfg.dtype,
+        attend_dtype=jnp.float32, name='token_embedder')
+    self.encoder = Encoder(config=cfg, shared_embedding=self.shared_embedding)
+    self.decoder = Decoder(config=cfg, shared_embedding=self.shared_embedding)
+
+  def encode(self, encoder_input_tokens, encoder_segment_ids=None, enable_dropout=True,
+             temperature=None):
+    """`[b, l]` tokens -> `[b, l, e]` encoded."""
+    cfg = self.config
+    if encoder_input_tokens.ndim != 2:
+      raise ValueError(f'encoder_input_tokens must be [batch, length]; got shape '
+                       f'{encoder_input_tokens.shape}.')
+    if temperature is None:
+      temperature = cfg.encoder_attention_temperature
+    tau = layer_temperatures(temperature, cfg.num_encoder_layers, encoder_input_tokens.shape[0])
+    ids = segment_ids_for(encoder_input_tokens, encoder_segment_ids)
+    return self.encoder(encoder_input_tokens, ids, tau, deterministic=not enable_dropout)
+
+  def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
+             encoder_segment_ids=None, decoder_segment_ids=None, decoder_positions=None,
+             enable_dropout=True, decode=False, max_decode_length=None):
+    """Decoder over `[b, k, e]` encoded -> `[b, l, vocab]` logits (t5x's signature)."""
+    cfg = self.config
+    if decode:
+      # Autoregressive steps: no target padding mask; the cache supplies causality.
+      decoder_mask = None
+      encoder_decoder_mask = layers.make_attention_mask(
+          jnp.ones_like(decoder_target_tokens), encoder_input_tokens > 0, dtype=cfg.dtype)
+    else:
+      decoder_mask = layers.make_decoder_mask(decoder_target_tokens, cfg.dtype,
+                                              decoder_segment_ids=decoder_segment_ids)
+      encoder_decoder_mask = layers.make_attention_mask(
+          decoder_target_tokens > 0, encoder_input_tokens > 0, dtype=cfg.dtype)
+    if encoder_segment_ids is not None:
+      if decode:
+        raise ValueError('encoder_segment_ids (packing) cannot be used while decoding.')
+      encoder_decoder_mask = layers.combine_masks(
+          encoder_decoder_mask,
+          layers.make_attention_mask(decoder_segment_ids, encoder_segment_ids, jnp.equal,
+                                     dtype=cfg.dtype),
+          dtype=cfg.dtype)
+    return self.decoder(
+        encoded, decoder_input_tokens=decoder_input_tokens, decoder_positions=decoder_positions,
+        decoder_mask=decoder_mask, encoder_decoder_mask=encoder_decoder_mask,
+        deterministic=not enable_dropout, decode=decode, max_decode_length=max_decode_length)
+
+  def __call__(self, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
+               encoder_segment_ids=None, decoder_segment_ids=None, encoder_positions=None,
+               decoder_positions=None, *, enable_dropout: bool = True, decode: bool = False,
+               temperature=None):
+    """Encoder then decoder: `[b, k]`, `[b, l]`, `[b, l]` tokens -> `[b, l, vocab]` logits."""
+    del encoder_positions  # Relative positions only; kept for t5x's signature.
+    encoded = self.encode(encoder_input_tokens, encoder_segment_ids=encoder_segment_ids,
+                          enable_dropout=enable_dropout, temperature=temperature)
+    return self.decode(
+        encoded, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
+        encoder_segment_ids=encoder_segment_ids, decoder_segment_ids=decoder_segment_ids,
+        decoder_positions=decoder_positions, enable_dropout=enable_dropout, decode=decode)
+
+
+def param_shapes(config: T5Config) -> dict:
+  """The T5X 'params' tree of `jax.ShapeDtypeStruct`s for `config`, without allocating."""
+  return jax.eval_shape(lambda: init_variables(config, jax.random.PRNGKey(0)))['params']
+
+
+def init_variables(config: T5Config, rng: Array, encoder_len: int = 8,
+                   decoder_len: int = 4) -> dict:
+  """Initializes 'params' (and 'params_axes') for `config` with tiny dummy inputs."""
+  model = Transformer(config)
+  enc = jnp.ones((1, encoder_len), jnp.int32)
+  dec = jnp.ones((1, decoder_len), jnp.int32)
+  return model.init({'params': rng, 'dropout': rng}, enc, dec, dec, enable_dropout=False)
+
+
+def encoder_row_stats(intermediates: dict, num_layers: int) -> dict[str, Array]:
+  """Collects the sown encoder row statistics.
+
+  Args:
+    intermediates: the 'intermediates' collection from `apply(..., mutable=['intermediates'])`.
+    num_layers: number of encoder layers.
+
+  Returns:
+    {'pmax_sum': `[n, b, h]`, 'entropy_sum': `[n, b, h]`, 'rows': `[b]`}: sums over each
+    example's non-pad query rows, per layer and head, and the number of such rows.
+  """
+  enc = intermediates['encoder']
+  per_layer = [enc[f'layers_{i}']['attention']['row_stats'][0] for i in range(num_layers)]
+  return {
+      'pmax_sum': jnp.stack([s['pmax_sum'] for s in per_layer]),
+      'entropy_sum': jnp.stack([s['entropy_sum'] for s in per_layer]),
+      'rows': per_layer[0]['rows'],
+  }
+
+
+def mean_row_stats(stats: dict[str, Array]) -> dict[str, Array]:
+  """Means over heads and every non-pad query row of the batch (each row weighs the same).
+
+  Returns:
+    {'layer_pmax': `[n]`, 'layer_entropy': `[n]`, 'pmax': `[]`, 'entropy': `[]`}.
+  """
+  heads = stats['pmax_sum'].shape[-1]
+  denom = jnp.sum(stats['rows']) * heads
+  layer_pmax = jnp.sum(stats['pmax_sum'], axis=(1, 2)) / denom
+  layer_entropy = jnp.sum(stats['entropy_sum'], axis=(1, 2)) / denom
+  return {'layer_pmax': layer_pmax, 'layer_entropy': layer_entropy,
+          'pmax': jnp.mean(layer_pmax), 'entropy': jnp.mean(layer_entropy)}
