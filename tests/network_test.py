@@ -1,0 +1,197 @@
+"""Network tests: t5x fixtures (outputs, logits, statistics, greedy), parameter tree, temperature forms."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import decoding
+from t5align import network
+
+TAUS = ('1.00', '0.80', '0.60')
+FIXTURES = ('t5_1_1_tiny', 't5_1_0_tiny')
+
+
+@pytest.fixture(scope='module', params=FIXTURES)
+def fixture(request, load_t5x_fixture):
+  return load_t5x_fixture(request.param)
+
+
+def _encode(config, params, tokens, **kwargs):
+  model = network.Transformer(config)
+  return model.apply({'params': params}, tokens, enable_dropout=False, method=model.encode,
+                     **kwargs)
+
+
+@pytest.mark.parametrize('tau', TAUS)
+def test_encoder_and_logits_match_t5x(fixture, tau):
+  config, params, ref = fixture
+  model = network.Transformer(config)
+  logits, variables = model.apply(
+      {'params': params}, ref['encoder_input_tokens'], ref['decoder_input_tokens'],
+      ref['decoder_target_tokens'], enable_dropout=False, temperature=float(tau),
+      mutable=['intermediates'])
+  encoded = _encode(config, params, ref['encoder_input_tokens'], temperature=float(tau))
+  np.testing.assert_allclose(encoded, ref[f'encoded_tau{tau}'], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(logits, ref[f'logits_tau{tau}'], rtol=1e-5, atol=1e-5)
+  stats = network.mean_row_stats(
+      network.encoder_row_stats(variables['intermediates'], config.num_encoder_layers))
+  np.testing.assert_allclose(stats['layer_pmax'], ref[f'layer_pmax_tau{tau}'], rtol=1e-5)
+  np.testing.assert_allclose(stats['layer_entropy'], ref[f'layer_entropy_tau{tau}'], rtol=1e-5)
+  np.testing.assert_allclose(stats['pmax'], ref[f'mean_pmax_tau{tau}'], rtol=1e-5)
+  np.testing.assert_allclose(stats['entropy'], ref[f'mean_entropy_tau{tau}'], rtol=1e-5)
+
+
+@pytest.mark.parametrize('tau', TAUS)
+def test_config_temperature_equals_call_override(fixture, tau):
+  config, params, ref = fixture
+  tempered = dataclasses.replace(config, encoder_attention_temperature=float(tau))
+  np.testing.assert_allclose(_encode(tempered, params, ref['encoder_input_tokens']),
+                             ref[f'encoded_tau{tau}'], rtol=1e-5, atol=1e-5)
+
+
+def test_greedy_decode_matches_t5x(fixture):
+  config, params, ref = fixture
+  expected = ref['greedy_tokens_tau1.00']
+  tokens = decoding.greedy_decode(network.Transformer(config), params,
+                                  ref['encoder_input_tokens'],
+                                  max_decode_length=expected.shape[1])
+  np.testing.assert_array_equal(tokens, expected)
+
+
+def test_greedy_decode_stops_at_eos(fixture):
+  config, params, ref = fixture
+  model = network.Transformer(config)
+  tokens = ref['encoder_input_tokens']
+  free = np.asarray(decoding.greedy_decode(model, params, tokens, max_decode_length=6))
+  # Declare the token greedy decoding emits at step 2 of row 0 to be EOS: row 0 must stop there
+  # (EOS kept, zeros after), row 1 continues unchanged until its own first occurrence.
+  eos = int(free[0, 2])
+  stopped = np.asarray(decoding.greedy_decode(model, params, tokens, max_decode_length=6,
+                                              eos_id=eos))
+  expected = free.copy()
+  for row in range(expected.shape[0]):
+    hits = np.nonzero(expected[row] == eos)[0]
+    if hits.size:
+      expected[row, hits[0] + 1:] = 0
+  np.testing.assert_array_equal(stopped, expected)
+  first = int(np.nonzero(free[0] == eos)[0][0])  # <= 2 by construction
+  assert stopped[0, first] == eos and not stopped[0, first + 1:].any()
+
+
+def test_per_layer_and_per_example_temperatures(fixture):
+  config, params, ref = fixture
+  tokens = ref['encoder_input_tokens']
+  n = config.num_encoder_layers
+  np.testing.assert_allclose(_encode(config, params, tokens, temperature=np.full((1, n), 0.8)),
+                             ref['encoded_tau0.80'], rtol=1e-5, atol=1e-5)
+  # One tau per example: row b of the output equals a run of the whole batch at that tau.
+  per_example = np.array([[0.6], [1.0]], np.float32)  # [batch, 1]
+  out = _encode(config, params, tokens, temperature=per_example)
+  np.testing.assert_allclose(out[0], ref['encoded_tau0.60'][0], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out[1], ref['encoded_tau1.00'][1], rtol=1e-5, atol=1e-5)
+  # Layers at different taus differ from any uniform tau.
+  mixed = _encode(config, params, tokens, temperature=np.array([[0.6] + [1.0] * (n - 1)]))
+  assert np.abs(np.asarray(mixed) - ref['encoded_tau0.60']).max() > 1e-3
+  assert np.abs(np.asarray(mixed) - ref['encoded_tau1.00']).max() > 1e-3
+
+
+def test_vmap_over_temperature_and_jit_match_loop(fixture):
+  config, params, ref = fixture
+  tokens = ref['encoder_input_tokens']
+  taus = jnp.array([float(t) for t in TAUS])
+  encode = jax.jit(lambda tau: _encode(config, params, tokens, temperature=tau))
+  stacked = jax.vmap(encode)(taus)
+  for i, tau in enumerate(TAUS):
+    np.testing.assert_allclose(stacked[i], ref[f'encoded_tau{tau}'], rtol=1e-5, atol=1e-5)
+
+
+def test_padding_rows_and_segments():
+  config = network.T5Config(vocab_size=32, emb_dim=16, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, head_dim=8, mlp_dim=32, dropout_rate=0.0)
+  params = network.init_variables(config, jax.random.PRNGKey(1))['params']
+  rng = np.random.default_rng(0)
+  a, b = rng.integers(2, 32, size=5), rng.integers(2, 32, size=7)
+  packed = np.concatenate([a, b, [0, 0]])[None]
+  segments = np.array([[1] * 5 + [2] * 7 + [0, 0]])
+  out = _encode(config, params, packed, encoder_segment_ids=segments)
+  # Packed examples are independent: each equals the example encoded alone.
+  np.testing.assert_allclose(out[0, :5], _encode(config, params, a[None])[0], rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(out[0, 5:12], _encode(config, params, b[None])[0], rtol=1e-5,
+                             atol=1e-5)
+
+
+def test_param_tree_and_axes():
+  config = network.T5Config(vocab_size=10, emb_dim=6, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, head_dim=3, mlp_dim=5,
+                            mlp_activations=('gelu', 'linear'))
+  variables = network.init_variables(config, jax.random.PRNGKey(0))
+  # init returns exactly what t5x's train state holds: params and their logical axes.
+  assert set(variables) == {'params', 'params_axes'}
+  attn = {n: {'kernel': (6, 6)} for n in ('query', 'key', 'value', 'out')}
+  mlp = {'wi_0': {'kernel': (6, 5)}, 'wi_1': {'kernel': (6, 5)}, 'wo': {'kernel': (5, 6)}}
+  expected = {
+      'token_embedder': {'embedding': (10, 6)},
+      'encoder': {
+          'relpos_bias': {'rel_embedding': (2, 32)},
+          'layers_0': {'pre_attention_layer_norm': {'scale': (6,)}, 'attention': attn,
+                       'pre_mlp_layer_norm': {'scale': (6,)}, 'mlp': mlp},
+          'encoder_norm': {'scale': (6,)},
+      },
+      'decoder': {
+          'relpos_bias': {'rel_embedding': (2, 32)},
+          'layers_0': {'pre_self_attention_layer_norm': {'scale': (6,)}, 'self_attention': attn,
+                       'pre_cross_attention_layer_norm': {'scale': (6,)},
+                       'encoder_decoder_attention': attn,
+                       'pre_mlp_layer_norm': {'scale': (6,)}, 'mlp': mlp},
+          'decoder_norm': {'scale': (6,)},
+          'logits_dense': {'kernel': (6, 10)},
+      },
+  }
+  assert jax.tree.map(lambda x: x.shape, variables['params']) == expected
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(variables['params']))
+  axes = variables['params_axes']
+  assert axes['token_embedder']['embedding_axes'].names == ('vocab', 'embed')
+  assert axes['encoder']['relpos_bias']['rel_embedding_axes'].names == ('heads', 'relpos_buckets')
+  layer = axes['encoder']['layers_0']
+  assert layer['attention']['query']['kernel_axes'].names == ('embed', 'joined_kv')
+  assert layer['attention']['out']['kernel_axes'].names == ('joined_kv', 'embed')
+  assert layer['mlp']['wi_0']['kernel_axes'].names == ('embed', 'mlp')
+  assert layer['mlp']['wo']['kernel_axes'].names == ('mlp', 'embed')
+  assert layer['pre_mlp_layer_norm']['scale_axes'].names == ('embed',)
+  assert axes['decoder']['logits_dense']['kernel_axes'].names == ('embed', 'vocab')
+  tied = dataclasses.replace(config, logits_via_embedding=True)
+  assert 'logits_dense' not in network.param_shapes(tied)['decoder']
+
+
+@pytest.mark.parametrize('bad', [0.0, -0.5, float('nan'), float('inf')])
+def test_bad_temperature_in_config(bad):
+  with pytest.raises(ValueError, match='encoder_attention_temperature must be finite and > 0'):
+    network.T5Config(vocab_size=8, encoder_attention_temperature=bad)
+
+
+@pytest.mark.parametrize('bad', [0.0, -1.0, float('nan')])
+def test_bad_temperature_in_call(fixture, bad):
+  config, params, ref = fixture
+  with pytest.raises(ValueError, match=r'temperature must be finite and > 0; got \[(0.0|-1.0|nan)'):
+    _encode(config, params, ref['encoder_input_tokens'], temperature=bad)
+
+
+def test_temperature_shape_errors():
+  config = network.T5Config(vocab_size=8, emb_dim=4, num_heads=1, num_encoder_layers=2,
+                            num_decoder_layers=1, head_dim=4, mlp_dim=4)
+  params = network.init_variables(config, jax.random.PRNGKey(0))['params']
+  tokens = np.ones((2, 3), np.int32)
+  with pytest.raises(ValueError, match=r'ambiguous.*Pass shape \(2, 1\)'):
+    _encode(config, params, tokens, temperature=np.array([0.9, 0.8]))
+  with pytest.raises(ValueError, match=r'matches neither batch=2 nor num_encoder_layers=2'):
+    _encode(config, params, tokens, temperature=np.array([0.9, 0.8, 0.7]))
+  with pytest.raises(ValueError, match='has 3 values; expected one float or num_encoder_layers=2'):
+    network.T5Config(vocab_size=8, num_encoder_layers=2,
+                     encoder_attention_temperature=(0.9, 0.8, 0.7))
+  with pytest.raises(ValueError, match="attention_impl='flash'"):
+    network.T5Config(vocab_size=8, attention_impl='flash')
