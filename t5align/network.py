@@ -50,6 +50,9 @@ class T5Config:
       object.__setattr__(self, 'encoder_attention_temperature', tau)
     check_temperature(tau, 'T5Config.encoder_attention_temperature')
     object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
+    if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
+      raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
+                       f'{self.dropout_rate!r}.')
     if self.attention_impl not in attention.IMPLEMENTATIONS:
       raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
                        f'{sorted(attention.IMPLEMENTATIONS)}.')

@@ -195,3 +195,9 @@ def test_temperature_shape_errors():
                      encoder_attention_temperature=(0.9, 0.8, 0.7))
   with pytest.raises(ValueError, match="attention_impl='flash'"):
     network.T5Config(vocab_size=8, attention_impl='flash')
+
+
+@pytest.mark.parametrize('bad', [1.0, -0.1, None, 'x'])
+def test_bad_dropout_rate(bad):
+  with pytest.raises(ValueError, match=r'dropout_rate must be a float in \[0, 1\)'):
+    network.T5Config(vocab_size=8, dropout_rate=bad)
