@@ -237,12 +237,14 @@ class MultiHeadDotProductAttention(nn.Module):
         temperature=temperature, impl=self.attention_impl, dtype=self.dtype,
         float32_logits=self.float32_logits, with_stats=with_stats)
     if with_stats:
-      # [b, l] valid query rows; padding rows are uniform by construction and excluded.
-      valid = (segment_ids > 0).astype(jnp.float32)
+      # [b, 1, l] valid query rows. Padding rows (uniform by construction) are excluded with a
+      # select, not a product, so whatever they hold cannot leak into the sums.
+      valid = (segment_ids > 0)[:, None, :]
+      masked_sum = lambda x: jnp.sum(jnp.where(valid, x, 0.0), axis=-1)  # [b, h, l] -> [b, h]
       self.sow('intermediates', 'row_stats', {
-          'pmax_sum': jnp.einsum('bhq,bq->bh', stats.pmax, valid),  # [b, h]
-          'entropy_sum': jnp.einsum('bhq,bq->bh', stats.entropy, valid),  # [b, h]
-          'rows': jnp.sum(valid, axis=-1),  # [b]
+          'pmax_sum': masked_sum(stats.pmax),
+          'entropy_sum': masked_sum(stats.entropy),
+          'rows': jnp.sum(valid[:, 0], axis=-1, dtype=jnp.float32),  # [b]
       })
     return x
 
