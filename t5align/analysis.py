@@ -1,0 +1,270 @@
+"""Diagnostics of dispersed attention and of the calibration (paper Table 1, Figures 1, 3-5).
+
+`collect` runs the model once per length and returns plain numbers (JSON-able); the plotting
+functions only read those numbers, so a saved analysis.json can be re-plotted without a model.
+Figures are written with matplotlib's Agg backend (no display needed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics as pystats
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from t5align import attention
+from t5align import calibration
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def qq_points(vector: Any, points: int = 256) -> dict[str, list[float]]:
+  """Normal QQ data of a vector: standard-normal quantiles vs its standardized sorted entries.
+
+  Args:
+    vector: `[L]` values (e.g. layer 0's average sorted logit vector).
+    points: at most this many evenly spaced quantiles are kept.
+
+  Returns:
+    {'theoretical': `[p]`, 'sample': `[p]`}; on the line y = x when the entries are Gaussian.
+  """
+  v = np.sort(np.asarray(vector, np.float64))
+  std = v.std()
+  z = (v - v.mean()) / (std if std > 0 else 1.0)
+  idx = np.unique(np.linspace(0, len(v) - 1, min(points, len(v))).round().astype(int))
+  normal = pystats.NormalDist()
+  theory = [normal.inv_cdf((i + 0.5) / len(v)) for i in idx]
+  return {'theoretical': theory, 'sample': z[idx].tolist()}
+
+
+def relpos_bias_row(rel_embedding: Any, length: int, query_position: int) -> np.ndarray:
+  """b(m, n) for query m = `query_position` and keys n = 0..length-1: float32 `[heads, length]`."""
+  table = np.asarray(rel_embedding, np.float32)
+  bias = attention.relative_position_bias(table, 1, length, True, q_offset=query_position)
+  return np.asarray(bias)[0, :, 0, :]  # [1, h, 1, l] -> [h, l]
+
+
+def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
+            reference_length: int = 512, grid: Sequence[float] = calibration.PAPER_GRID,
+            eos_id: int | None = 1, qq_size: int = 256, chunk: int = 128,
+            **stats_kwargs) -> dict[str, Any]:
+  """Statistics for the analysis: curves over `grid` and layer-0 logit summaries per length.
+
+  Args:
+    params: the T5X 'params' tree.
+    config: the model config.
+    tokens: int `[b, >= max(lengths)]` samples; every length (and L_tr) uses them cut to it.
+    lengths: extrapolation lengths L_ex.
+    reference_length: L_tr.
+    grid: candidate taus (1.0 is always added).
+    eos_id: end id of rows cut short.
+    qq_size: quantiles kept for the QQ plots.
+    chunk: query chunk of the layer-0 sorted-logit computation.
+    **stats_kwargs: passed to `calibration.encoder_attention_stats` (mesh, batch_size, ...).
+
+  Returns:
+    JSON-able dict: 'reference_length', 'lengths' (L_tr first), 'grid', per-length 'statistics'
+    (pooled 'pmax'/'entropy' over the grid, per-layer values at tau = 1) and 'layer0' (sigma,
+    P_max and centred max of the average sorted logit vector, QQ data), and the encoder's
+    relative-position table 'rel_embedding' `[heads, buckets]`.
+  """
+  tokens = calibration.check_tokens(tokens)
+  grid = sorted(set(float(t) for t in calibration.check_taus(grid, 'grid')) | {1.0},
+                reverse=True)
+  all_lengths = [reference_length] + sorted(int(L) for L in set(lengths) if L != reference_length)
+  for L in all_lengths[1:]:
+    calibration.check_lengths(L, reference_length)
+  params = calibration.place_params(params, stats_kwargs.get('mesh'))
+  numbers = {'reference_length': reference_length, 'lengths': all_lengths, 'grid': grid,
+             'statistics': {}, 'layer0': {}}
+  for L in all_lengths:
+    cut = calibration.cut_to_length(tokens, L, eos_id)
+    stats = calibration.encoder_attention_stats(params, config, cut, grid, **stats_kwargs)
+    one = grid.index(1.0)
+    numbers['statistics'][str(L)] = {
+        'pmax': stats.pmax.tolist(), 'entropy': stats.entropy.tolist(),
+        'layer_pmax_tau1': stats.layer_pmax[one].tolist(),
+        'layer_entropy_tau1': stats.layer_entropy[one].tolist()}
+    vector = calibration.layer0_sorted_logits(params, config, cut, chunk)
+    summary = calibration.summarize_logit_vector(vector)
+    numbers['layer0'][str(L)] = {**summary._asdict(), 'qq': qq_points(vector, qq_size)}
+  numbers['rel_embedding'] = np.asarray(
+      jax.device_get(params['encoder']['relpos_bias']['rel_embedding']), np.float64).tolist()
+  return numbers
+
+
+def algorithm1_taus(numbers: Mapping[str, Any], statistic: str) -> dict[int, float]:
+  """Algorithm 1 on the collected curves: per L_ex, the grid tau closest to the L_tr value."""
+  grid = np.asarray(numbers['grid'])
+  stats = numbers['statistics']
+  ref = stats[str(numbers['reference_length'])][statistic][list(grid).index(1.0)]
+  return {L: float(grid[np.argmin(np.abs(np.asarray(stats[str(L)][statistic]) - ref))])
+          for L in numbers['lengths'][1:]}
+
+
+def closed_form_curves(numbers: Mapping[str, Any], points: int = 64) -> dict[str, list[float]]:
+  """Propositions 1-2 and log-length over a dense length grid (sigma_ex interpolated in log L).
+
+  Returns:
+    {'length': `[p]`, 'prop1': `[p]` (NaN where Prop. 1 has no real root), 'prop2': `[p]`,
+    'log_length': `[p]`}.
+  """
+  measured = np.asarray(numbers['lengths'], np.float64)
+  sigma = np.asarray([numbers['layer0'][str(int(L))]['sigma'] for L in measured])
+  ref = numbers['layer0'][str(numbers['reference_length'])]
+  dense = np.unique(np.concatenate([np.geomspace(measured[0], measured[-1], points), measured]))
+  sigma_ex = np.interp(np.log(dense), np.log(measured), sigma)
+  L_tr = numbers['reference_length']
+  return {'length': dense.tolist(),
+          'prop1': calibration.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, ref['pmax']).tolist(),
+          'prop2': calibration.prop2_tau(L_tr, dense, ref['sigma'], sigma_ex).tolist(),
+          'log_length': np.atleast_1d(calibration.log_length_tau(dense, L_tr)).tolist()}
+
+
+def dispersion_table(numbers: Mapping[str, Any]) -> str:
+  """Paper Table 1: mean P_max and entropy (nats) at tau = 1 for L_tr and every L_ex."""
+  one = list(numbers['grid']).index(1.0)
+  head = f'{"length":<10}' + ''.join(f'{L:>10}' for L in numbers['lengths'])
+  rows = [head]
+  for key, label in (('pmax', 'P_max'), ('entropy', 'H')):
+    values = [numbers['statistics'][str(L)][key][one] for L in numbers['lengths']]
+    rows.append(f'{label:<10}' + ''.join(f'{v:>10.4f}' for v in values))
+  return '\n'.join(rows)
+
+
+def plot_statistic_curves(numbers: Mapping[str, Any], path: str) -> None:
+  """Figures 3-4 (left): statistic vs tau per length, L_tr target dashed, Algorithm 1 tau marked."""
+  plt = _pyplot()
+  grid = np.asarray(numbers['grid'])
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  for ax, key, label in zip(axes, ('pmax', 'entropy'), ('mean P_max', 'mean entropy (nats)')):
+    chosen = algorithm1_taus(numbers, key)
+    target = numbers['statistics'][str(numbers['reference_length'])][key][list(grid).index(1.0)]
+    ax.axhline(target, color='k', ls='--', lw=1, label=f'L_tr={numbers["reference_length"]}')
+    for L in numbers['lengths'][1:]:
+      values = np.asarray(numbers['statistics'][str(L)][key])
+      line, = ax.plot(grid, values, marker='.', label=f'L_ex={L}')
+      ax.plot([chosen[L]], [values[list(grid).index(chosen[L])]], marker='o', ms=9,
+              mfc='none', color=line.get_color())
+    ax.set_xlabel('tau')
+    ax.set_ylabel(label)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_temperature_curves(numbers: Mapping[str, Any], path: str,
+                            schedule: Any = None) -> None:
+  """Figures 3-4: tau vs L_ex from Props. 1-2 (curves), Algorithm 1 (dots, crosses), log-length.
+
+  Scalar strategies of `schedule` (a TemperatureSchedule), if given, are overlaid as markers.
+  """
+  plt = _pyplot()
+  curves = closed_form_curves(numbers)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.plot(curves['length'], curves['prop1'], label='Prop. 1 (P_max)')
+  ax.plot(curves['length'], curves['prop2'], label='Prop. 2 (H)')
+  ax.plot(curves['length'], curves['log_length'], 'k:', label='log_L L_tr')
+  for key, marker in (('pmax', 'o'), ('entropy', 'x')):
+    taus = algorithm1_taus(numbers, key)
+    ax.plot(list(taus), list(taus.values()), marker, ls='none', label=f'Alg. 1 {key}')
+  if schedule is not None:
+    for name in schedule.strategies:
+      lengths, taus = schedule.points(name)
+      if taus.ndim == 1 and name not in ('pmax', 'entropy', 'log_length'):
+        ax.plot(lengths[1:], taus[1:], marker='+', ls='none', label=f'schedule {name}')
+  ax.set_xscale('log')
+  ax.set_xlabel('L_ex')
+  ax.set_ylabel('tau')
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
+                     query_position: int | None = None, max_heads: int = 16) -> np.ndarray:
+  """Figure 1: b(m, n) against key position n for a fixed query m, one panel per head.
+
+  Returns:
+    The plotted `[heads, length]` values (first `max_heads` heads).
+  """
+  plt = _pyplot()
+  m = length // 2 if query_position is None else query_position
+  values = relpos_bias_row(rel_embedding, length, m)[:max_heads]
+  cols = min(4, len(values))
+  rows = -(-len(values) // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.2 * rows), squeeze=False)
+  for h, ax in enumerate(axes.flat):
+    if h >= len(values):
+      ax.axis('off')
+      continue
+    ax.plot(np.arange(length), values[h], lw=1)
+    ax.set_title(f'head {h + 1}', fontsize=8)
+    ax.tick_params(labelsize=6)
+  fig.suptitle(f'relative position bias b(m={m}, n), n = 0..{length - 1}', fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return values
+
+
+def plot_qq(numbers: Mapping[str, Any], path: str) -> None:
+  """Figure 5: QQ plots of layer 0's average sorted logit vector, shortest and longest length."""
+  plt = _pyplot()
+  shown = [numbers['lengths'][0], numbers['lengths'][-1]]
+  fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 4), squeeze=False)
+  for ax, L in zip(axes.flat, shown):
+    qq = numbers['layer0'][str(L)]['qq']
+    ax.scatter(qq['theoretical'], qq['sample'], s=4)
+    lim = max(np.abs(qq['theoretical']).max(), np.abs(qq['sample']).max())
+    ax.plot([-lim, lim], [-lim, lim], 'r-', lw=1)
+    ax.set_title(f'L = {L}', fontsize=9)
+    ax.set_xlabel('standard normal quantiles')
+    ax.set_ylabel('standardized logits')
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = None) -> dict:
+  """Writes analysis.json (the numbers), dispersion.txt and four PNG figures into `out_dir`.
+
+  Returns:
+    {name: path} of the written files.
+  """
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {name: os.path.join(out_dir, name) for name in (
+      'analysis.json', 'dispersion.txt', 'statistic_curves.png', 'temperature_curves.png',
+      'relpos_bias.png', 'qq_layer0.png')}
+  record = {**numbers, 'dispersion_table': dispersion_table(numbers),
+            'algorithm1': {k: algorithm1_taus(numbers, k) for k in ('pmax', 'entropy')},
+            'closed_form_curves': closed_form_curves(numbers)}
+  with open(paths['analysis.json'], 'w') as f:
+    # NaN (Prop. 1 without a real root) is written as null.
+    json.dump(_nan_to_none(record), f, indent=1)
+  with open(paths['dispersion.txt'], 'w') as f:
+    f.write(record['dispersion_table'] + '\n')
+  plot_statistic_curves(numbers, paths['statistic_curves.png'])
+  plot_temperature_curves(numbers, paths['temperature_curves.png'], schedule)
+  plot_relpos_bias(numbers['rel_embedding'], numbers['lengths'][-1], paths['relpos_bias.png'])
+  plot_qq(numbers, paths['qq_layer0.png'])
+  return paths
+
+
+def _nan_to_none(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {str(k): _nan_to_none(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_nan_to_none(v) for v in x]
+  if isinstance(x, float) and not np.isfinite(x):
+    return None
+  return x

@@ -1,0 +1,212 @@
+r"""Calibrates encoder temperatures for a checkpoint and writes a TemperatureSchedule (JSON).
+
+  python -m t5align.calibrate --gin_file=gin/calibrate.gin \
+    --gin.CHECKPOINT_PATH="'/path/checkpoint_1138000'" --gin.TEXT_FILE="'/path/corpus.txt'" \
+    --gin.VOCABULARY_PATH="'/path/sentencepiece.model'" --gin.OUTPUT_PATH="'/tmp/schedule.json'"
+
+Flags, as in t5x: --gin_file (repeatable), --gin_search_paths (comma-separated), --gin.NAME=VALUE
+(one binding, VALUE in gin syntax) and --gin_bindings. Everything else is `run`'s arguments.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Sequence
+
+import gin
+import numpy as np
+
+from t5align import calibration
+from t5align import schedule as schedule_lib
+
+if __name__ == '__main__':
+  # `python -m t5align.calibrate`: gin files' `from t5align import calibrate` must find this
+  # module, not import a second copy that would register `run` with gin twice.
+  sys.modules.setdefault('t5align.calibrate', sys.modules[__name__])
+
+EOS_ID = 1
+
+
+def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0,
+                   eos_id: int = EOS_ID) -> np.ndarray:
+  """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS.
+
+  Returns:
+    int32 `[num_samples, length]` with no padding.
+  """
+  stream = np.asarray(stream, np.int32)
+  if num_samples < 1 or length < 2:
+    raise ValueError(f'need num_samples >= 1 and length >= 2; got {num_samples}, {length}.')
+  if len(stream) < length - 1:
+    raise ValueError(f'the input text has {len(stream)} tokens; a sample of length {length} needs '
+                     f'{length - 1}. Use a longer text or shorter lengths.')
+  starts = np.random.default_rng(seed).integers(0, len(stream) - (length - 1) + 1, num_samples)
+  windows = np.stack([stream[s:s + length - 1] for s in starts])
+  return np.concatenate([windows, np.full((num_samples, 1), eos_id, np.int32)], axis=1)
+
+
+def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
+  """Tokens of a text file (SentencePiece, one paragraph per non-empty line), concatenated."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  if not vocabulary_path:
+    raise ValueError('VOCABULARY_PATH (a SentencePiece model) is required with TEXT_FILE.')
+  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
+  with open(path, encoding='utf-8') as f:
+    lines = [line.strip() for line in f if line.strip()]
+  if not lines:
+    raise ValueError(f'text file {path} is empty.')
+  return np.concatenate([np.asarray(ids, np.int32) for ids in sp.encode(lines)])
+
+
+def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inputs',
+                      max_tokens: int = 10_000_000) -> np.ndarray:
+  """Token ids of a registered SeqIO task's `feature`, concatenated (imports seqio lazily)."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  dataset = seqio.get_mixture_or_task(task).get_dataset(
+      sequence_length=None, split=split, shuffle=False)
+  pieces, total = [], 0
+  for example in dataset.as_numpy_iterator():
+    ids = np.asarray(example[feature], np.int32)
+    ids = ids[(ids > 0) & (ids != EOS_ID)]
+    pieces.append(ids)
+    total += len(ids)
+    if total >= max_tokens:
+      break
+  if not pieces:
+    raise ValueError(f'SeqIO task {task} split {split} gave no examples.')
+  return np.concatenate(pieces)
+
+
+def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
+  tau = c.tau if np.ndim(c.tau) == 0 else float(np.mean(c.tau))
+  flag = ' (target outside range)' if c.clamped else ''
+  print(f'[{done:>3}/{total}] L_ex={c.length:<6} {c.strategy:<18} tau={tau:.3f}{flag}  '
+        f'{time.time() - start:7.1f} s', file=sys.stderr, flush=True)
+
+
+@gin.configurable(module='t5align.calibrate')
+def run(
+    checkpoint_path: str | None = None,
+    output_path: str | None = None,
+    *,
+    text_file: str | None = None,
+    vocabulary_path: str | None = None,
+    seqio_task: str | None = None,
+    seqio_split: str = 'validation',
+    lengths: Sequence[int] = (1024, 2048, 4096, 8192, 15000),
+    strategies: Sequence[str] = ('pmax', 'entropy', 'log_length'),
+    reference_length: int = 512,
+    num_samples: int = 8,
+    seed: int = 0,
+    config: Any = None,
+    dtype: str = 'float32',
+    attention_impl: str | None = None,
+    mesh_shape: tuple[int, int] | None = None,
+    batch_size: int | None = None,
+    tau_batch_size: int | None = None,
+    grid: Sequence[float] = calibration.PAPER_GRID,
+    tol: float = 1e-3,
+    analysis_dir: str | None = None,
+) -> schedule_lib.TemperatureSchedule:
+  """Loads a checkpoint, samples inputs, calibrates, prints the table and writes the schedule.
+
+  Args:
+    checkpoint_path: any checkpoint `checkpoints.load_params` reads.
+    output_path: schedule JSON to write.
+    text_file: plain text to sample from (with `vocabulary_path`, a SentencePiece model).
+    vocabulary_path: SentencePiece model for `text_file`.
+    seqio_task: a registered SeqIO task to sample from instead (needs seqio).
+    seqio_split: its split.
+    lengths: extrapolation lengths L_ex.
+    strategies: `calibration.STRATEGIES` names; the first is the schedule's default.
+    reference_length: L_tr (512; 768 for CodeT5+).
+    num_samples: documents sampled at the longest length; shorter lengths use them cut.
+    seed: sampling seed.
+    config: a `network.T5Config` to check the checkpoint against; inferred if None.
+    dtype: parameter and activation dtype ('float32' or 'bfloat16'); statistics stay float32.
+    attention_impl: encoder attention implementation ('blockwise' keeps long inputs in memory);
+      the config's if None.
+    mesh_shape: (tau, data) device mesh, e.g. (4, 2); one device if None.
+    batch_size: examples per encoder call.
+    tau_batch_size: candidate temperatures per encoder call.
+    grid: Algorithm 1's grid.
+    tol: tolerance of the continuous searches.
+    analysis_dir: if set, also write the analysis figures and numbers there.
+
+  Returns:
+    The schedule written to `output_path`.
+  """
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from t5align import checkpoints  # pylint: disable=g-import-not-at-top
+  if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
+    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH (e.g. --gin.CHECKPOINT_PATH="\'...\'").')
+  if (text_file is None) == (seqio_task is None):
+    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
+  start = time.time()
+  print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
+  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype))
+  config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
+                               attention_impl=attention_impl or config.attention_impl)
+  if text_file is not None:
+    stream = text_file_stream(text_file, vocabulary_path)
+    source = {'text_file': text_file, 'vocabulary_path': vocabulary_path}
+  else:
+    stream = seqio_task_stream(seqio_task, seqio_split)
+    source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
+  tokens = sample_windows(stream, num_samples, max(lengths), seed)
+  mesh = calibration.make_mesh(*mesh_shape) if mesh_shape else None
+  print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
+        f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
+  schedule = schedule_lib.build_schedule(
+      params, config, tokens, lengths, strategies, reference_length=reference_length,
+      provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
+                  'attention_impl': config.attention_impl, **source,
+                  'created_unix': int(time.time())},
+      progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
+      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol)
+  schedule.save(output_path)
+  print(schedule.table())
+  print(f'wrote {output_path}', file=sys.stderr)
+  if analysis_dir:
+    from t5align import analysis  # pylint: disable=g-import-not-at-top
+    numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
+                               grid=grid, mesh=mesh, batch_size=batch_size,
+                               tau_batch_size=tau_batch_size)
+    analysis.write_analysis(numbers, analysis_dir, schedule)
+    print(analysis.dispersion_table(numbers))
+    print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
+  return schedule
+
+
+def parse_flags(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+  """t5x-style flags -> (gin files, bindings, search paths); raises ValueError on others."""
+  files, bindings, paths = [], [], []
+  for arg in argv:
+    name, eq, value = arg.partition('=')
+    if not eq:
+      raise ValueError(f'unexpected argument {arg!r}; flags look like --gin_file=PATH.')
+    if name == '--gin_file':
+      files.append(value)
+    elif name == '--gin_bindings':
+      bindings.append(value)
+    elif name == '--gin_search_paths':
+      paths += [p for p in value.split(',') if p]
+    elif name.startswith('--gin.'):
+      bindings.append(f'{name[len("--gin."):]} = {value}')
+    else:
+      raise ValueError(f'unknown flag {name!r}; use --gin_file, --gin_search_paths, '
+                       '--gin_bindings or --gin.NAME=VALUE.')
+  return files, bindings, paths
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  files, bindings, paths = parse_flags(sys.argv[1:] if argv is None else argv)
+  for path in paths:
+    gin.add_config_file_search_path(path)
+  gin.parse_config_files_and_bindings(files, bindings)
+  run()
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,274 @@
+"""Temperature schedules: calibrated taus for several lengths and strategies, saved as JSON.
+
+A schedule maps an input's non-pad length L to a temperature by linear interpolation in log L
+between its calibrated lengths. Below the smallest length it uses the L_tr anchor (tau = 1 at
+L_tr, so inputs no longer than L_tr run untouched); above the largest it holds the last value
+(no extrapolation: it could reach tau <= 0). Per-layer strategies interpolate each layer alike.
+
+Use at inference:
+  schedule = load_schedule('schedule.json', strategy='pmax')
+  tau = schedule.temperatures(tokens)        # [batch, 1] or [batch, layers]
+  model.apply(..., tokens, method='encode', temperature=tau)
+or from gin: `temperature_schedule = @t5align.schedule.load_schedule()` with
+`t5align.schedule.load_schedule.path = '...'`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any, Callable, Mapping, Sequence
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5align import calibration
+
+FORMAT = 't5align.temperature_schedule.v1'
+_LABELS = {'pmax': 'w/ P_max', 'entropy': 'w/ H', 'log_length': 'w/ log_Lex L_tr',
+           'prop1': 'Prop. 1 (P_max)', 'prop2': 'Prop. 2 (H)'}
+
+
+def _label(strategy: str) -> str:
+  base, search, per_layer = calibration.parse_strategy(strategy)
+  if strategy in _LABELS:
+    return _LABELS[strategy]
+  return f'{_LABELS[base]} ({"per layer" if per_layer else search})'
+
+
+def _jsonable(x: Any) -> Any:
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.generic, np.ndarray)):
+    return _jsonable(x.tolist())
+  if isinstance(x, float) and not np.isfinite(x):
+    raise ValueError(f'non-finite value {x} cannot be stored in a schedule.')
+  return x
+
+
+@dataclasses.dataclass(frozen=True)
+class TemperatureSchedule:
+  """Calibrations per strategy (sorted by length), the strategy applied, and provenance."""
+
+  reference_length: int
+  calibrations: Mapping[str, tuple[calibration.Calibration, ...]]
+  strategy: str
+  provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if not self.calibrations:
+      raise ValueError('a schedule needs at least one strategy.')
+    cals = {}
+    for name, items in self.calibrations.items():
+      items = tuple(sorted(items, key=lambda c: c.length))
+      lengths = [c.length for c in items]
+      if not items or len(set(lengths)) != len(lengths):
+        raise ValueError(f'strategy {name!r}: need distinct calibrated lengths; got {lengths}.')
+      if any(c.strategy != name or c.reference_length != self.reference_length for c in items):
+        raise ValueError(f'strategy {name!r}: every calibration must have strategy {name!r} and '
+                         f'reference_length {self.reference_length}.')
+      shapes = {np.shape(c.tau) for c in items}
+      if len(shapes) != 1:
+        raise ValueError(f'strategy {name!r} mixes scalar and per-layer taus: {shapes}.')
+      calibration.check_taus([np.ravel(c.tau) for c in items], f'{name} taus')
+      cals[name] = items
+    object.__setattr__(self, 'calibrations', cals)
+    if self.strategy not in cals:
+      raise ValueError(f'strategy={self.strategy!r}; this schedule has {sorted(cals)}.')
+
+  @property
+  def strategies(self) -> tuple[str, ...]:
+    return tuple(self.calibrations)
+
+  def with_strategy(self, strategy: str) -> TemperatureSchedule:
+    """The same schedule applying `strategy`."""
+    return dataclasses.replace(self, strategy=strategy)
+
+  def points(self, strategy: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Interpolation knots: lengths `[m]` and taus `[m]` or `[m, layers]`, with the L_tr anchor."""
+    items = self.calibrations[strategy or self.strategy]
+    lengths = np.array([c.length for c in items], np.float64)
+    taus = np.array([c.tau for c in items], np.float64)
+    if lengths[0] > self.reference_length:
+      lengths = np.concatenate([[self.reference_length], lengths])
+      taus = np.concatenate([np.ones_like(taus[:1]), taus])
+    return lengths, taus
+
+  def tau_for_length(self, length: Any, strategy: str | None = None) -> np.ndarray:
+    """Taus for lengths `[...]`: `[...]` (scalar strategies) or `[..., layers]` (per-layer)."""
+    x = np.log(np.maximum(np.asarray(length, np.float64), 1.0))
+    lengths, taus = self.points(strategy)
+    if taus.ndim == 1:
+      return np.interp(x, np.log(lengths), taus)
+    return np.stack([np.interp(x, np.log(lengths), col) for col in taus.T], axis=-1)
+
+  def temperatures(self, tokens: Any, strategy: str | None = None) -> jax.Array:
+    """Per-example temperatures from each row's non-pad length (traceable under jit).
+
+    Args:
+      tokens: int `[b, l]` encoder inputs, 0 = padding.
+      strategy: which strategy; the schedule's own by default.
+
+    Returns:
+      float32 `[b, 1]` (scalar strategies) or `[b, layers]` (per-layer), ready for `encode`'s
+      `temperature=`. NOTE: 2-D, so it never reads as one value per layer when b == layers.
+    """
+    lengths, taus = self.points(strategy)
+    # [b, l] -> [b]
+    x = jnp.log(jnp.maximum(jnp.sum(jnp.asarray(tokens) > 0, axis=-1), 1).astype(jnp.float32))
+    xp = jnp.asarray(np.log(lengths), jnp.float32)
+    fp = jnp.asarray(taus.reshape(len(taus), -1), jnp.float32)  # [m, 1 or layers]
+    # [b] x [m] x [m, c] -> [b, c]
+    return jnp.stack([jnp.interp(x, xp, fp[:, j]) for j in range(fp.shape[1])], axis=-1)
+
+  def to_dict(self) -> dict[str, Any]:
+    return _jsonable({
+        'format': FORMAT,
+        'reference_length': self.reference_length,
+        'strategy': self.strategy,
+        'calibrations': {k: [dataclasses.asdict(c) for c in v]
+                         for k, v in self.calibrations.items()},
+        'provenance': dict(self.provenance),
+    })
+
+  @classmethod
+  def from_dict(cls, data: Mapping[str, Any]) -> TemperatureSchedule:
+    if data.get('format') != FORMAT:
+      raise ValueError(f'not a temperature schedule (format {data.get("format")!r}, expected '
+                       f'{FORMAT!r}).')
+    fields = {f.name for f in dataclasses.fields(calibration.Calibration)}
+
+    def make(item):
+      item = {k: v for k, v in item.items() if k in fields}
+      for key in ('tau', 'target', 'achieved'):
+        if isinstance(item.get(key), list):
+          item[key] = tuple(item[key])
+      return calibration.Calibration(**item)
+
+    return cls(reference_length=int(data['reference_length']), strategy=data['strategy'],
+               calibrations={k: tuple(make(c) for c in v)
+                             for k, v in data['calibrations'].items()},
+               provenance=data.get('provenance', {}))
+
+  def save(self, path: str) -> None:
+    """Writes JSON atomically (a temporary file in the same folder, then os.replace)."""
+    text = json.dumps(self.to_dict(), indent=1, allow_nan=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.schedule-', suffix='.json')
+    try:
+      with os.fdopen(fd, 'w') as f:
+        f.write(text + '\n')
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(tmp, path)
+    except BaseException:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+      raise
+
+  def table(self) -> str:
+    """Plain-text table in the layout of the paper's appendix temperature tables."""
+    lengths = sorted({c.length for v in self.calibrations.values() for c in v})
+    head = f'{"Strategy":<24}' + ''.join(f'{L:>8}' for L in lengths)
+    lines = [f'Temperatures (L_tr = {self.reference_length}; * = target outside the searched '
+             'range)', head, '-' * len(head)]
+    for name, items in self.calibrations.items():
+      digits = 2 if name in ('pmax', 'entropy', 'log_length') else 3
+      by_length = {c.length: c for c in items}
+      per_layer = np.ndim(items[0].tau) == 1
+      rows = range(len(items[0].tau)) if per_layer else [None]
+      for layer in rows:
+        label = _label(name) if layer is None else f'{_label(name)} L{layer}'
+        cells = []
+        for L in lengths:
+          c = by_length.get(L)
+          tau = None if c is None else (c.tau if layer is None else c.tau[layer])
+          cells.append(f'{"-":>8}' if c is None else
+                       f'{tau:>{7}.{digits}f}{"*" if c.clamped else " "}')
+        lines.append(f'{label:<24}' + ''.join(cells))
+    return '\n'.join(lines)
+
+
+@gin.configurable(module='t5align.schedule')
+def load_schedule(path: str = gin.REQUIRED, strategy: str | None = None) -> TemperatureSchedule:
+  """Reads a schedule JSON file; `strategy` selects the strategy applied (default: saved one)."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'temperature schedule {path} does not exist.')
+  with open(path) as f:
+    schedule = TemperatureSchedule.from_dict(json.load(f))
+  return schedule.with_strategy(strategy) if strategy else schedule
+
+
+def build_schedule(
+    params: Any,
+    config: Any,
+    tokens: Any,
+    lengths: Sequence[int],
+    strategies: Sequence[str],
+    *,
+    reference_length: int = 512,
+    reference_tokens: Any = None,
+    provenance: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int, calibration.Calibration], None] | None = None,
+    **calibrate_kwargs,
+) -> TemperatureSchedule:
+  """Calibrates every (length, strategy) pair on the same documents.
+
+  Args:
+    params: the T5X 'params' tree.
+    config: the model config.
+    tokens: int `[b, >= max(lengths)]` samples; each length uses them cut to it.
+    lengths: target lengths L_ex (each >= reference_length).
+    strategies: names from `calibration.STRATEGIES`; the first is applied by default.
+    reference_length: L_tr.
+    reference_tokens: separate `[b', L_tr]` reference samples; None cuts `tokens` to L_tr.
+    provenance: extra facts to record (checkpoint, source, seed, ...).
+    progress: called as `progress(done, total, calibration)` after each pair.
+    **calibrate_kwargs: passed to `calibration.calibrate` (grid, tol, mesh, batch_size, ...).
+
+  Returns:
+    The schedule, its provenance holding lengths, strategies, sample counts and settings.
+  """
+  tokens = calibration.check_tokens(tokens)
+  lengths = sorted({int(L) for L in lengths})
+  if not lengths or not strategies:
+    raise ValueError('need at least one length and one strategy.')
+  if lengths[-1] > tokens.shape[1]:
+    raise ValueError(f'samples have {tokens.shape[1]} positions; the longest length is '
+                     f'{lengths[-1]}.')
+  for L in lengths:
+    calibration.check_lengths(L, reference_length)
+  for s in strategies:
+    calibration.parse_strategy(s)
+  params = calibration.place_params(params, calibrate_kwargs.get('mesh'))
+  cals = {s: [] for s in strategies}
+  total = len(lengths) * len(strategies)
+  eos_id = calibrate_kwargs.get('eos_id', 1)
+  for i, L in enumerate(lengths):
+    cut = calibration.cut_to_length(tokens, L, eos_id)
+    for j, s in enumerate(strategies):
+      c = calibration.calibrate(params, config, cut, s, reference_tokens=reference_tokens,
+                                reference_length=reference_length, **calibrate_kwargs)
+      cals[s].append(c)
+      if progress is not None:
+        progress(i * len(strategies) + j + 1, total, c)
+  settings = {k: v for k, v in calibrate_kwargs.items() if k != 'mesh'}
+  if calibrate_kwargs.get('mesh') is not None:
+    settings['mesh'] = dict(calibrate_kwargs['mesh'].shape)
+  record = {
+      'lengths': lengths, 'strategies': list(strategies), 'reference_length': reference_length,
+      'num_samples': int(tokens.shape[0]), 'sample_width': int(tokens.shape[1]),
+      'samples_sha256': hashlib.sha256(tokens.tobytes()).hexdigest(),  # int32 [b, width]
+      'reference': 'same documents cut to L_tr' if reference_tokens is None else
+                   f'{len(reference_tokens)} separate samples',
+      'settings': settings, **(provenance or {})}
+  return TemperatureSchedule(reference_length=reference_length, strategy=strategies[0],
+                             calibrations={k: tuple(v) for k, v in cals.items()},
+                             provenance=record)

@@ -1,0 +1,92 @@
+"""Analysis tests: numbers behind the paper's Table 1 and Figures 1, 3-5, and the written files."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from t5align import analysis
+from t5align import calibration
+
+L_TR, LENGTHS = 16, (32, 81)
+
+
+@pytest.fixture(scope='module')
+def collected(load_t5x_fixture):
+  config, params, ref = load_t5x_fixture('t5_1_1_tiny')
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], 81)
+  numbers = analysis.collect(params, config, tokens, LENGTHS, reference_length=L_TR, qq_size=50)
+  return config, params, tokens, numbers
+
+
+def test_dispersion_grows_with_length(collected):
+  _, _, _, numbers = collected
+  assert numbers['lengths'] == [L_TR, *LENGTHS]
+  one = numbers['grid'].index(1.0)
+  pmax = [numbers['statistics'][str(L)]['pmax'][one] for L in numbers['lengths']]
+  entropy = [numbers['statistics'][str(L)]['entropy'][one] for L in numbers['lengths']]
+  # Paper Table 1: longer inputs, flatter attention.
+  assert np.all(np.diff(pmax) < 0) and np.all(np.diff(entropy) > 0), (pmax, entropy)
+  table = analysis.dispersion_table(numbers)
+  assert 'P_max' in table and f'{pmax[-1]:.4f}' in table and '81' in table.splitlines()[0]
+  layer = numbers['statistics']['81']['layer_pmax_tau1']
+  np.testing.assert_allclose(np.mean(layer), pmax[-1], rtol=1e-12)
+
+
+def test_algorithm1_and_closed_forms_agree_with_calibration(collected):
+  config, params, tokens, numbers = collected
+  chosen = analysis.algorithm1_taus(numbers, 'pmax')
+  cut = calibration.cut_to_length(tokens, 32)
+  assert chosen[32] == calibration.calibrate(params, config, cut, 'pmax',
+                                             reference_length=L_TR).tau
+  curves = analysis.closed_form_curves(numbers)
+  layer0 = numbers['layer0']
+  for L in LENGTHS:
+    i = curves['length'].index(float(L))
+    np.testing.assert_allclose(
+        curves['prop2'][i], calibration.prop2_tau(L_TR, L, layer0[str(L_TR)]['sigma'],
+                                                  layer0[str(L)]['sigma']))
+    np.testing.assert_allclose(curves['log_length'][i], np.log(L_TR) / np.log(L))
+  assert curves['prop2'][0] == pytest.approx(1.0) and curves['log_length'][0] == pytest.approx(1)
+
+
+def test_qq_points_are_linear_for_gaussian_data():
+  rng = np.random.default_rng(0)
+  qq = analysis.qq_points(rng.normal(3.0, 2.0, 4000), points=100)
+  assert len(qq['theoretical']) == 100
+  slope, intercept = np.polyfit(qq['theoretical'], qq['sample'], 1)
+  assert abs(slope - 1) < 0.03 and abs(intercept) < 0.03
+  skewed = analysis.qq_points(rng.exponential(1.0, 4000), points=100)
+  assert np.max(np.abs(np.subtract(skewed['sample'], skewed['theoretical']))) > 1.0
+
+
+def test_relpos_bias_matches_t5x_buckets(load_t5x_fixture):
+  _, params, ref = load_t5x_fixture('t5_1_1_tiny')
+  table = np.asarray(params['encoder']['relpos_bias']['rel_embedding'])
+  m, length = 150, 300
+  values = analysis.relpos_bias_row(table, length, m)
+  offsets = list(ref['relpos_offsets'])  # key - query, -300..300
+  buckets = ref['relpos_bucket_bidirectional'][0][[offsets.index(n - m) for n in range(length)]]
+  np.testing.assert_allclose(values, table[:, buckets], rtol=1e-6)
+
+
+def test_write_analysis_files(collected, tmp_path):
+  _, _, _, numbers = collected
+  paths = analysis.write_analysis(numbers, str(tmp_path))
+  for name, path in paths.items():
+    data = open(path, 'rb').read()
+    assert data, name
+    if name.endswith('.png'):
+      assert data[:8] == b'\x89PNG\r\n\x1a\n'
+  record = json.loads(open(paths['analysis.json']).read())
+  assert record['lengths'] == [L_TR, *LENGTHS]
+  assert set(record['algorithm1']) == {'pmax', 'entropy'}
+  assert len(record['layer0']['81']['qq']['sample']) == 50
+  assert open(paths['dispersion.txt']).read().rstrip('\n') == analysis.dispersion_table(numbers)
+
+
+def test_collect_rejects_short_lengths(collected):
+  config, params, tokens, _ = collected
+  with pytest.raises(ValueError, match='shorter than L_tr'):
+    analysis.collect(params, config, tokens, (8,), reference_length=L_TR)

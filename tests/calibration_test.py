@@ -1,0 +1,280 @@
+"""Calibration tests: statistics vs t5x fixtures, vmap vs loop, mesh vs one device, searches,
+closed forms on Gaussian logits, and input validation."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from t5align import attention
+from t5align import calibration
+from t5align import network
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TAUS = ('1.00', '0.80', '0.60')
+L_EX, L_TR = 81, 32  # Fixture rows cut to 81 tokens are both unpadded.
+
+
+@pytest.fixture(scope='module')
+def tiny(load_t5x_fixture):
+  return load_t5x_fixture('t5_1_1_tiny')
+
+
+@pytest.mark.parametrize('name', ['t5_1_1_tiny', 't5_1_0_tiny'])
+def test_stats_match_t5x_fixtures(load_t5x_fixture, name):
+  config, params, ref = load_t5x_fixture(name)
+  stats = calibration.encoder_attention_stats(
+      params, config, ref['encoder_input_tokens'], [float(t) for t in TAUS])
+  for i, tau in enumerate(TAUS):
+    np.testing.assert_allclose(stats.layer_pmax[i], ref[f'layer_pmax_tau{tau}'], rtol=1e-5)
+    np.testing.assert_allclose(stats.layer_entropy[i], ref[f'layer_entropy_tau{tau}'], rtol=1e-5)
+    np.testing.assert_allclose(stats.pmax[i], ref[f'mean_pmax_tau{tau}'], rtol=1e-5)
+    np.testing.assert_allclose(stats.entropy[i], ref[f'mean_entropy_tau{tau}'], rtol=1e-5)
+  assert stats.rows == int(np.sum(ref['encoder_input_tokens'] > 0))
+
+
+def test_vmap_over_taus_equals_python_loop(tiny):
+  config, params, ref = tiny
+  tokens = ref['encoder_input_tokens']  # Two rows of different lengths (one padded).
+  taus = np.array([[1.0, 1.0], [0.8, 0.8], [0.7, 0.9], [0.55, 0.55]])
+  stats = calibration.encoder_attention_stats(params, config, tokens, taus)
+  model = network.Transformer(config)
+  encode = jax.jit(lambda example, tau: model.apply(
+      {'params': params}, example, method='encode', enable_dropout=False, temperature=tau,
+      mutable=['intermediates'])[1])
+  for i, row in enumerate(taus):
+    # Reference: one `encode` per example (unpadded) and tau, pooled by hand.
+    sums, rows = np.zeros((2, config.num_encoder_layers)), 0
+    for example in tokens:
+      state = encode(example[example > 0][None], row[None])
+      s = network.encoder_row_stats(state['intermediates'], config.num_encoder_layers)
+      sums += [np.sum(s['pmax_sum'], axis=(1, 2)), np.sum(s['entropy_sum'], axis=(1, 2))]
+      rows += int(np.sum(s['rows']))
+    expected = sums / (rows * config.num_heads)
+    np.testing.assert_allclose(stats.layer_pmax[i], expected[0], rtol=1e-5)
+    np.testing.assert_allclose(stats.layer_entropy[i], expected[1], rtol=1e-5)
+  # A scalar tau is the same tau on every layer.
+  scalar = calibration.encoder_attention_stats(params, config, tokens, np.full(len(taus), 0.8))
+  np.testing.assert_allclose(scalar.layer_pmax[0], stats.layer_pmax[1], rtol=1e-6)
+
+
+_MESH_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import jax
+    sys.path.insert(0, 'tests')
+    from conftest import _load
+    from t5align import calibration
+    config, params, ref = _load('t5_1_1_tiny')
+    tokens = np.concatenate([ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]])
+    taus = [1.0, 0.9, 0.8, 0.7, 0.6]  # Padded to 8 on the 'tau' axis.
+    mesh = calibration.make_mesh(4, 2)
+    one = calibration.encoder_attention_stats(params, config, tokens, taus)
+    sharded = calibration.encoder_attention_stats(params, config, tokens, taus, mesh=mesh)
+    tau = calibration.calibrate(params, config, calibration.cut_to_length(tokens, 81),
+                                'pmax_bisect', reference_length=32, mesh=mesh).tau
+    placed = calibration.place_params(params, mesh)
+    layer0 = [calibration.layer0_sorted_logits(p, config, tokens[1:], chunk=32)
+              for p in (params, placed)]
+    print(json.dumps({'devices': jax.device_count(), 'layer0': [v.tolist() for v in layer0], 'one': one.layer_pmax.tolist(),
+                      'sharded': sharded.layer_pmax.tolist(), 'one_h': one.entropy.tolist(),
+                      'sharded_h': sharded.entropy.tolist(), 'rows': [one.rows, sharded.rows],
+                      'bisect_mesh': tau}))
+''')
+
+
+def test_eight_fake_devices_equal_one_device(tiny):
+  config, params, ref = tiny
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             JAX_PLATFORMS='cpu', PYTHONPATH=str(REPO_ROOT))
+  out = subprocess.run([sys.executable, '-c', _MESH_SCRIPT], cwd=REPO_ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = __import__('json').loads(out.stdout.strip().splitlines()[-1])
+  assert result['devices'] == 8
+  assert result['rows'][0] == result['rows'][1]
+  np.testing.assert_allclose(result['sharded'], result['one'], rtol=1e-6)
+  np.testing.assert_allclose(result['sharded_h'], result['one_h'], rtol=1e-6)
+  np.testing.assert_allclose(*result['layer0'], rtol=1e-6, atol=1e-6)
+  # The mesh search (4 taus per round) lands where the one-device search does (to tol).
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  single = calibration.calibrate(params, config, tokens, 'pmax_bisect', reference_length=L_TR)
+  assert abs(result['bisect_mesh'] - single.tau) <= 2e-3
+
+
+@pytest.mark.parametrize('statistic', calibration.STATISTICS)
+def test_monotone_statistic_and_bisection_agrees_with_grid(tiny, statistic):
+  config, params, ref = tiny
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  grid = calibration.calibrate(params, config, tokens, statistic, reference_length=L_TR)
+  values = np.asarray(grid.details['values'])  # Over the grid 1.0, 0.95, ..., 0.5.
+  # Lower tau sharpens: P_max rises and entropy falls along the grid, on every step.
+  steps = np.diff(values) if statistic == 'pmax' else -np.diff(values)
+  assert np.all(steps > 0), values
+  bisect = calibration.calibrate(params, config, tokens, f'{statistic}_bisect',
+                                 reference_length=L_TR)
+  assert not grid.clamped and not bisect.clamped
+  assert abs(bisect.tau - grid.tau) <= 0.05, (bisect.tau, grid.tau)
+  assert bisect.details['bracket'][1] - bisect.details['bracket'][0] <= 1e-3
+  np.testing.assert_allclose(bisect.achieved, bisect.target, rtol=5e-3)
+  # Algorithm 1 picks the grid value nearest the target.
+  assert grid.achieved == min(values, key=lambda v: abs(v - grid.target))
+
+
+def test_per_layer_alignment_matches_each_layer(tiny):
+  config, params, ref = tiny
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  result = calibration.calibrate(params, config, tokens, 'pmax_per_layer', reference_length=L_TR)
+  assert len(result.tau) == config.num_encoder_layers
+  np.testing.assert_allclose(result.achieved, result.target, rtol=5e-3)
+  # Re-evaluating the chosen per-layer taus in one pass reproduces each layer's value.
+  stats = calibration.encoder_attention_stats(params, config, tokens, [result.tau])
+  np.testing.assert_allclose(stats.layer_pmax[0], result.achieved, rtol=1e-6)
+
+
+def test_log_length_reproduces_paper_row():
+  taus = calibration.log_length_tau([1024, 2048, 4096, 8192, 15000], 512)
+  np.testing.assert_array_equal(np.round(taus, 2), [0.90, 0.82, 0.75, 0.69, 0.65])
+  # CodeT5+ (L_tr = 768), paper Table 12: 1k .. 4k.
+  np.testing.assert_array_equal(
+      np.round(calibration.log_length_tau([1000, 2000, 3000, 4000], 768), 2),
+      [0.96, 0.87, 0.83, 0.80])
+
+
+def _gaussian_logits(rng, length, sigma, lmax=None, n=64):
+  """`[n, length]` logit vectors ~ N(0, sigma^2); with `lmax`, one entry planted at lmax."""
+  z = rng.normal(0.0, sigma, (n, length))
+  if lmax is not None:
+    z[:, 0] = lmax  # Assumption 2: the same largest logit at every length.
+  return z
+
+
+def _row_stats(logits, tau):
+  """float64 brute force: mean row P_max and entropy of softmax(logits / tau)."""
+  s = logits / tau
+  p = np.exp(s - s.max(axis=1, keepdims=True))
+  p /= p.sum(axis=1, keepdims=True)
+  return p.max(axis=1).mean(), -(p * np.log(p)).sum(axis=1).mean()
+
+
+def _solve(logits, target, index):
+  """Brute-force tau with mean statistic `index` (0 P_max, 1 entropy) equal to target."""
+  lo, hi = 0.05, 3.0
+  for _ in range(60):
+    mid = 0.5 * (lo + hi)
+    value = _row_stats(logits, mid)[index]
+    # P_max falls with tau, entropy rises.
+    if (value < target) == (index == 0):
+      hi = mid
+    else:
+      lo = mid
+  return mid
+
+
+@pytest.mark.parametrize('l_tr,l_ex,s_tr,s_ex', [(512, 2048, 0.6, 0.7), (256, 1024, 0.7, 0.8),
+                                                 (512, 8192, 0.5, 0.5)])
+def test_closed_forms_align_gaussian_logits(l_tr, l_ex, s_tr, s_ex):
+  # Where Assumptions 1-2 hold (Gaussian entries; for Prop. 1 a shared largest logit) and
+  # sigma / tau stays moderate, the closed forms align the brute-force statistics:
+  # Prop. 1 within 0.015 in tau and 6% in P_max, Prop. 2 within 0.015 in tau and 0.1 nats.
+  rng = np.random.default_rng(0)
+  summary = lambda x: calibration.summarize_logit_vector(np.sort(x, axis=1)[:, ::-1].mean(0))
+
+  tr, ex = _gaussian_logits(rng, l_tr, s_tr, 4.0), _gaussian_logits(rng, l_ex, s_ex, 4.0)
+  ref, ext = summary(tr), summary(ex)
+  tau1 = calibration.prop1_tau(l_tr, l_ex, ref.sigma, ext.sigma, ref.pmax)
+  p_tr = _row_stats(tr, 1.0)[0]
+  assert abs(tau1 - _solve(ex, p_tr, 0)) <= 0.015
+  np.testing.assert_allclose(_row_stats(ex, tau1)[0], p_tr, rtol=0.06)
+
+  tr, ex = _gaussian_logits(rng, l_tr, s_tr), _gaussian_logits(rng, l_ex, s_ex)
+  ref, ext = summary(tr), summary(ex)
+  tau2 = calibration.prop2_tau(l_tr, l_ex, ref.sigma, ext.sigma)
+  h_tr = _row_stats(tr, 1.0)[1]
+  assert abs(tau2 - _solve(ex, h_tr, 1)) <= 0.015
+  np.testing.assert_allclose(_row_stats(ex, tau2)[1], h_tr, atol=0.1)
+
+
+def test_prop1_roots_and_no_root():
+  # At L_ex = L_tr the quadratic factors as (tau - 1)(A tau - C): tau = 1.
+  np.testing.assert_allclose(calibration.prop1_tau(512, 512, 1.3, 1.3, 0.2), 1.0, rtol=1e-12)
+  assert np.isnan(calibration.prop1_tau(40, 160, 0.96, 0.99, 0.13))
+  closest = calibration.prop1_tau(40, 160, 0.96, 0.99, 0.13, closest=True)
+  b = np.log(40) + np.log(0.13) + 0.96**2 / 2
+  np.testing.assert_allclose(closest, 0.99**2 / b, rtol=1e-12)  # 2C / B
+
+
+def _numpy_layer0_sorted(config, params, tokens):
+  """Layer 0 logits materialized in full, sorted per row and averaged (numpy)."""
+  model = network.Transformer(config)
+  _, state = jax.jit(lambda x: model.apply({'params': params}, x, method='encode',
+                                           enable_dropout=False, mutable=['attention_inputs']))(
+                                               tokens)
+  inputs = state['attention_inputs']['encoder']['layers_0']['attention']
+  q, k = (np.asarray(inputs[f'projected_{n}'][0], np.float64) for n in ('query', 'key'))
+  table = params['encoder']['relpos_bias']['rel_embedding']
+  bias = np.asarray(attention.relative_position_bias(table, tokens.shape[1], tokens.shape[1],
+                                                     True))
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) + bias
+  return -np.sort(-logits, axis=-1).mean(axis=(0, 1, 2))
+
+
+def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny):
+  config, params, ref = tiny
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  expected = _numpy_layer0_sorted(config, params, tokens)
+  # 81 = 5 x 16 + 1: the last chunk is mostly padding queries.
+  got = calibration.layer0_sorted_logits(params, config, tokens, chunk=16)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+  # A padded row equals the same row unpadded.
+  padded = np.pad(tokens[:1, :40], ((0, 0), (0, 41)))
+  np.testing.assert_allclose(calibration.layer0_sorted_logits(params, config, padded, chunk=16),
+                             calibration.layer0_sorted_logits(params, config, tokens[:1, :40],
+                                                              chunk=16),
+                             rtol=1e-5, atol=1e-5)
+  # One chunk (128 clipped to 81) inside the closed-form strategy.
+  result = calibration.calibrate(params, config, tokens, 'prop2', reference_length=L_TR)
+  s_tr, s_ex = result.details['reference']['sigma'], result.details['extrapolation']['sigma']
+  np.testing.assert_allclose(s_ex, np.std(expected), rtol=1e-5)
+  np.testing.assert_allclose(result.tau, s_ex / np.sqrt(s_tr**2 + 2 * np.log(L_EX / L_TR)))
+
+
+def test_cut_to_length_keeps_eos():
+  tokens = np.array([[5, 6, 7, 8, 1], [5, 6, 1, 0, 0]])
+  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 3), [[5, 6, 1], [5, 6, 1]])
+  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 4), [[5, 6, 7, 1], [5, 6, 1, 0]])
+  np.testing.assert_array_equal(calibration.length_groups(tokens)[0], [[5, 6, 1]])
+
+
+def test_bad_inputs_raise_clear_errors(tiny):
+  config, params, ref = tiny
+  tokens = ref['encoder_input_tokens']
+  for taus, message in (([0.9, 0.0], 'finite and > 0'), ([-1.0], 'finite and > 0'),
+                        ([np.nan], 'finite and > 0'), ([np.inf], 'finite and > 0'),
+                        ([], 'non-empty'), (np.ones((2, 3)), 'per-layer')):
+    with pytest.raises(ValueError, match=message):
+      calibration.encoder_attention_stats(params, config, tokens, taus)
+  for bad, message in ((np.zeros((0, 8), np.int32), 'non-empty'),
+                       (np.zeros((2, 8), np.int32), 'no non-pad tokens'),
+                       (np.ones(8, np.int32), r'\[batch, length\]'),
+                       (np.ones((2, 8), np.float32), 'integer')):
+    with pytest.raises(ValueError, match=message):
+      calibration.encoder_attention_stats(params, config, bad, [1.0])
+  with pytest.raises(ValueError, match='shorter than L_tr'):
+    calibration.calibrate(params, config, tokens, 'pmax')  # 160 < 512
+  with pytest.raises(ValueError, match='strategy'):
+    calibration.calibrate(params, config, tokens, 'max_prob', reference_length=32)
+  with pytest.raises(ValueError, match='cannot cut'):
+    calibration.cut_to_length(tokens, 400)
+  with pytest.raises(ValueError, match='bracket'):
+    calibration.bisect_search(lambda t: t, 0.5, increasing=True, bracket=(1.0, 0.5))
+  with pytest.raises(ValueError, match='>= 2'):
+    calibration.log_length_tau(1, 512)
+  with pytest.raises(ValueError, match='needs 16 devices'):
+    calibration.make_mesh(8, 2, devices=jax.devices())
