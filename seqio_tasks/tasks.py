@@ -1,0 +1,132 @@
+"""Registers every `seqio_tasks.catalog` spec as a seqio Task `t5align_*`, plus mixtures.
+
+Vocabulary: the SentencePiece model at `vocabulary_path()`: the gin binding
+`seqio_tasks.vocabulary_path.path = '...'`, else $T5ALIGN_VOCABULARY, else T5's (the same file as
+the t5x model gins' VOCABULARY, so t5x's vocabulary check passes). It is resolved when first used,
+after gin has parsed, so a binding anywhere in the gin files applies.
+
+Each task has one split, 'test'. Its examples are built when the dataset is first requested; a
+missing data file raises there (FileNotFoundError saying where to get it), never an empty task.
+Features: 'inputs' and 'targets' (tokens, EOS appended), '*_pretokenized' text, 'id', and 'meta'
+(JSON with what the metrics need).
+"""
+from __future__ import annotations
+
+import os
+
+import gin
+import seqio
+import tensorflow as tf
+
+from seqio_tasks import catalog
+from seqio_tasks import metrics
+
+T5_VOCABULARY = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
+ENV_VOCABULARY = 'T5ALIGN_VOCABULARY'
+
+
+@gin.configurable(module='seqio_tasks')
+def vocabulary_path(path: str | None = None) -> str:
+  """The SentencePiece model file: gin binding, then $T5ALIGN_VOCABULARY, then T5's."""
+  return path or os.environ.get(ENV_VOCABULARY) or T5_VOCABULARY
+
+
+class ConfiguredVocabulary(seqio.SentencePieceVocabulary):
+  """A SentencePieceVocabulary whose file is `vocabulary_path()` at the time of use."""
+
+  def __init__(self):
+    super().__init__(T5_VOCABULARY)
+
+  def _sync(self) -> None:
+    path = vocabulary_path()
+    if path != self._sentencepiece_model_file:
+      self._sentencepiece_model_file = path
+      self._model = None
+
+  def _model_context(self):
+    self._sync()
+    return super()._model_context()
+
+  @property
+  def sentencepiece_model_file(self) -> str:
+    self._sync()
+    return self._sentencepiece_model_file
+
+  def __getstate__(self):
+    self._sync()
+    return super().__getstate__()
+
+  def __eq__(self, other):
+    if not isinstance(other, seqio.SentencePieceVocabulary):
+      return False
+    return self.__getstate__() == other.__getstate__()
+
+  def __hash__(self):
+    return id(self)
+
+
+VOCABULARY = ConfiguredVocabulary()
+
+
+class _Tokenizer(catalog.Tokenizer):
+
+  def __init__(self, vocabulary: seqio.Vocabulary):
+    self._vocabulary = vocabulary
+
+  @property
+  def eos_id(self) -> int:
+    return self._vocabulary.eos_id
+
+  def encode(self, text: str):
+    return self._vocabulary.encode(text)
+
+
+def _signature(spec: catalog.TaskSpec) -> dict[str, tf.TensorSpec]:
+  text = tf.TensorSpec([], tf.string)
+  io = tf.TensorSpec([None], tf.int32) if spec.tokenized else text
+  return {'id': text, 'inputs': io, 'targets': io, 'meta': text}
+
+
+def _dataset_fn(spec: catalog.TaskSpec):
+  def dataset_fn(split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+    del shuffle_files, seed  # Examples are seeded per index; order is fixed.
+    if split != 'test':
+      raise ValueError(f"{spec.task_name} has one split, 'test'; got {split!r}.")
+    # Built eagerly so that a bad file fails here, naming the file and line.
+    examples = list(spec.build(_Tokenizer(VOCABULARY)))
+    if not examples:
+      raise ValueError(f'{spec.task_name}: its source produced no examples.')
+    return tf.data.Dataset.from_generator(lambda: iter(examples),
+                                          output_signature=_signature(spec))
+  return dataset_fn
+
+
+def output_features(tokenized: bool = False) -> dict[str, seqio.Feature]:
+  # Prefix-LM targets are a cut continuation: no EOS to score at its end.
+  return {'inputs': seqio.Feature(VOCABULARY, add_eos=True),
+          'targets': seqio.Feature(VOCABULARY, add_eos=not tokenized)}
+
+
+def register() -> None:
+  """Adds every catalog task and mixture that is not registered yet."""
+  present = set(seqio.TaskRegistry.names())
+  for name, spec in catalog.SPECS.items():
+    if name in present:
+      continue
+    preprocessors = [] if spec.tokenized else [seqio.preprocessors.tokenize,
+                                               seqio.preprocessors.append_eos_after_trim]
+    seqio.TaskRegistry.add(
+        name,
+        source=seqio.FunctionDataSource(_dataset_fn(spec), splits=['test']),
+        preprocessors=preprocessors,
+        output_features=output_features(spec.tokenized),
+        postprocess_fn=metrics.postprocess,
+        metric_fns=[metrics.make_metric_fn(spec.family)],
+        shuffle_buffer_size=None)
+  present = set(seqio.MixtureRegistry.names())
+  for name, tasks in catalog.MIXTURES.items():
+    if name not in present:
+      seqio.MixtureRegistry.add(name, list(tasks), default_rate=1.0)
+
+
+register()

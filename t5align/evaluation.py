@@ -1,0 +1,391 @@
+"""Evaluation library (no seqio): resumable prediction logs, temperatures, mesh, decode and score.
+
+`t5align.eval` feeds it seqio examples; everything here works on numpy token lists, so it is
+tested without seqio. Files of a task folder:
+  predictions.jsonl  one JSON record per example, keyed by 'index', appended batch by batch
+                     (one write + fsync each); a torn last line from a kill is dropped on reopen.
+  run.json           the settings the records were made with; a rerun must match them.
+  metrics.json       written atomically once every example has a record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from t5align import network
+# Imported here, not lazily: it registers a gin configurable, which gin refuses after its config
+# is locked (t5x.eval locks it before the model first runs).
+from t5align import schedule as schedule_lib
+
+# ---------------------------------------------------------------------------------------------
+# Files.
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+  """Writes JSON to a temporary file in the same folder, fsyncs it, then renames it over `path`."""
+  path = os.fspath(path)
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix='.tmp-', suffix='.json')
+  try:
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+      json.dump(obj, f, indent=1, sort_keys=True, allow_nan=True)
+      f.write('\n')
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+class PredictionLog:
+  """Append-only JSONL of per-example records with a unique integer 'index'.
+
+  Opening reads the records already there. A last line without its newline (the process died
+  while writing it) is cut off, so its examples are simply redone. A duplicated index or a bad
+  line elsewhere is corruption and raises, naming the file and line.
+  """
+
+  def __init__(self, path: str | os.PathLike[str]):
+    self.path = os.fspath(path)
+    self.records: dict[int, dict[str, Any]] = {}
+    os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+    if not os.path.exists(self.path):
+      return
+    with open(self.path, 'rb') as f:
+      raw = f.read()
+    keep = raw.rfind(b'\n') + 1  # Bytes up to and including the last newline.
+    if keep < len(raw):
+      with open(self.path, 'r+b') as f:
+        f.truncate(keep)
+    for number, line in enumerate(raw[:keep].decode('utf-8').split('\n')[:-1], start=1):
+      try:
+        record = json.loads(line)
+        index = int(record['index'])
+      except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f'{self.path}:{number}: not a prediction record ({e}).') from e
+      if index in self.records:
+        raise ValueError(f'{self.path}:{number}: index {index} recorded twice.')
+      self.records[index] = record
+
+  def __contains__(self, index: int) -> bool:
+    return index in self.records
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def append(self, records: Sequence[Mapping[str, Any]]) -> None:
+    """Adds records in one write and fsyncs; raises on an index already present."""
+    lines = []
+    for record in records:
+      index = int(record['index'])
+      if index in self.records:
+        raise ValueError(f'{self.path}: index {index} is already recorded.')
+      lines.append(json.dumps(record, ensure_ascii=False, sort_keys=True, allow_nan=True))
+    if not lines:
+      return
+    with open(self.path, 'a', encoding='utf-8') as f:
+      f.write('\n'.join(lines) + '\n')
+      f.flush()
+      os.fsync(f.fileno())
+    for record in records:
+      self.records[int(record['index'])] = dict(record)
+
+  def ordered(self) -> list[dict[str, Any]]:
+    return [self.records[i] for i in sorted(self.records)]
+
+
+def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
+  """Writes run.json, or checks that an earlier run of this folder used the same settings."""
+  path = os.path.join(os.fspath(folder), 'run.json')
+  settings = json.loads(json.dumps(settings, sort_keys=True))
+  if os.path.exists(path):
+    with open(path, encoding='utf-8') as f:
+      before = json.load(f)
+    diff = {k: (before.get(k), settings.get(k)) for k in sorted(set(before) | set(settings))
+            if before.get(k) != settings.get(k)}
+    if diff:
+      raise ValueError(f'{folder} holds results of a different run; differing settings '
+                       f'(before, now): {diff}. Use another output folder.')
+    return
+  write_json_atomic(path, settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Temperatures.
+
+STRATEGY_LABELS = {'pmax': 'w/ P_max', 'entropy': 'w/ H', 'log_length': 'w/ log_Lex L_tr'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Temperature:
+  """The encoder temperature of a run: one constant, or a schedule giving one per example."""
+
+  constant: float | tuple[float, ...] | None = None
+  schedule: Any = None  # a t5align.schedule.TemperatureSchedule
+  label: str = ''
+
+  def __post_init__(self):
+    if (self.constant is None) == (self.schedule is None):
+      raise ValueError('give exactly one of a constant temperature and a schedule.')
+    if not self.label:
+      object.__setattr__(self, 'label', self.default_label())
+
+  def default_label(self) -> str:
+    if self.schedule is not None:
+      strategy = self.schedule.strategy
+      return STRATEGY_LABELS.get(strategy, f'w/ {strategy}')
+    values = np.ravel(self.constant)
+    if values.size > 1:
+      return 'tau = (' + ', '.join(f'{v:g}' for v in values) + ')'
+    return f'tau = {float(values[0]):g}'
+
+  def taus(self, tokens: np.ndarray) -> np.ndarray:
+    """float32 `[b, 1]` or `[b, layers]` temperatures for `[b, l]` encoder tokens."""
+    if self.schedule is not None:
+      return np.array(self.schedule.temperatures(tokens), np.float32)
+    tau = np.asarray(self.constant, np.float32).reshape(1, -1)
+    return np.repeat(tau, tokens.shape[0], axis=0)
+
+  def describe(self) -> dict[str, Any]:
+    """JSON-able settings for run.json and metrics.json."""
+    if self.schedule is not None:
+      return {'label': self.label, 'schedule_strategy': self.schedule.strategy,
+              'schedule': self.schedule.to_dict()}
+    return {'label': self.label, 'temperature': self.constant}
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches.
+
+
+def pad_tokens(rows: Sequence[Sequence[int]], multiple: int = 128,
+               min_length: int = 1) -> np.ndarray:
+  """int32 `[b, l]`, zero-padded; l is the longest row rounded up to `multiple` (fewer compiles)."""
+  longest = max([len(r) for r in rows] + [min_length])
+  length = int(math.ceil(longest / multiple) * multiple)
+  out = np.zeros((len(rows), length), np.int32)
+  for i, row in enumerate(rows):
+    out[i, :len(row)] = row
+  return out
+
+
+def pad_batch(tokens: np.ndarray, size: int) -> np.ndarray:
+  """Adds all-padding rows up to `size` (a multiple of the data axis); callers drop them."""
+  if tokens.shape[0] >= size:
+    return tokens
+  return np.concatenate([tokens, np.zeros((size - tokens.shape[0], *tokens.shape[1:]),
+                                          tokens.dtype)])
+
+
+def strip_eos(row: Sequence[int], eos_id: int = 1) -> list[int]:
+  """Tokens before the first EOS (and without padding zeros)."""
+  out = []
+  for t in row:
+    if t == eos_id:
+      break
+    if t != 0:
+      out.append(int(t))
+  return out
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+  for start in range(0, len(items), size):
+    yield items[start:start + size]
+
+
+class Progress:
+  """A one-line text progress bar on stderr: done/total, rate and time left."""
+
+  def __init__(self, total: int, desc: str = '', done: int = 0, stream=None, width: int = 30):
+    self.total, self.desc, self.done, self.width = total, desc, done, width
+    self.stream = stream or sys.stderr
+    self.start, self.start_done = time.monotonic(), done
+    self._draw()
+
+  def update(self, n: int) -> None:
+    self.done += n
+    self._draw()
+
+  def _draw(self) -> None:
+    frac = self.done / self.total if self.total else 1.0
+    bar = '#' * int(frac * self.width)
+    elapsed = time.monotonic() - self.start
+    rate = (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+    left = (self.total - self.done) / rate if rate > 0 else float('nan')
+    eta = f'{left:.0f}s left' if math.isfinite(left) else '--'
+    self.stream.write(f'\r{self.desc} [{bar:<{self.width}}] {self.done}/{self.total} '
+                      f'{rate:.2f} ex/s {eta}')
+    self.stream.flush()
+
+  def close(self) -> None:
+    self.stream.write('\n')
+    self.stream.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Mesh and parameters.
+
+# t5x's standard logical axis rules for a ('data', 'model') mesh.
+LOGICAL_RULES = {'vocab': 'model', 'mlp': 'model', 'heads': 'model', 'joined_kv': 'model',
+                 'kv': None, 'embed': None, 'relpos_buckets': None}
+
+
+def make_mesh(num_partitions: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
+  """A ('data', 'model') mesh over all devices, `num_partitions` of them along 'model'."""
+  devices = list(jax.devices() if devices is None else devices)
+  if num_partitions < 1 or len(devices) % num_partitions:
+    raise ValueError(f'num_partitions={num_partitions} must divide the {len(devices)} devices.')
+  grid = np.asarray(devices).reshape(len(devices) // num_partitions, num_partitions)
+  return Mesh(grid, ('data', 'model'), axis_types=(AxisType.Auto, AxisType.Auto))
+
+
+def param_specs(config: network.T5Config, params: Mapping[str, Any],
+                mesh: Mesh) -> Any:
+  """PartitionSpecs for `params` from the model's logical axes (t5x rules; indivisible dims and
+  axes without a rule stay replicated)."""
+  axes = jax.eval_shape(lambda: network.init_variables(config, jax.random.PRNGKey(0)))
+  axes = axes['params_axes']
+  model_size = mesh.shape['model']
+
+  def spec(path, leaf):
+    node = axes
+    for key in path[:-1]:
+      node = node[key.key]
+    names = node[f'{path[-1].key}_axes'].names
+    dims = []
+    for name, size in zip(names, np.shape(leaf)):
+      axis = LOGICAL_RULES.get(name)
+      dims.append(axis if axis and size % model_size == 0 and model_size > 1 else None)
+    return P(*dims)
+
+  return jax.tree_util.tree_map_with_path(spec, params)
+
+
+def shard_params(config: network.T5Config, params: Any, mesh: Mesh) -> Any:
+  """Places `params` on the mesh, sharded along 'model' by logical axes."""
+  specs = param_specs(config, params, mesh)
+  return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
+
+
+def shard_batch(x: np.ndarray, mesh: Mesh) -> jax.Array:
+  """Splits axis 0 over 'data' (its size must divide evenly: see `pad_batch`)."""
+  return jax.device_put(x, NamedSharding(mesh, P('data', *([None] * (x.ndim - 1)))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring (teacher forcing).
+
+
+@functools.partial(jax.jit, static_argnames=('model',))
+def score_batch(model: network.Transformer, params: Any, inputs: jax.Array, targets: jax.Array,
+                temperature: jax.Array | None = None) -> jax.Array:
+  """Sum of target-token log-likelihoods per example.
+
+  Args:
+    model: the Transformer (static).
+    params: its 'params'.
+    inputs: int `[b, k]` encoder tokens (0 = padding).
+    targets: int `[b, l]` target tokens (0 = padding, not scored).
+    temperature: encoder temperature, see `network.layer_temperatures`.
+
+  Returns:
+    float32 `[b]`.
+  """
+  # [b, l] -> [b, l]: decoder inputs are the targets shifted right, starting from 0.
+  decoder_inputs = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  logits = model.apply({'params': params}, inputs, decoder_inputs, targets,
+                       enable_dropout=False, temperature=temperature)
+  # [b, l, vocab] -> [b, l]
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  token_ll = jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  return jnp.sum(jnp.where(targets > 0, token_ll, 0.0), axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The resumable loop.
+
+
+def run_examples(examples: Sequence[Mapping[str, Any]], log: PredictionLog,
+                 process: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]], *,
+                 batch_size: int, desc: str = '', show_progress: bool = True) -> None:
+  """Runs `process` on batches of the examples that `log` lacks and appends its records.
+
+  Args:
+    examples: dicts with an int 'index' (unique).
+    log: where records go; examples whose index it holds are skipped.
+    process: batch of examples -> one record (with the same 'index') per example.
+    batch_size: examples per call.
+    desc: progress label.
+    show_progress: draw the progress bar.
+  """
+  todo = [e for e in examples if int(e['index']) not in log]
+  progress = Progress(len(examples), desc, len(examples) - len(todo)) if show_progress else None
+  for batch in chunks(todo, batch_size):
+    records = process(batch)
+    if sorted(int(r['index']) for r in records) != sorted(int(e['index']) for e in batch):
+      raise ValueError('process() must return one record per example, with its index.')
+    log.append(records)
+    if progress:
+      progress.update(len(batch))
+  if progress:
+    progress.close()
+
+
+def label_order(label: str) -> tuple[int, str]:
+  """Row order of the paper's tables: tau = 1, P_max, H, log-length, then the rest."""
+  order = ['tau = 1', STRATEGY_LABELS['pmax'], STRATEGY_LABELS['entropy'],
+           STRATEGY_LABELS['log_length']]
+  return (order.index(label), label) if label in order else (len(order), label)
+
+
+def iter_metrics_files(folders: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
+  """metrics.json files under each folder (the folder itself may be a task folder)."""
+  for folder in folders:
+    for root, dirs, files in os.walk(os.fspath(folder)):
+      dirs.sort()
+      if 'metrics.json' in files:
+        yield os.path.join(root, 'metrics.json')
+
+
+# ---------------------------------------------------------------------------------------------
+# A network with a schedule built in, for callers that cannot pass `temperature` (t5x.eval).
+
+
+@functools.cache
+def cached_schedule(path: str, strategy: str | None = None) -> schedule_lib.TemperatureSchedule:
+  return schedule_lib.load_schedule(path, strategy)
+
+
+class ScheduledTransformer(network.Transformer):
+  """`network.Transformer` whose encoder temperature comes per example from a schedule file.
+
+  For callers that never pass `temperature` (t5x's EncoderDecoderModel calls `encode(tokens)`):
+  each row's tau is `schedule.temperatures(encoder_input_tokens)`, from its non-pad length.
+  Parameters and signatures are the parent's; an explicit `temperature` still wins.
+  """
+
+  schedule_path: str | None = None
+  schedule_strategy: str | None = None
+
+  def encode(self, encoder_input_tokens, encoder_segment_ids=None, enable_dropout=True,
+             temperature=None):
+    if temperature is None and self.schedule_path:
+      temperature = cached_schedule(self.schedule_path, self.schedule_strategy).temperatures(
+          encoder_input_tokens)
+    return super().encode(encoder_input_tokens, encoder_segment_ids=encoder_segment_ids,
+                          enable_dropout=enable_dropout, temperature=temperature)

@@ -1,0 +1,182 @@
+"""Markdown tables from evaluation folders, shaped like the paper's tables.
+
+    python -m t5align.report RESULTS_DIR [RESULTS_DIR ...] [--output report.md]
+
+Every metrics.json under the folders (written by `t5align.eval`) is one cell: its row is
+(model, label) with labels ordered tau = 1, w/ P_max, w/ H, w/ log_Lex L_tr, then others; its
+column is the task's (group, column). Tables: language modeling (Table 3, perplexity), retrieval
+(Table 4, accuracy), multi-document QA (Table 5, accuracy per gold position with per-group
+averages), code completion (Table 6, EM and ES per context-length bucket), key-value and code
+key retrieval. Cells without a result are '-'.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, Iterable, Mapping, Sequence
+
+from t5align import evaluation
+
+TITLES = {
+    'lm': 'Language modeling (perplexity, lower is better; Table 3)',
+    'retrieval': 'Retrieval accuracy (Table 4)',
+    'mdqa': 'Multi-document QA accuracy, gold document position (Table 5)',
+    'mdqa_oracle': 'Multi-document QA accuracy, built-in NQ-oracle variant (Table 5 layout)',
+    'kv': 'Key-value retrieval accuracy, gold key position',
+    'code_key': 'Code key retrieval accuracy',
+    'code': 'Code completion (Table 6)',
+}
+TABLE_ORDER = ('lm', 'retrieval', 'mdqa', 'mdqa_oracle', 'kv', 'code', 'code_key')
+GROUP_ORDER = ('Topic', 'Line', 'Passkey')
+# Tables with an average column per group (Table 5) rather than one over all columns.
+PER_GROUP_AVERAGE = ('mdqa', 'mdqa_oracle', 'kv')
+
+
+def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
+  results = []
+  for path in evaluation.iter_metrics_files(folders):
+    with open(path, encoding='utf-8') as f:
+      result = json.load(f)
+    result['path'] = path
+    results.append(result)
+  return results
+
+
+def _number_key(text: str) -> tuple[float, str]:
+  match = re.match(r'<?(\d+(?:\.\d+)?)(k?)', text)
+  if not match:
+    return (float('inf'), text)
+  value = float(match.group(1)) * (1000 if match.group(2) else 1)
+  return (value - 0.5 if text.startswith('<') else value, text)
+
+
+def _group_key(group: str) -> tuple[int, float, str]:
+  for i, prefix in enumerate(GROUP_ORDER):
+    if group.startswith(prefix):
+      return (i, 0.0, group)
+  return (len(GROUP_ORDER), _number_key(group)[0], group)
+
+
+def _fmt(value: float | None, table: str) -> str:
+  if value is None or value != value:
+    return '-'
+  if table == 'lm' and value > 1000:
+    return '>1k'
+  return f'{value:.1f}'
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+  values = [v for v in values if v is not None]
+  return sum(values) / len(values) if values else None
+
+
+def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  lines = [f'### {title}', '', '| ' + ' | '.join(header) + ' |',
+           '|' + '|'.join(['---'] + ['---:'] * (len(header) - 1)) + '|']
+  lines += ['| ' + ' | '.join(r) + ' |' for r in rows]
+  return '\n'.join(lines)
+
+
+def _row_keys(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+  keys = {(r.get('model', ''), r.get('label', '')) for r in results}
+  return sorted(keys, key=lambda k: (k[0], evaluation.label_order(k[1])))
+
+
+def _row_name(model: str, label: str, first: bool) -> str:
+  return f'{model} {label}'.strip() if first else label
+
+
+def _cells_table(table: str, results: Sequence[Mapping[str, Any]], metric: str) -> str:
+  """Columns (group, column), a value per row; averages per group or over everything."""
+  columns = sorted({(r['group'], r['column']) for r in results},
+                   key=lambda gc: (_group_key(gc[0]), _number_key(gc[1])))
+  groups = sorted({g for g, _ in columns}, key=_group_key)
+  per_group = table in PER_GROUP_AVERAGE
+  header = ['Model']
+  for g in groups:
+    cols = [c for gg, c in columns if gg == g]
+    header += [f'{g}: {c}' for c in cols] + ([f'{g}: Avg.'] if per_group else [])
+  if not per_group:
+    header.append('Avg.')
+  cell = {(r.get('model', ''), r.get('label', ''), r['group'], r['column']):
+          r['metrics'].get(metric) for r in results}
+  rows, last_model = [], None
+  for model, label in _row_keys(results):
+    row = [_row_name(model, label, model != last_model)]
+    last_model = model
+    everything = []
+    for g in groups:
+      values = [cell.get((model, label, g, c)) for gg, c in columns if gg == g]
+      everything += values
+      row += [_fmt(v, table) for v in values]
+      if per_group:
+        row.append(_fmt(_mean(values) if None not in values else None, table))
+    if not per_group:
+      row.append(_fmt(_mean(everything) if None not in everything else None, table))
+    rows.append(row)
+  return _markdown(TITLES.get(table, table), header, rows)
+
+
+def _code_tables(results: Sequence[Mapping[str, Any]]) -> list[str]:
+  """EM and ES per context-length bucket, one pair of tables per code source (group)."""
+  out = []
+  for group in sorted({r['group'] for r in results}):
+    items = [r for r in results if r['group'] == group]
+    buckets = sorted({k[3:] for r in items for k in r['metrics'] if k.startswith('em_')},
+                     key=_number_key)
+    for name, prefix in (('Exact Match', 'em_'), ('Edit Similarity', 'es_')):
+      cell = {(r.get('model', ''), r.get('label', '')): r['metrics'] for r in items}
+      rows, last_model = [], None
+      for model, label in _row_keys(items):
+        metrics = cell[(model, label)]
+        rows.append([_row_name(model, label, model != last_model)]
+                    + [_fmt(metrics.get(prefix + b), 'code') for b in buckets]
+                    + [_fmt(metrics.get(prefix.rstrip('_')), 'code')])
+        last_model = model
+      out.append(_markdown(f'{TITLES["code"]}: {name}, {group}, by input length',
+                           ['Model', *buckets, 'All'], rows))
+  return out
+
+
+def render(results: Sequence[Mapping[str, Any]]) -> str:
+  """Markdown for all results, one section per table kind present."""
+  sections = []
+  tables = sorted({r.get('table', 'other') for r in results},
+                  key=lambda t: (TABLE_ORDER.index(t) if t in TABLE_ORDER else len(TABLE_ORDER),
+                                 t))
+  for table in tables:
+    items = [r for r in results if r.get('table', 'other') == table]
+    if table == 'code':
+      sections += _code_tables(items)
+    else:
+      metric = 'perplexity' if table == 'lm' else items[0].get('primary_metric', 'accuracy')
+      sections.append(_cells_table(table, items, metric))
+  return '\n\n'.join(sections) + '\n'
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m t5align.report', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('folders', nargs='+', help='evaluation output folders')
+  parser.add_argument('--output', help='write the Markdown here instead of stdout')
+  args = parser.parse_args(argv)
+  missing = [f for f in args.folders if not os.path.isdir(f)]
+  if missing:
+    parser.error(f'not a folder: {", ".join(missing)}')
+  results = load_results(args.folders)
+  if not results:
+    parser.error(f'no metrics.json under {", ".join(args.folders)}')
+  text = render(results)
+  if args.output:
+    with open(args.output, 'w', encoding='utf-8') as f:
+      f.write(text)
+  else:
+    sys.stdout.write(text)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
