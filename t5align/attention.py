@@ -240,4 +240,19 @@ def _reference_self_attention(
       float32_logits=float32_logits, with_stats=with_stats)
 
 
-IMPLEMENTATIONS = {'reference': _reference_self_attention}
+def _lazy(module: str):
+  """An implementation living in `module` (as its `self_attention`), imported on first call.
+
+  Importing at call time keeps attention.py free of import cycles (those modules import it).
+  """
+  def impl(*args, **kwargs):
+    import importlib  # pylint: disable=g-import-not-at-top
+    return importlib.import_module(module).self_attention(*args, **kwargs)
+  return impl
+
+
+IMPLEMENTATIONS = {
+    'reference': _reference_self_attention,
+    'blockwise': _lazy('t5align.blockwise'),
+    'pallas': _lazy('t5align.pallas_attention'),
+}

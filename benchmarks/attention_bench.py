@@ -1,0 +1,192 @@
+"""Attention alone: each t5align implementation beside HuggingFace's T5Attention; prints JSON.
+
+Run from the repository root:
+  python -m benchmarks.attention_bench --preset cpu-small   # CPU, 4 heads x 32, L 2k..16k
+  python -m benchmarks.attention_bench --preset gpu         # 32 and 64 heads x 64, L 2k..32k
+
+Every measurement runs in its own subprocess so that its peak memory is its own: on GPU the JAX
+device's `peak_bytes_in_use` (torch: `max_memory_allocated`), on CPU the process's max RSS.
+One layer, batch 1, encoder (bidirectional) attention with the T5 relative bias, row statistics
+on. TFLOP/s counts the attention core only, 4 L^2 H D (q.k and p.v); HF's T5Attention time also
+includes its q/k/v/o projections and its materialized `[1, H, L, L]` bias.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+PRESETS = {
+    'cpu-small': dict(lengths=[2048, 4096, 8192, 16384], heads=[4], depth=32, dtype='float32',
+                      impls=['reference', 'blockwise', 'pallas'], repeats=2,
+                      max_length={'reference': 4096, 'pallas': 2048, 'hf': 4096}),
+    'gpu': dict(lengths=[2048, 4096, 8192, 16384, 32768], heads=[32, 64], depth=64,
+                dtype='bfloat16', impls=['reference', 'blockwise', 'pallas'], repeats=5,
+                max_length={'reference': 8192, 'hf': 8192}),
+}
+
+
+# ---------------------------------------------------------------- shared with encoder_bench.py
+
+
+def peak_memory_bytes(framework: str) -> int:
+  """Peak memory of this process: accelerator bytes on GPU, else max RSS."""
+  if framework == 'jax':
+    import jax  # pylint: disable=g-import-not-at-top
+    device = jax.devices()[0]
+    if device.platform != 'cpu':
+      return int((device.memory_stats() or {}).get('peak_bytes_in_use', -1))
+  elif framework == 'torch':
+    import torch  # pylint: disable=g-import-not-at-top
+    if torch.cuda.is_available():
+      return int(torch.cuda.max_memory_allocated())
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB.
+
+
+def time_calls(fn: Callable[[], Any], block: Callable[[Any], Any], repeats: int) -> dict:
+  """Compile/warm-up time of the first call and median wall time of `repeats` more."""
+  start = time.perf_counter()
+  block(fn())
+  first = time.perf_counter() - start
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    block(fn())
+    times.append(time.perf_counter() - start)
+  return {'first_call_s': round(first, 4), 'seconds': round(statistics.median(times), 5)}
+
+
+def torch_available() -> bool:
+  try:
+    import torch  # pylint: disable=g-import-not-at-top,unused-import
+    import transformers  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return False
+  return True
+
+
+def torch_device_and_dtype(dtype: str):
+  import torch  # pylint: disable=g-import-not-at-top
+  device = 'cuda' if torch.cuda.is_available() else 'cpu'
+  return device, getattr(torch, dtype)
+
+
+def torch_block(device: str):
+  import torch  # pylint: disable=g-import-not-at-top
+  return (lambda x: torch.cuda.synchronize()) if device == 'cuda' else (lambda x: x)
+
+
+def run_worker(module: str, spec: dict, timeout: int) -> dict:
+  """Runs `python -m module --worker spec` and returns its JSON line (or the error)."""
+  cmd = [sys.executable, '-m', module, '--worker', json.dumps(spec)]
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+  except subprocess.TimeoutExpired:
+    return {**spec, 'error': f'timeout after {timeout} s'}
+  lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
+  if proc.returncode or not lines:
+    return {**spec, 'error': (proc.stderr.strip().splitlines() or ['?'])[-1][:300]}
+  return json.loads(lines[-1])
+
+
+def add_ratios(rows: list[dict], keys: tuple[str, ...]) -> None:
+  """Adds `hf_over_this` (HF seconds / this row's seconds) to rows sharing `keys` with an HF row."""
+  hf = {tuple(r[k] for k in keys): r for r in rows if r['impl'] == 'hf' and 'seconds' in r}
+  for row in rows:
+    match = hf.get(tuple(row[k] for k in keys))
+    if match and 'seconds' in row and row['impl'] != 'hf':
+      row['hf_over_this'] = round(match['seconds'] / row['seconds'], 3)
+
+
+# ---------------------------------------------------------------------------- attention alone
+
+
+def attention_flops(length: int, heads: int, depth: int) -> float:
+  return 4.0 * length * length * heads * depth
+
+
+def _jax_worker(spec: dict) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from t5align import attention  # pylint: disable=g-import-not-at-top
+  length, heads, depth = spec['length'], spec['heads'], spec['depth']
+  dtype = jnp.dtype(spec['dtype'])
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  q, k, v = (jax.random.normal(key, (1, length, heads, depth), dtype) for key in keys[:3])
+  table = jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS), jnp.float32)
+  ids = jnp.ones((1, length), jnp.int32)
+  fn = jax.jit(functools.partial(attention.self_attention, impl=spec['impl'], dtype=dtype,
+                                 with_stats=True))
+  result = time_calls(lambda: fn(q, k, v, rel_embedding=table, segment_ids=ids, temperature=0.8),
+                      jax.block_until_ready, spec['repeats'])
+  return {**result, 'device': str(jax.devices()[0].device_kind)}
+
+
+def _torch_worker(spec: dict) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import T5Config  # pylint: disable=g-import-not-at-top
+  from transformers.models.t5.modeling_t5 import T5Attention  # pylint: disable=g-import-not-at-top
+  length, heads, depth = spec['length'], spec['heads'], spec['depth']
+  device, dtype = torch_device_and_dtype(spec['dtype'])
+  config = T5Config(d_model=heads * depth, d_kv=depth, num_heads=heads, dropout_rate=0.0,
+                    attn_implementation='eager')
+  layer = T5Attention(config, has_relative_attention_bias=True).to(device, dtype).eval()
+  hidden = torch.randn(1, length, heads * depth, device=device, dtype=dtype)
+  with torch.no_grad():
+    result = time_calls(lambda: layer(hidden), torch_block(device), spec['repeats'])
+  return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
+
+
+def worker(spec: dict) -> dict:
+  framework = 'torch' if spec['impl'] == 'hf' else 'jax'
+  result = (_torch_worker if framework == 'torch' else _jax_worker)(spec)
+  flops = attention_flops(spec['length'], spec['heads'], spec['depth'])
+  result['tflops_per_s'] = round(flops / result['seconds'] / 1e12, 4)
+  result['peak_bytes'] = peak_memory_bytes(framework)
+  lxl = spec['length'] ** 2 * spec['heads'] * 4
+  # An [h, L, L] float32 array; blockwise/pallas should stay far below it.
+  result['peak_over_hLL_f32'] = round(result['peak_bytes'] / lxl, 4)
+  return {**spec, **result}
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu-small')
+  parser.add_argument('--lengths', type=int, nargs='+', help='override the preset lengths')
+  parser.add_argument('--heads', type=int, nargs='+', help='override the preset head counts')
+  parser.add_argument('--depth', type=int, help='head dim')
+  parser.add_argument('--impls', nargs='+', help="subset of reference/blockwise/pallas/hf")
+  parser.add_argument('--repeats', type=int)
+  parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
+  parser.add_argument('--timeout', type=int, default=1800, help='seconds per measurement')
+  parser.add_argument('--worker', help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    print(json.dumps(worker(json.loads(args.worker))))
+    return
+  preset = PRESETS[args.preset]
+  impls = list(args.impls or preset['impls'])
+  if not args.no_hf and 'hf' not in impls and torch_available():
+    impls.append('hf')
+  rows = []
+  for heads in args.heads or preset['heads']:
+    for length in args.lengths or preset['lengths']:
+      for impl in impls:
+        if length > preset['max_length'].get(impl, length):
+          continue
+        spec = dict(impl=impl, length=length, heads=heads, depth=args.depth or preset['depth'],
+                    dtype=preset['dtype'], repeats=args.repeats or preset['repeats'])
+        rows.append(run_worker('benchmarks.attention_bench', spec, args.timeout))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+  add_ratios(rows, ('length', 'heads'))
+  print(json.dumps({'benchmark': 'attention', 'preset': args.preset, 'rows': rows}, indent=1))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,214 @@
+"""T5 encoder forward and an 11-tau calibration sweep, t5align beside HuggingFace; prints JSON.
+
+Run from the repository root:
+  python -m benchmarks.encoder_bench --preset cpu-small   # tiny model, float32, L 512..16k
+  python -m benchmarks.encoder_bench --preset gpu         # Flan-T5-XL/XXL shapes, bf16
+
+Random weights. 'forward' is one encoder pass (batch 1); 'calibration' is the encoder's mean
+P_max/entropy at 11 temperatures (t5align: `jax.vmap` over tau; HF: 11 passes with tau applied by
+setting T5Attention.scaling = 1/tau and dividing the shared position bias by tau, statistics taken
+in forward hooks). Each measurement runs in its own subprocess (see attention_bench.py for the
+memory and TFLOP/s conventions; FLOPs here are the whole encoder's matmuls).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from benchmarks import attention_bench as common
+
+# Sizes: REFERENCE sec. 4 (emb, heads x head_dim, encoder layers, mlp); gated-gelu, vocab 32128.
+MODELS = {
+    'tiny': dict(vocab_size=128, emb_dim=64, num_heads=4, head_dim=16, num_encoder_layers=2,
+                 mlp_dim=128),
+    'xl': dict(vocab_size=32128, emb_dim=2048, num_heads=32, head_dim=64, num_encoder_layers=24,
+               mlp_dim=5120),
+    'xxl': dict(vocab_size=32128, emb_dim=4096, num_heads=64, head_dim=64, num_encoder_layers=24,
+                mlp_dim=10240),
+}
+PRESETS = {
+    'cpu-small': dict(models=['tiny'], lengths=[512, 2048, 4096, 16384], dtype='float32',
+                      impls=['reference', 'blockwise', 'pallas'], repeats=2,
+                      calibration_lengths=[2048],
+                      max_length={'reference': 4096, 'pallas': 2048, 'hf': 4096}),
+    'gpu': dict(models=['xl', 'xxl'], lengths=[512, 2048, 4096, 8192, 15000, 16384],
+                dtype='bfloat16', impls=['reference', 'blockwise', 'pallas'], repeats=3,
+                calibration_lengths=[4096, 15000],
+                max_length={'reference': 8192, 'hf': 15000}),
+}
+TAUS = [1.0 - 0.05 * i for i in range(11)]
+
+
+def encoder_flops(model: dict, length: int) -> float:
+  """Matmul FLOPs of one encoder pass: projections, attention core, gated MLP."""
+  e, hd, f = model['emb_dim'], model['num_heads'] * model['head_dim'], model['mlp_dim']
+  per_layer = 8 * length * e * hd + 4 * length * length * hd + 6 * length * e * f
+  return per_layer * model['num_encoder_layers']
+
+
+def _random_params(config, dtype):
+  """Random encoder + embedding params in `dtype`, scaled like t5x's initializers."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  shapes = network.param_shapes(config)
+  shapes = {'token_embedder': shapes['token_embedder'], 'encoder': shapes['encoder']}
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+
+  @jax.jit
+  def make(key):
+    out = []
+    for (path, leaf), k in zip(leaves, jax.random.split(key, len(leaves))):
+      name = jax.tree_util.keystr(path)
+      if 'scale' in name:
+        out.append(jnp.ones(leaf.shape, dtype))
+        continue
+      std = 1.0 if 'embedding' in name else leaf.shape[0] ** -0.5
+      if 'query' in name:
+        std /= config.head_dim ** 0.5  # T5 folds 1/sqrt(d) into the query kernel.
+      out.append((std * jax.random.normal(k, leaf.shape, jnp.float32)).astype(dtype))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+  return make(jax.random.PRNGKey(0))
+
+
+def _jax_worker(spec: dict) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  dtype = jnp.dtype(spec['dtype'])
+  config = network.T5Config(**MODELS[spec['model']], dtype=dtype, dropout_rate=0.0,
+                            mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'])
+  params = _random_params(config, dtype)
+  model = network.Transformer(config)
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (1, spec['length']), 2, config.vocab_size)
+
+  def stats(params, tokens, tau):
+    _, state = model.apply({'params': params}, tokens, method=model.encode, enable_dropout=False,
+                           temperature=tau, mutable=['intermediates'])
+    return network.mean_row_stats(
+        network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))
+
+  if spec['kind'] == 'forward':
+    fn = jax.jit(lambda p, t: model.apply({'params': p}, t, method=model.encode,
+                                          enable_dropout=False))
+    call = lambda: fn(params, tokens)
+  else:
+    fn = jax.jit(jax.vmap(stats, in_axes=(None, None, 0)))
+    taus = jnp.asarray(TAUS, jnp.float32)
+    call = lambda: fn(params, tokens, taus)
+  result = common.time_calls(call, jax.block_until_ready, spec['repeats'])
+  if spec['kind'] == 'calibration':
+    out = call()
+    result['pmax'] = [round(float(x), 5) for x in out['pmax']]
+    result['entropy'] = [round(float(x), 4) for x in out['entropy']]
+  return {**result, 'device': str(jax.devices()[0].device_kind)}
+
+
+def _torch_worker(spec: dict) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from transformers.models.t5 import modeling_t5  # pylint: disable=g-import-not-at-top
+  sizes = MODELS[spec['model']]
+  device, dtype = common.torch_device_and_dtype(spec['dtype'])
+  config = transformers.T5Config(
+      vocab_size=sizes['vocab_size'], d_model=sizes['emb_dim'], d_kv=sizes['head_dim'],
+      d_ff=sizes['mlp_dim'], num_layers=sizes['num_encoder_layers'],
+      num_heads=sizes['num_heads'], feed_forward_proj='gated-gelu', dropout_rate=0.0,
+      attn_implementation='eager')
+  torch.set_default_dtype(dtype)
+  with torch.device(device):
+    model = transformers.T5EncoderModel(config).eval()
+  tokens = torch.randint(2, sizes['vocab_size'], (1, spec['length']), device=device)
+  attentions = [m for m in model.modules() if isinstance(m, modeling_t5.T5Attention)]
+  block = common.torch_block(device)
+  if spec['kind'] == 'forward':
+    with torch.no_grad():
+      result = common.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'])
+    return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
+
+  rows = []  # (pmax, entropy) per layer of the current pass.
+
+  def hook(module, inputs, output):
+    probs = output[2].float()  # [b, h, q, k]
+    entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+    rows.append((probs.amax(-1).mean().item(), entropy.mean().item()))
+
+  for m in attentions:
+    m.register_forward_hook(hook)
+  first = attentions[0]
+  compute_bias = first.compute_bias
+
+  def sweep():
+    pmax, entropy = [], []
+    for tau in TAUS:
+      rows.clear()
+      for m in attentions:
+        m.scaling = 1.0 / tau
+      first.compute_bias = lambda *a, tau=tau, **k: compute_bias(*a, **k) / tau
+      model(input_ids=tokens)
+      pmax.append(sum(r[0] for r in rows) / len(rows))
+      entropy.append(sum(r[1] for r in rows) / len(rows))
+    return pmax, entropy
+
+  with torch.no_grad():
+    result = common.time_calls(sweep, block, spec['repeats'])
+    pmax, entropy = sweep()
+  return {**result, 'pmax': [round(x, 5) for x in pmax], 'entropy': [round(x, 4) for x in entropy],
+          'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
+
+
+def worker(spec: dict) -> dict:
+  framework = 'torch' if spec['impl'] == 'hf' else 'jax'
+  result = (_torch_worker if framework == 'torch' else _jax_worker)(spec)
+  model = MODELS[spec['model']]
+  flops = encoder_flops(model, spec['length']) * (len(TAUS) if spec['kind'] == 'calibration'
+                                                  else 1)
+  result['tflops_per_s'] = round(flops / result['seconds'] / 1e12, 4)
+  result['peak_bytes'] = common.peak_memory_bytes(framework)
+  # One layer's [h, L, L] float32 scores; blockwise/pallas should stay far below it.
+  lxl = spec['length'] ** 2 * model['num_heads'] * 4
+  result['peak_over_hLL_f32'] = round(result['peak_bytes'] / lxl, 4)
+  return {**spec, **result}
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu-small')
+  parser.add_argument('--models', nargs='+', choices=sorted(MODELS))
+  parser.add_argument('--lengths', type=int, nargs='+', help='forward lengths')
+  parser.add_argument('--calibration-lengths', type=int, nargs='*')
+  parser.add_argument('--impls', nargs='+', help='subset of reference/blockwise/pallas/hf')
+  parser.add_argument('--repeats', type=int)
+  parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
+  parser.add_argument('--timeout', type=int, default=3600, help='seconds per measurement')
+  parser.add_argument('--worker', help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    print(json.dumps(worker(json.loads(args.worker))))
+    return
+  preset = PRESETS[args.preset]
+  impls = list(args.impls or preset['impls'])
+  if not args.no_hf and 'hf' not in impls and common.torch_available():
+    impls.append('hf')
+  calibration = (preset['calibration_lengths'] if args.calibration_lengths is None
+                 else args.calibration_lengths)
+  rows = []
+  for model in args.models or preset['models']:
+    plan = [('forward', n) for n in args.lengths or preset['lengths']]
+    plan += [('calibration', n) for n in calibration]
+    for kind, length in plan:
+      for impl in impls:
+        if length > preset['max_length'].get(impl, length):
+          continue
+        spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
+                    repeats=args.repeats or preset['repeats'])
+        rows.append(common.run_worker('benchmarks.encoder_bench', spec, args.timeout))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+  common.add_ratios(rows, ('kind', 'model', 'length'))
+  print(json.dumps({'benchmark': 'encoder', 'preset': args.preset, 'rows': rows}, indent=1))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,261 @@
+"""Blockwise ('blockwise') self-attention: online softmax over key blocks, bias built per block.
+
+Pure JAX. Queries are processed one block at a time (`lax.map`) and, for each, keys one block at a
+time (`lax.scan`) with flash-attention accumulators, so the largest intermediate is
+`[b, h, block_q, block_k]`: memory is O(L * block), never `[L, L]`. The relative-position bias of a
+block is looked up from the `[heads, 32]` table with `attention.relative_position_bucket` on the
+block's offsets, except on tiles entirely beyond `MAX_DISTANCE` from the diagonal, where it is one
+value per head (a `lax.cond` skips the bucketing there); the padding/segment mask comes from the
+segment ids. Same math as 'reference' (see attention.py):
+`softmax((q.k + relpos_bias + mask_bias) / tau)` in float32.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5align import attention
+
+Array = jax.Array
+
+# 512 x 512 float32 logits per head: small enough for CPU caches, large enough for GPU matmuls.
+BLOCK_Q = 512
+BLOCK_K = 512
+
+
+def _round_up(x: int, multiple: int) -> int:
+  return -(-x // multiple) * multiple
+
+
+def _pad_axis(x: Array, length: int, axis: int) -> Array:
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, length - x.shape[axis])
+  return jnp.pad(x, pad)
+
+
+def block_logits(
+    q: Array, k: Array, qk_dtype: jnp.dtype, rel_embedding: Array, q_ids: Array, k_ids: Array,
+    q_start: Array, k_start: Array, bidirectional: bool) -> tuple[Array, Array]:
+  """Unmasked logits (q.k + relpos bias, before tau) and mask of one `[block_q, block_k]` tile.
+
+  Args:
+    q: `[b, h, bq, d]` queries.
+    k: `[b, h, bk, d]` keys.
+    qk_dtype: dtype in which q.k is rounded ('reference' computes it in the input dtype).
+    rel_embedding: `[h, num_buckets]` float32 table.
+    q_ids: int `[b, bq]` segment ids of the queries.
+    k_ids: int `[b, bk]` segment ids of the keys.
+    q_start: position of the first query of the tile.
+    k_start: position of the first key of the tile.
+    bidirectional: bucketing (and no causal mask) of an encoder.
+
+  Returns:
+    float32 `[b, h, bq, bk]` logits and bool `[b, 1, bq, bk]` mask (True = may attend).
+  """
+  bq, bk = q.shape[2], k.shape[2]
+  # [b, h, bq, d] x [b, h, bk, d] -> [b, h, bq, bk]
+  qk = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32)
+  # NOTE: rounded to the dtype 'reference' computes q.k in (a no-op for float32 inputs).
+  qk = qk.astype(qk_dtype).astype(jnp.float32)
+  q_pos = q_start + jnp.arange(bq, dtype=jnp.int32)  # [bq]
+  k_pos = k_start + jnp.arange(bk, dtype=jnp.int32)  # [bk]
+  heads, num_buckets = rel_embedding.shape
+
+  def near():
+    # [bq, bk]
+    buckets = attention.relative_position_bucket(
+        k_pos[None, :] - q_pos[:, None], bidirectional, num_buckets)
+    # [h, num_buckets] -> [h, bq, bk]
+    return jnp.take(rel_embedding, buckets, axis=1)
+
+  def far():
+    # NOTE: |key - query| >= MAX_DISTANCE is the last bucket of its side: one value per head.
+    with jax.ensure_compile_time_eval():
+      left, right = (int(attention.relative_position_bucket(
+          np.int32(side * attention.MAX_DISTANCE), bidirectional, num_buckets)) for side in (-1, 1))
+    column = jnp.where(k_start > q_start, right, left)
+    # [h, num_buckets] -> [h, 1, 1] -> [h, bq, bk]
+    value = jax.lax.dynamic_slice_in_dim(rel_embedding, column, 1, axis=1)[:, :, None]
+    return jnp.broadcast_to(value, (heads, bq, bk))
+
+  lowest = k_start - (q_start + bq - 1)  # Smallest key - query offset of the tile.
+  highest = k_start + bk - 1 - q_start
+  is_far = (lowest >= attention.MAX_DISTANCE) | (highest <= -attention.MAX_DISTANCE)
+  relpos = jax.lax.cond(is_far, far, near)  # [h, bq, bk]; only one branch runs.
+  # [b, 1, bq, bk]
+  mask = attention.mask_from_ids(q_ids, k_ids)
+  if not bidirectional:
+    mask = mask & (k_pos[None, :] <= q_pos[:, None])
+  # [b, h, bq, bk] + [1, h, bq, bk] -> [b, h, bq, bk]
+  return qk + relpos[None], mask
+
+
+def init_carry(shape: tuple[int, ...], depth: int):
+  """Empty accumulators `(m, l, c, acc, v_sum)` for query rows of `shape` (e.g. `[b, h, q]`)."""
+  zeros = jnp.zeros(shape, jnp.float32)
+  return (jnp.full(shape, -jnp.inf, jnp.float32), zeros, zeros,
+          jnp.zeros(shape + (depth,), jnp.float32), jnp.zeros(shape[:-1] + (depth,), jnp.float32))
+
+
+def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Array,
+                        p_dtype: jnp.dtype):
+  """One key block of the online softmax.
+
+  Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
+  c = sum exp(s - m) (s - m), acc `[..., q, d]` = sum exp(s - m) v, and v_sum `[..., d]` = sum v
+  over all real keys (for fully masked rows). `c` is `w - m l` of REFERENCE sec. 2, kept relative
+  to the running max: H = log l - c / l does not cancel.
+
+  NOTE: 'reference' adds -1e10 to masked logits. Whenever a row has an allowed key, exp underflows
+  to exactly 0 on the masked ones (for any tau < ~1e8), and a row without one is uniform over all
+  keys. Both cases are computed here explicitly, never with 1e10-scale numbers, whose exponent
+  arguments a compiler may round differently in different fusions (FMA) and turn into inf/NaN.
+
+  Args:
+    carry: (m, l, c, acc, v_sum).
+    s: `[..., q, k]` tempered float32 logits (without the mask).
+    allowed: bool, broadcastable to `s`; False for masked keys.
+    v: `[..., k, d]` values.
+    k_valid: bool `[k]`; False for keys added by internal padding (excluded entirely).
+    p_dtype: dtype of the probabilities multiplied with `v`.
+
+  Returns:
+    The updated carry.
+  """
+  m, l, c, acc, v_sum = carry
+  allowed = allowed & k_valid
+  m_new = jnp.maximum(m, jnp.max(jnp.where(allowed, s, -jnp.inf), axis=-1))  # [..., q]
+  m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # [..., q]; no allowed key yet.
+  alpha = jnp.exp(m - m_safe)  # [..., q]; 0 while m = -inf.
+  shifted = jnp.where(allowed, s - m_safe[..., None], 0.0)  # [..., q, k]
+  p = jnp.where(allowed, jnp.exp(shifted), 0.0)  # [..., q, k]
+  # NOTE: rescaling c to the new max: sum e^(s-m_new)(s-m_new) = alpha (c + (m - m_new) l).
+  c_old = c + jnp.where(l > 0, m - m_safe, 0.0) * l
+  l_new = alpha * l + jnp.sum(p, axis=-1)
+  c_new = alpha * c_old + jnp.sum(p * shifted, axis=-1)
+  # [..., q, k] x [..., k, d] -> [..., q, d]
+  pv = jnp.einsum('...qk,...kd->...qd', p.astype(p_dtype), v, preferred_element_type=jnp.float32)
+  acc_new = alpha[..., None] * acc + pv
+  # [..., k, d] -> [..., d]
+  v_sum = v_sum + jnp.sum(jnp.where(k_valid[..., None], v.astype(jnp.float32), 0.0), axis=-2)
+  return m_new, l_new, c_new, acc_new, v_sum
+
+
+def finalize(carry, length: int) -> tuple[Array, Array, Array]:
+  """Output, P_max and entropy from the accumulators after all `length` keys.
+
+  Rows with allowed keys: `acc / l`, P_max = 1 / l, H = log l - c / l. Fully masked rows are
+  uniform over all keys, as in t5x: mean of v, P_max = 1 / length, H = log(length).
+  """
+  _, l, c, acc, v_sum = carry
+  some = l > 0  # [..., q]
+  l_safe = jnp.where(some, l, 1.0)
+  # [..., q, d]
+  out = jnp.where(some[..., None], acc / l_safe[..., None], v_sum[..., None, :] / length)
+  pmax = jnp.where(some, 1.0 / l_safe, 1.0 / length)
+  entropy = jnp.where(some, jnp.log(l_safe) - c / l_safe, np.float32(np.log(length)))
+  return out, pmax, entropy
+
+
+@functools.partial(jax.jit, static_argnames=(
+    'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k'))
+def blockwise_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    *,
+    rel_embedding: Array,
+    segment_ids: Array,
+    temperature: Array | None = None,
+    bidirectional: bool = True,
+    dtype: jnp.dtype = jnp.float32,
+    float32_logits: bool = False,
+    with_stats: bool = False,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
+) -> tuple[Array, attention.RowStats | None]:
+  """Self-attention with the T5 bias built block by block (see `attention.self_attention`).
+
+  Args:
+    query: `[b, l, h, d]`.
+    key: `[b, l, h, d]`.
+    value: `[b, l, h, d]`.
+    rel_embedding: `[h, num_buckets]` relative-position table.
+    segment_ids: int `[b, l]`; 0 marks padding.
+    temperature: `[b]` or `[1]` float32, None for 1.
+    bidirectional: encoder (True) or causal (False).
+    dtype: dtype of the probabilities used against `value`.
+    float32_logits: compute q.k in float32.
+    with_stats: also return per-row P_max and entropy.
+    block_q: queries per block (lengths are padded internally to a multiple).
+    block_k: keys per block.
+
+  Returns:
+    `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
+  """
+  batch, length, heads, depth = query.shape
+  tau = attention.as_batch_temperature(temperature, batch)
+  if float32_logits:
+    query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+  qk_dtype = jnp.result_type(query.dtype, key.dtype)
+  out_dtype = jnp.result_type(dtype, value.dtype)
+  rel = rel_embedding.astype(jnp.float32)
+  bq, bk = min(block_q, length), min(block_k, length)
+  len_q, len_k = _round_up(length, bq), _round_up(length, bk)
+  nq, nk = len_q // bq, len_k // bk
+
+  # [b, l, h, d] -> [n, b, h, block, d]
+  def to_blocks(x, padded, block):
+    x = _pad_axis(jnp.transpose(x, (0, 2, 1, 3)), padded, 2)  # [b, h, padded, d]
+    return jnp.moveaxis(x.reshape(batch, heads, padded // block, block, depth), 2, 0)
+
+  q_blocks = to_blocks(query, len_q, bq)
+  k_blocks, v_blocks = to_blocks(key, len_k, bk), to_blocks(value, len_k, bk)
+  ids = segment_ids.astype(jnp.int32)
+  # [b, l] -> [n, b, block]
+  q_ids = jnp.moveaxis(_pad_axis(ids, len_q, 1).reshape(batch, nq, bq), 1, 0)
+  k_ids = jnp.moveaxis(_pad_axis(ids, len_k, 1).reshape(batch, nk, bk), 1, 0)
+  # [nk, bk]; keys added here are excluded entirely (t5x's own padding keys stay, masked).
+  k_valid = (np.arange(len_k) < length).reshape(nk, bk)
+  k_starts = jnp.arange(nk, dtype=jnp.int32) * bk
+  tau4 = tau[:, None, None, None]  # [b or 1, 1, 1, 1]
+
+  def one_query_block(args):
+    qb, qb_ids, q_start = args  # [b, h, bq, d], [b, bq], []
+
+    def step(carry, xs):
+      kb, vb, kb_ids, kb_valid, k_start = xs
+      # [b, h, bq, bk], [b, 1, bq, bk]
+      logits, allowed = block_logits(qb, kb, qk_dtype, rel, qb_ids, kb_ids, q_start, k_start,
+                                     bidirectional)
+      s = logits / tau4
+      return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype), None
+
+    init = init_carry((batch, heads, bq), depth)
+    carry, _ = jax.lax.scan(step, init, (k_blocks, v_blocks, k_ids, k_valid, k_starts))
+    return finalize(carry, length)
+
+  q_starts = jnp.arange(nq, dtype=jnp.int32) * bq
+  # [nq, b, h, bq, d], [nq, b, h, bq], [nq, b, h, bq]
+  out, pmax, entropy = jax.lax.map(one_query_block, (q_blocks, q_ids, q_starts))
+  # [nq, b, h, bq, d] -> [b, l, h, d]
+  out = jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(batch, len_q, heads, depth)[:, :length]
+  out = out.astype(out_dtype)
+  if not with_stats:
+    return out, None
+  # [nq, b, h, bq] -> [b, h, l]
+  to_rows = lambda x: jnp.transpose(x, (1, 2, 0, 3)).reshape(batch, heads, len_q)[..., :length]
+  return out, attention.RowStats(pmax=to_rows(pmax), entropy=to_rows(entropy))
+
+
+def self_attention(
+    query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
+    float32_logits, with_stats):
+  """`attention.IMPLEMENTATIONS['blockwise']`: `blockwise_attention` with the module's blocks."""
+  return blockwise_attention(
+      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
+      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
+      float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K)

@@ -1,0 +1,203 @@
+"""Pallas ('pallas') self-attention kernel with the T5 relative bias computed inside the kernel.
+
+Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
+over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
+entropy. The bias never leaves the kernel: beyond `MAX_DISTANCE` every offset shares the last
+bucket of its side (REFERENCE sec. 3), so key tiles entirely left or right of the band
+`|key - query| < MAX_DISTANCE` use one constant per head and side; tiles touching the band compute
+buckets from their offsets with `attention.relative_position_bucket`. Three loops (far left, band,
+far right) with bounds from the program id replace per-tile branching.
+
+GPU (Triton lowering) notes, untested here (no GPU in this session; tests run `interpret=True`):
+- block_q, block_k and head_dim must be powers of 2 and >= 16 (tl.dot tiles); head_dim = 64 for
+  Flan-T5. Lengths are padded internally to a multiple of the blocks.
+- The table lookup is a chain of 32 selects (Triton has no gather), paid only on band tiles.
+- The table row and tau travel as one `[64]` float32 vector per (batch, head) program.
+- Suggested start: block_q = 64..128, block_k = 64, num_warps = 4, num_stages = 2 (H100).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.experimental import pallas as pl
+import jax.numpy as jnp
+import numpy as np
+
+from t5align import attention
+from t5align import blockwise
+
+Array = jax.Array
+
+BLOCK_Q = 64
+BLOCK_K = 64
+# None: interpret (run the kernel as plain JAX) iff the default backend is the CPU.
+INTERPRET: bool | None = None
+_PARAMS = 64  # Per-program float32 vector: table row [0, 32), tau at 32, zeros after.
+
+
+def interpret_mode() -> bool:
+  """The effective interpret switch (`INTERPRET`, or automatic: True on CPU)."""
+  if INTERPRET is None:
+    return jax.default_backend() == 'cpu'
+  return INTERPRET
+
+
+def _scalar(vector: Array, index: int) -> Array:
+  """`vector[index]` for a static index as a masked sum (lowers without gathers)."""
+  return jnp.sum(jnp.where(jnp.arange(vector.shape[0]) == index, vector, 0.0))
+
+
+def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_ref, *,
+            length: int, block_q: int, block_k: int, bidirectional: bool, qk_dtype, p_dtype):
+  """One (batch * head, query block) program; refs are its blocks (see `pallas_attention`)."""
+  qi = pl.program_id(1)
+  padded = k_ref.shape[0]
+  num_k_blocks = padded // block_k
+  num_buckets = attention.NUM_BUCKETS
+  q_start = qi * block_q
+  q = q_ref[...]  # [bq, d]
+  q_ids = ids_ref[pl.ds(q_start, block_q)]  # [bq]
+  params = params_ref[...]  # [_PARAMS]
+  table = [_scalar(params, n) for n in range(num_buckets)]
+  tau = _scalar(params, num_buckets)
+  q_pos = q_start + jnp.arange(block_q, dtype=jnp.int32)  # [bq]
+
+  def bucket_of(offset: int) -> int:
+    with jax.ensure_compile_time_eval():
+      return int(attention.relative_position_bucket(np.int32(offset), bidirectional))
+
+  # NOTE: |key - query| >= MAX_DISTANCE lands in the last bucket of its side.
+  far = attention.MAX_DISTANCE
+  left_bias, right_bias = table[bucket_of(-far)], table[bucket_of(far)]
+
+  def band_bias(offsets):
+    """`[bq, bk]` relpos bias from offsets: bucket, then a 32-way select (no gather)."""
+    buckets = attention.relative_position_bucket(offsets, bidirectional, num_buckets)
+    bias = jnp.zeros(offsets.shape, jnp.float32)
+    for n in range(num_buckets):
+      bias = jnp.where(buckets == n, table[n], bias)
+    return bias
+
+  def make_body(relpos):
+    def body(j, carry):
+      k_start = j * block_k
+      k = k_ref[pl.ds(k_start, block_k), :]  # [bk, d]
+      v = v_ref[pl.ds(k_start, block_k), :]  # [bk, d]
+      k_ids = ids_ref[pl.ds(k_start, block_k)]  # [bk]
+      k_pos = k_start + jnp.arange(block_k, dtype=jnp.int32)  # [bk]
+      # [bq, d] x [bk, d] -> [bq, bk]
+      qk = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())),
+                               preferred_element_type=jnp.float32)
+      qk = qk.astype(qk_dtype).astype(jnp.float32)
+      offsets = k_pos[None, :] - q_pos[:, None]  # [bq, bk]
+      allowed = (q_ids[:, None] == k_ids[None, :]) & (q_ids[:, None] > 0) & (k_ids[None, :] > 0)
+      if not bidirectional:
+        allowed = allowed & (offsets <= 0)
+      s = (qk + relpos(offsets)) / tau  # [bq, bk]
+      k_valid = k_pos < length  # [bk]; keys added by internal padding are excluded.
+      return blockwise.online_softmax_step(carry, s, allowed, v, k_valid, p_dtype)
+    return body
+
+  # Key blocks [0, lo) lie entirely at offsets <= -far, [hi, nk) entirely at offsets >= far.
+  # NOTE: lax.div (non-negative operands) rather than `//`, which Triton lowering may reject.
+  lo = jnp.minimum(jax.lax.div(jnp.maximum(q_start - far + 1, 0), block_k), num_k_blocks)
+  hi = jnp.clip(jax.lax.div(q_start + block_q - 2 + far + block_k, block_k), lo, num_k_blocks)
+  carry = blockwise.init_carry((block_q,), q.shape[-1])
+  carry = jax.lax.fori_loop(0, lo, make_body(lambda o: jnp.full(o.shape, left_bias)), carry)
+  carry = jax.lax.fori_loop(lo, hi, make_body(band_bias), carry)
+  carry = jax.lax.fori_loop(hi, num_k_blocks, make_body(lambda o: jnp.full(o.shape, right_bias)),
+                            carry)
+  out, pmax, entropy = blockwise.finalize(carry, length)
+  o_ref[...] = out.astype(o_ref.dtype)
+  pmax_ref[...] = pmax
+  entropy_ref[...] = entropy
+
+
+@functools.partial(jax.jit, static_argnames=(
+    'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k', 'interpret'))
+def pallas_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    *,
+    rel_embedding: Array,
+    segment_ids: Array,
+    temperature: Array | None = None,
+    bidirectional: bool = True,
+    dtype: jnp.dtype = jnp.float32,
+    float32_logits: bool = False,
+    with_stats: bool = False,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
+    interpret: bool = False,
+) -> tuple[Array, attention.RowStats | None]:
+  """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
+
+  Returns:
+    `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
+  """
+  batch, length, heads, depth = query.shape
+  for name, size in (('block_q', block_q), ('block_k', block_k)):
+    if size & (size - 1):
+      raise ValueError(f'{name}={size} must be a power of 2.')
+  tau = jnp.broadcast_to(attention.as_batch_temperature(temperature, batch), (batch,))
+  if float32_logits:
+    query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+  qk_dtype = jnp.result_type(query.dtype, key.dtype)
+  out_dtype = jnp.result_type(dtype, value.dtype)
+  padded = -(-length // max(block_q, block_k)) * max(block_q, block_k)
+  pad = lambda x: jnp.pad(x, [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2))
+  query, key, value = pad(query), pad(key), pad(value)  # [b, padded, h, d]
+  ids = pad(segment_ids.astype(jnp.int32))  # [b, padded]
+  # [h, 32], [b] -> [b * h, _PARAMS]
+  table = jnp.broadcast_to(rel_embedding.astype(jnp.float32),
+                           (batch, heads, attention.NUM_BUCKETS))
+  tau_col = jnp.broadcast_to(tau[:, None, None], (batch, heads, 1))
+  params = jnp.concatenate([table, tau_col], axis=-1)
+  params = jnp.pad(params, [(0, 0), (0, 0), (0, _PARAMS - params.shape[-1])])
+  params = params.reshape(batch * heads, _PARAMS)
+
+  b_of = lambda i: jax.lax.div(i, heads)
+  h_of = lambda i: jax.lax.rem(i, heads)
+  kernel = functools.partial(
+      _kernel, length=length, block_q=block_q, block_k=block_k, bidirectional=bidirectional,
+      qk_dtype=qk_dtype, p_dtype=dtype)
+  full = lambda: pl.BlockSpec((None, padded, None, depth), lambda i, j: (b_of(i), 0, h_of(i), 0))
+  out, pmax, entropy = pl.pallas_call(
+      kernel,
+      grid=(batch * heads, padded // block_q),
+      in_specs=[
+          pl.BlockSpec((None, block_q, None, depth), lambda i, j: (b_of(i), j, h_of(i), 0)),
+          full(), full(),
+          pl.BlockSpec((None, padded), lambda i, j: (b_of(i), 0)),
+          pl.BlockSpec((None, _PARAMS), lambda i, j: (i, 0)),
+      ],
+      out_specs=[
+          pl.BlockSpec((None, block_q, None, depth), lambda i, j: (b_of(i), j, h_of(i), 0)),
+          pl.BlockSpec((None, None, block_q), lambda i, j: (b_of(i), h_of(i), j)),
+          pl.BlockSpec((None, None, block_q), lambda i, j: (b_of(i), h_of(i), j)),
+      ],
+      out_shape=[
+          jax.ShapeDtypeStruct((batch, padded, heads, depth), out_dtype),
+          jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
+          jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
+      ],
+      interpret=interpret,
+      name='t5_relpos_attention',
+  )(query, key, value, ids, params)
+  out = out[:, :length]  # [b, padded, h, d] -> [b, l, h, d]
+  if not with_stats:
+    return out, None
+  return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
+
+
+def self_attention(
+    query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
+    float32_logits, with_stats):
+  """`attention.IMPLEMENTATIONS['pallas']`: `pallas_attention` with the module's blocks."""
+  return pallas_attention(
+      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
+      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
+      float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K,
+      interpret=interpret_mode())

@@ -1,0 +1,223 @@
+"""Attention implementations ('blockwise', 'pallas') against 'reference', and 'reference' itself."""
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import attention
+from t5align import blockwise
+from t5align import pallas_attention
+
+FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny' / 'reference.npz'
+F32 = dict(rtol=1e-5, atol=1e-5)
+BF16 = dict(rtol=2e-2, atol=2e-2)
+
+
+def _inputs(batch=2, length=300, heads=2, depth=16, dtype=jnp.float32, seed=0):
+  """Random q, k, v `[b, l, h, d]` and a `[h, 32]` table (bias values ~ t5x's init scale)."""
+  keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+  qkv = [jax.random.normal(k, (batch, length, heads, depth)).astype(dtype) for k in keys[:3]]
+  return (*qkv, jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS)))
+
+
+def _segment_ids(batch=2, length=300):
+  """Example 0 packs two segments then padding; example 1 is one segment then padding."""
+  ids = np.zeros((batch, length), np.int32)
+  ids[0, :length // 3] = 1
+  ids[0, length // 3:length * 5 // 6] = 2
+  ids[1:, :length * 2 // 3] = 1
+  return ids
+
+
+def _impl(name, block_q, block_k, monkeypatch):
+  """`(q, k, v, **kw)` of an implementation through `attention.self_attention`, given blocks."""
+  module = blockwise if name == 'blockwise' else pallas_attention
+  monkeypatch.setattr(module, 'BLOCK_Q', block_q)
+  monkeypatch.setattr(module, 'BLOCK_K', block_k)
+  return lambda *a, **kw: attention.self_attention(*a, impl=name, **kw)
+
+
+def _check(actual, expected, ids, tol):
+  """Outputs on every row, statistics on rows with a key to attend to; padded rows uniform."""
+  (out, stats), (ref_out, ref_stats) = actual, expected
+  np.testing.assert_allclose(np.float32(out), np.float32(ref_out), **tol)
+  np.testing.assert_allclose(stats.pmax, ref_stats.pmax, **F32)
+  valid = np.broadcast_to((ids > 0)[:, None, :], stats.entropy.shape)
+  np.testing.assert_allclose(np.asarray(stats.entropy)[valid],
+                             np.asarray(ref_stats.entropy)[valid], **F32)
+  # NOTE: 'reference' computes H = m + log l - w / l with m ~ w / l ~ -1e10 / tau on fully masked
+  # rows, which cancels to 0 (or NaN under jit); the uniform row's entropy is log(length).
+  length = ids.shape[1]
+  np.testing.assert_allclose(np.asarray(stats.entropy)[~valid], np.log(length), **F32)
+  np.testing.assert_allclose(np.asarray(stats.pmax)[~valid], 1.0 / length, **F32)
+
+
+def _check_uniform_padding(out, value, ids, tol):
+  """Fully masked (padding) rows attend uniformly to every key, as in t5x."""
+  pad = ids == 0
+  # [b, l, h, d] -> [b, 1, h, d]: the mean value over all keys.
+  uniform = np.broadcast_to(np.mean(np.float32(value), axis=1, keepdims=True), out.shape)
+  np.testing.assert_allclose(np.float32(out)[pad], uniform[pad], **tol)
+
+
+CASES = {
+    # name: (bidirectional, dtype, float32_logits, temperature)
+    'encoder_f32_per_example_tau': (True, jnp.float32, False, np.array([0.6, 1.3], np.float32)),
+    'causal_f32': (False, jnp.float32, False, np.array([0.8], np.float32)),
+    'encoder_bf16': (True, jnp.bfloat16, False, np.array([0.7], np.float32)),
+    'encoder_bf16_f32_logits': (True, jnp.bfloat16, True, np.array([1.0, 0.5], np.float32)),
+    'causal_bf16': (False, jnp.bfloat16, False, np.array([1.2, 0.9], np.float32)),
+}
+IMPLS = [  # (impl, block_q, block_k, cases); pallas interpret mode is slow: fewer cases.
+    ('blockwise', 128, 128, list(CASES)),
+    ('blockwise', 128, 64, ['encoder_f32_per_example_tau', 'causal_f32']),
+    ('pallas', 64, 32, ['encoder_f32_per_example_tau', 'causal_bf16']),
+]
+
+
+@pytest.mark.parametrize('impl,block_q,block_k,case', [
+    (impl, bq, bk, case) for impl, bq, bk, cases in IMPLS for case in cases])
+def test_matches_reference(impl, block_q, block_k, case, monkeypatch):
+  bidirectional, dtype, float32_logits, tau = CASES[case]
+  query, key, value, table = _inputs(dtype=dtype)
+  ids = _segment_ids()
+  kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), temperature=jnp.asarray(tau),
+                bidirectional=bidirectional, dtype=dtype, float32_logits=float32_logits,
+                with_stats=True)
+  expected = attention.self_attention(query, key, value, impl='reference', **kwargs)
+  actual = _impl(impl, block_q, block_k, monkeypatch)(query, key, value, **kwargs)
+  assert actual[0].dtype == expected[0].dtype and actual[0].shape == expected[0].shape
+  tol = F32 if dtype == jnp.float32 else BF16
+  _check(actual, expected, ids, tol)
+  _check_uniform_padding(actual[0], value, ids, tol)
+
+
+@pytest.mark.parametrize('tau', [0.5, 1.0, 2.0])
+def test_blockwise_scalar_taus_default_blocks(tau):
+  query, key, value, table = _inputs(seed=1)
+  ids = _segment_ids()
+  kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), temperature=tau,
+                with_stats=True)
+  expected = attention.self_attention(query, key, value, impl='reference', **kwargs)
+  _check(attention.self_attention(query, key, value, impl='blockwise', **kwargs), expected, ids,
+         F32)
+
+
+def test_without_stats_and_default_temperature():
+  query, key, value, table = _inputs(seed=2)
+  ids = jnp.asarray(_segment_ids())
+  outputs = []
+  for impl in ('reference', 'blockwise'):
+    out, stats = attention.self_attention(query, key, value, rel_embedding=table, segment_ids=ids,
+                                          impl=impl)
+    assert stats is None
+    outputs.append(out)
+  np.testing.assert_allclose(outputs[1], outputs[0], **F32)
+
+
+def _np_bucket(relative_position, bidirectional, num_buckets=32, max_distance=128):
+  """T5's bucket written out in numpy (t5x's float32 epsilon)."""
+  n = -np.asarray(relative_position, np.int64)
+  bucket = np.zeros_like(n)
+  if bidirectional:
+    num_buckets //= 2
+    bucket += (n < 0) * num_buckets
+    n = np.abs(n)
+  else:
+    n = np.maximum(n, 0)
+  max_exact = num_buckets // 2
+  with np.errstate(divide='ignore'):
+    log_ratio = np.log(n / max_exact + np.finfo(np.float32).eps)
+  large = max_exact + (log_ratio / np.log(max_distance / max_exact)
+                       * (num_buckets - max_exact)).astype(np.int64)
+  return bucket + np.where(n < max_exact, n, np.minimum(large, num_buckets - 1))
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_buckets_match_t5x_fixture(bidirectional):
+  ref = np.load(FIXTURE)
+  name = 'relpos_bucket_' + ('bidirectional' if bidirectional else 'causal')
+  expected = ref[name][0]
+  offsets = ref['relpos_offsets']  # key - query, -300..300
+  np.testing.assert_array_equal(attention.relative_position_bucket(offsets, bidirectional),
+                                expected)
+  np.testing.assert_array_equal(_np_bucket(offsets, bidirectional), expected)
+
+
+def test_reference_matches_numpy_float64():
+  batch, length, heads, depth = 2, 300, 2, 16
+  query, key, value, table = (np.asarray(x, np.float64) for x in _inputs(seed=4))
+  ids = _segment_ids(batch, length)
+  tau = np.array([0.7, 1.4])
+  # [b, q, h, d] x [b, k, h, d] -> [b, h, q, k]
+  logits = np.einsum('bqhd,bkhd->bhqk', query, key)
+  offsets = np.arange(length)[None, :] - np.arange(length)[:, None]  # [q, k]
+  bias = table[:, _np_bucket(offsets, True)][None]  # [1, h, q, k]
+  allowed = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] > 0)  # [b, q, k]
+  mask_bias = np.where(allowed, 0.0, -1e10)[:, None]  # [b, 1, q, k]
+  s = (logits + bias + mask_bias) / tau[:, None, None, None]
+  probs = np.exp(s - s.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)  # [b, h, q, k]
+  # NOTE: in float32 (t5x), -1e10 absorbs q.k and the bias, so fully masked rows are uniform.
+  probs = np.where(allowed.any(-1)[:, None, :, None], probs, 1.0 / length)
+  out = np.einsum('bhqk,bkhd->bqhd', probs, value)
+  pmax = probs.max(-1)  # [b, h, q]
+  entropy = -np.sum(np.where(probs > 0, probs * np.log(np.maximum(probs, 1e-300)), 0.0), -1)
+
+  actual, stats = attention.self_attention(
+      *(jnp.asarray(x, jnp.float32) for x in (query, key, value)),
+      rel_embedding=jnp.asarray(table, jnp.float32), segment_ids=jnp.asarray(ids),
+      temperature=jnp.asarray(tau, jnp.float32), with_stats=True)
+  np.testing.assert_allclose(actual, out, **F32)
+  np.testing.assert_allclose(stats.pmax, pmax, **F32)
+  valid = np.broadcast_to((ids > 0)[:, None, :], entropy.shape)
+  np.testing.assert_allclose(np.asarray(stats.entropy)[valid], entropy[valid], **F32)
+  np.testing.assert_allclose(entropy[~valid], np.log(length), rtol=1e-12)  # Uniform pad rows.
+
+
+def test_blockwise_vmap_over_temperatures():
+  query, key, value, table = _inputs(seed=5)
+  ids = jnp.asarray(_segment_ids())
+  taus = np.linspace(1.0, 0.5, 11, dtype=np.float32)
+
+  def run(tau):
+    return blockwise.blockwise_attention(
+        query, key, value, rel_embedding=table, segment_ids=ids, temperature=tau[None],
+        with_stats=True, block_q=128, block_k=128)
+
+  out, stats = jax.jit(jax.vmap(run))(jnp.asarray(taus))  # [t, b, l, h, d], [t, b, h, l]
+  valid = np.broadcast_to((np.asarray(ids) > 0)[:, None, :], stats.pmax.shape[1:])
+  for i, tau in enumerate(taus):
+    ref_out, ref_stats = attention.self_attention(
+        query, key, value, rel_embedding=table, segment_ids=ids, temperature=tau,
+        with_stats=True)
+    np.testing.assert_allclose(out[i], ref_out, **F32)
+    np.testing.assert_allclose(stats.pmax[i], ref_stats.pmax, **F32)
+    np.testing.assert_allclose(np.asarray(stats.entropy[i])[valid],
+                               np.asarray(ref_stats.entropy)[valid], **F32)
+
+
+def test_blockwise_memory_is_linear_in_length():
+  """At 16k tokens the compiled blockwise function holds nothing near `[h, L, L]`."""
+  length, heads, depth = 16384, 4, 16
+  spec = jax.ShapeDtypeStruct((1, length, heads, depth), jnp.float32)
+  fn = jax.jit(lambda q, k, v, table, ids: blockwise.blockwise_attention(
+      q, k, v, rel_embedding=table, segment_ids=ids, temperature=None, with_stats=True))
+  compiled = fn.lower(spec, spec, spec, jax.ShapeDtypeStruct((heads, 32), jnp.float32),
+                      jax.ShapeDtypeStruct((1, length), jnp.int32)).compile()
+  temp = compiled.memory_analysis().temp_size_in_bytes
+  full = length * length * heads * 4
+  assert temp < full / 100, (temp, full)
+
+
+def test_registry_and_switches():
+  assert {'reference', 'blockwise', 'pallas'} <= set(attention.IMPLEMENTATIONS)
+  assert pallas_attention.interpret_mode() == (jax.default_backend() == 'cpu')
+  query, key, value, table = _inputs(length=16, depth=16)
+  with pytest.raises(ValueError, match='power of 2'):
+    pallas_attention.pallas_attention(query, key, value, rel_embedding=table,
+                                      segment_ids=jnp.ones((2, 16), jnp.int32), block_q=48)

@@ -1,0 +1,85 @@
+"""Tiny t5x encoder with attention_impl blockwise/pallas equals the reference encoder."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import blockwise
+from t5align import network
+from t5align import pallas_attention
+
+FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny'
+_FIXTURE_WEIGHTS = [False]  # Set when `checkpoints.load_params` read the fixture's weights.
+
+
+@functools.cache
+def _fixture():
+  """(config, params, reference arrays): the fixture's weights when checkpoints can read them."""
+  ref = dict(np.load(FIXTURE / 'reference.npz'))
+  try:
+    from t5align import checkpoints  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    checkpoints = None
+  if checkpoints is not None and hasattr(checkpoints, 'load_params'):
+    params, config = checkpoints.load_params(str(FIXTURE / 'legacy' / 'checkpoint_0'))
+    _FIXTURE_WEIGHTS[0] = True
+    return config, params, ref
+  fields = json.loads((FIXTURE / 'config.json').read_text())['t5config']
+  fields['dtype'] = jnp.dtype(fields['dtype'])
+  config = network.T5Config(**fields)
+  return config, network.init_variables(config, jax.random.PRNGKey(0))['params'], ref
+
+
+def _encode(config, params, tokens, temperature):
+  """Encoded `[b, l, e]` and sown row statistics `{pmax_sum, entropy_sum: [n, b, h], rows}`."""
+  model = network.Transformer(config)
+  encoded, state = model.apply({'params': params}, tokens, method=model.encode,
+                               enable_dropout=False, temperature=temperature,
+                               mutable=['intermediates'])
+  return encoded, network.encoder_row_stats(state['intermediates'], config.num_encoder_layers)
+
+
+@pytest.mark.parametrize('impl,block', [('blockwise', 64), ('blockwise', 512), ('pallas', 64)])
+def test_encoder_matches_reference(impl, block, monkeypatch):
+  config, params, ref = _fixture()
+  module = blockwise if impl == 'blockwise' else pallas_attention
+  monkeypatch.setattr(module, 'BLOCK_Q', block)
+  monkeypatch.setattr(module, 'BLOCK_K', block)
+  tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
+  # Per-example taus for both layers: [b, 1].
+  tau = np.array([[0.6], [1.0]], np.float32)
+  expected, expected_stats = _encode(config, params, tokens, tau)
+  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl), params, tokens, tau)
+  np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+  for name in ('pmax_sum', 'entropy_sum', 'rows'):
+    np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
+
+
+def test_blockwise_vmapped_calibration_stats_match_reference():
+  """Calibration-style sweep: 11 taus vmapped through the blockwise encoder, then mean stats."""
+  config, params, ref = _fixture()
+  tokens = ref['encoder_input_tokens']
+  taus = np.linspace(1.0, 0.5, 11, dtype=np.float32)
+  blockwise_config = dataclasses.replace(config, attention_impl='blockwise')
+
+  @jax.jit
+  @jax.vmap
+  def sweep(tau):
+    return network.mean_row_stats(_encode(blockwise_config, params, tokens, tau)[1])
+
+  swept = sweep(jnp.asarray(taus))
+  for i in (0, 5, 10):
+    expected = network.mean_row_stats(_encode(config, params, tokens, float(taus[i]))[1])
+    np.testing.assert_allclose(swept['layer_pmax'][i], expected['layer_pmax'], rtol=1e-5)
+    np.testing.assert_allclose(swept['layer_entropy'][i], expected['layer_entropy'], rtol=1e-5)
+  if _FIXTURE_WEIGHTS[0]:  # t5x's own numbers apply to the fixture's weights only.
+    for i, name in ((0, '1.00'), (8, '0.60')):
+      np.testing.assert_allclose(swept['pmax'][i], ref[f'mean_pmax_tau{name}'], rtol=1e-5)
+      np.testing.assert_allclose(swept['entropy'][i], ref[f'mean_entropy_tau{name}'], rtol=1e-5)
