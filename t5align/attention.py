@@ -118,15 +118,20 @@ def softmax_with_stats(
   Returns:
     float32 probabilities `[b, h, q, k]` and optional RowStats of `[b, h, q]`.
   """
-  s = logits.astype(jnp.float32) / temperature[:, None, None, None]
-  m = jnp.max(s, axis=-1, keepdims=True)
-  e = jnp.exp(s - m)
+  logits = logits.astype(jnp.float32)
+  # NOTE: the row max is subtracted before dividing by tau (max commutes with a positive scale),
+  # so every value below is <= 0 and small. Dividing first leaves ~-1e10 / tau on masked keys,
+  # and XLA's fused exp/sum of fully masked (padding) rows then produced NaN at some taus.
+  # [b, h, q, k], shifted so each row's max is 0.
+  s = (logits - jnp.max(logits, axis=-1, keepdims=True)) / temperature[:, None, None, None]
+  e = jnp.exp(s)
   l = jnp.sum(e, axis=-1, keepdims=True)
   probs = e / l
   if not with_stats:
     return probs, None
+  # With m = 0: P_max = 1 / l and H = log l - w / l, w = sum e * s (masked keys: e = 0 exactly).
   w = jnp.sum(e * s, axis=-1, keepdims=True)
-  stats = RowStats(pmax=(1.0 / l)[..., 0], entropy=(m + jnp.log(l) - w / l)[..., 0])
+  stats = RowStats(pmax=(1.0 / l)[..., 0], entropy=(jnp.log(l) - w / l)[..., 0])
   return probs, stats
 
 
