@@ -289,10 +289,11 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
   for path in paths:
     gin.add_config_file_search_path(path)
   gin.parse_config_files_and_bindings(files, bindings)
-  # The gin files register t5align.eval.evaluate under this module's import name; when run as
-  # `python -m`, this file is __main__, so call the imported module's (gin-configured) function.
+  # The gin files configure t5align.eval.evaluate by dynamic registration, which leaves the module
+  # attribute undecorated (and, under `python -m`, this file is __main__, not t5align.eval):
+  # call the configured function that gin holds.
   import t5align.eval  # pylint: disable=g-import-not-at-top,import-self
-  return t5align.eval.evaluate()
+  return gin.get_configurable(t5align.eval.evaluate)()
 
 
 if __name__ == '__main__':

@@ -1,0 +1,337 @@
+"""Tests for t5align/evaluation.py, report.py and eval.py.
+
+The library tests need no seqio. The end-to-end test runs `python -m t5align.eval` with the gin
+run file on the t5x tiny fixture (vocabulary 128) and a SentencePiece model trained here, kills it
+midway, and reruns it: every example must end up recorded exactly once.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import calibration
+from t5align import evaluation
+from t5align import network
+from t5align import report
+from t5align import schedule
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
+
+
+# ---------------------------------------------------------------------------------------------
+# Prediction log and files.
+
+
+def test_prediction_log_appends_and_reopens(tmp_path):
+  path = tmp_path / 'task' / 'predictions.jsonl'
+  log = evaluation.PredictionLog(path)
+  log.append([{'index': 0, 'prediction': 'a'}, {'index': 1, 'prediction': 'b'}])
+  log.append([{'index': 2, 'prediction': 'c'}])
+  again = evaluation.PredictionLog(path)
+  assert [r['prediction'] for r in again.ordered()] == ['a', 'b', 'c']
+  with pytest.raises(ValueError, match='index 1 is already recorded'):
+    again.append([{'index': 1, 'prediction': 'x'}])
+
+
+def test_prediction_log_drops_a_torn_last_line(tmp_path):
+  path = tmp_path / 'predictions.jsonl'
+  path.write_text('{"index": 0, "prediction": "a"}\n{"index": 1, "predic')
+  log = evaluation.PredictionLog(path)
+  assert sorted(log.records) == [0]
+  assert path.read_text() == '{"index": 0, "prediction": "a"}\n'
+  log.append([{'index': 1, 'prediction': 'b'}])
+  assert sorted(evaluation.PredictionLog(path).records) == [0, 1]
+
+
+@pytest.mark.parametrize('content, message', [
+    ('{"index": 0}\n{"index": 0}\n', r'predictions\.jsonl:2: index 0 recorded twice'),
+    ('{"index": 0}\nnot json\n{"index": 1}\n', r'predictions\.jsonl:2: not a prediction'),
+    ('{"prediction": "a"}\n', r'predictions\.jsonl:1: not a prediction'),
+])
+def test_prediction_log_corruption(tmp_path, content, message):
+  path = tmp_path / 'predictions.jsonl'
+  path.write_text(content)
+  with pytest.raises(ValueError, match=message):
+    evaluation.PredictionLog(path)
+
+
+def test_write_json_atomic_and_check_run(tmp_path):
+  evaluation.write_json_atomic(tmp_path / 'm.json', {'a': 1})
+  assert json.loads((tmp_path / 'm.json').read_text()) == {'a': 1}
+  assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
+  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.8, 0\.7\)"):
+    evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
+
+
+def test_run_examples_skips_recorded(tmp_path):
+  log = evaluation.PredictionLog(tmp_path / 'p.jsonl')
+  log.append([{'index': 1, 'prediction': 'old'}])
+  seen = []
+
+  def process(batch):
+    seen.append([e['index'] for e in batch])
+    return [{'index': e['index'], 'prediction': str(e['index'])} for e in batch]
+
+  evaluation.run_examples([{'index': i} for i in range(5)], log, process, batch_size=2,
+                          show_progress=False)
+  assert seen == [[0, 2], [3, 4]]
+  assert [r['prediction'] for r in log.ordered()] == ['0', 'old', '2', '3', '4']
+
+
+def test_progress_bar():
+  stream = io.StringIO()
+  bar = evaluation.Progress(4, 'task', done=1, stream=stream, width=8)
+  bar.update(3)
+  bar.close()
+  assert '1/4' in stream.getvalue() and '[########] 4/4' in stream.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Temperatures, batches, mesh, scoring.
+
+
+def _schedule(tmp_path=None):
+  cals = {'pmax': (calibration.Calibration('pmax', 32, 16, 0.5),)}
+  sched = schedule.TemperatureSchedule(reference_length=16, calibrations=cals, strategy='pmax')
+  if tmp_path is not None:
+    sched.save(str(tmp_path / 'schedule.json'))
+  return sched
+
+
+def test_temperature_labels_and_values():
+  tokens = np.array([[5] * 40 + [0] * 8, [5] * 8 + [0] * 40])
+  const = evaluation.Temperature(constant=1.0)
+  assert const.label == 'tau = 1'
+  np.testing.assert_array_equal(const.taus(tokens), [[1.0], [1.0]])
+  assert evaluation.Temperature(constant=(0.8, 0.9)).taus(tokens).shape == (2, 2)
+  assert evaluation.Temperature(constant=0.75).label == 'tau = 0.75'
+  sched = evaluation.Temperature(schedule=_schedule())
+  assert sched.label == 'w/ P_max'
+  # 40 tokens: past the last calibrated length, tau holds 0.5; 8 tokens: below L_tr, tau 1.
+  np.testing.assert_allclose(sched.taus(tokens), [[0.5], [1.0]])
+  with pytest.raises(ValueError, match='exactly one'):
+    evaluation.Temperature()
+
+
+def test_pad_and_strip():
+  out = evaluation.pad_tokens([[1, 2, 3], [4]], multiple=4)
+  np.testing.assert_array_equal(out, [[1, 2, 3, 0], [4, 0, 0, 0]])
+  assert evaluation.pad_batch(out, 3).shape == (3, 4)
+  assert evaluation.strip_eos([5, 6, 1, 7, 0]) == [5, 6]
+
+
+@pytest.fixture(scope='module')
+def tiny(load_t5x_fixture):
+  config, params, _ = load_t5x_fixture('t5_1_1_tiny')
+  return config, params
+
+
+def test_param_specs_shard_along_model_axis(tiny):
+  config, params = tiny
+  mesh = evaluation.make_mesh(1)
+  specs = evaluation.param_specs(config, params, mesh)
+  assert all(s == jax.sharding.PartitionSpec(None, None) or s == jax.sharding.PartitionSpec(None)
+             for s in jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)))
+
+  class FakeMesh:
+    shape = {'data': 1, 'model': 2}
+
+  specs = evaluation.param_specs(config, params, FakeMesh())
+  assert specs['encoder']['layers_0']['mlp']['wi_0']['kernel'] == jax.sharding.PartitionSpec(
+      None, 'model')
+  assert specs['token_embedder']['embedding'] == jax.sharding.PartitionSpec('model', None)
+  assert specs['encoder']['encoder_norm']['scale'] == jax.sharding.PartitionSpec(None)
+
+
+def test_score_batch_matches_log_softmax(tiny):
+  config, params = tiny
+  model = network.Transformer(config)
+  inputs = jnp.array([[5, 6, 7, 1, 0], [9, 1, 0, 0, 0]])
+  targets = jnp.array([[3, 4, 1], [8, 1, 0]])
+  tau = jnp.array([[0.7], [1.0]])
+  got = evaluation.score_batch(model, params, inputs, targets, tau)
+  # Teacher forcing by hand: decoder inputs [0, t0, t1], log-softmax, pick, skip padding.
+  dec_in = jnp.array([[0, 3, 4], [0, 8, 1]])
+  logits = model.apply({'params': params}, inputs, dec_in, targets, enable_dropout=False,
+                       temperature=tau)
+  logp = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+  want = [logp[0, 0, 3] + logp[0, 1, 4] + logp[0, 2, 1], logp[1, 0, 8] + logp[1, 1, 1]]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_scheduled_transformer_equals_explicit_temperature(tiny, tmp_path):
+  config, params = tiny
+  _schedule(tmp_path)
+  tokens = jnp.array([[5] * 40 + [1], [5] * 8 + [1] + [0] * 32])
+  plain = network.Transformer(config)
+  scheduled = evaluation.ScheduledTransformer(config, schedule_path=str(tmp_path / 'schedule.json'))
+  got = scheduled.apply({'params': params}, tokens, enable_dropout=False, method='encode')
+  want = plain.apply({'params': params}, tokens, enable_dropout=False, method='encode',
+                     temperature=jnp.array([[0.5], [1.0]]))
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Report.
+
+
+def _result(folder, task, label, table, group, column, metrics, model='flan_t5_xl'):
+  evaluation.write_json_atomic(folder / label.replace(' ', '_') / task / 'metrics.json', {
+      'task': task, 'model': model, 'label': label, 'table': table, 'group': group,
+      'column': column, 'metrics': metrics, 'primary_metric': 'accuracy'})
+
+
+def test_report_tables(tmp_path):
+  for label, accs in (('w/ P_max', (60.0, 50.0, 40.0)), ('tau = 1', (58.0, 44.0, None))):
+    for k, acc in zip((0, 4, 9), accs):
+      if acc is not None:
+        _result(tmp_path, f'mdqa_10docs_gold{k}', label, 'mdqa', '10 Docs', str(k),
+                {'accuracy': acc})
+  for label, ppl in (('tau = 1', 35.9), ('w/ P_max', 34.7)):
+    _result(tmp_path, 'lm_1024', label, 'lm', 'wiki', '1024', {'perplexity': ppl}, 't5_large_lm')
+    _result(tmp_path, 'lm_2048', label, 'lm', 'wiki', '2048',
+            {'perplexity': 2000.0 if label == 'tau = 1' else 45.5}, 't5_large_lm')
+  _result(tmp_path, 'code', 'tau = 1', 'code', 'stdlib', 'all',
+          {'em': 20.0, 'es': 60.0, 'em_1k': 19.6, 'es_1k': 62.4, 'em_10k': 0.0, 'es_10k': 5.0,
+           'em_2k': 19.0, 'es_2k': 59.6}, 'codet5p')
+  text = report.render(report.load_results([tmp_path]))
+  assert '| Model | 10 Docs: 0 | 10 Docs: 4 | 10 Docs: 9 | 10 Docs: Avg. |' in text
+  # Rows in the paper's order: tau = 1 before P_max; a missing cell and its average are '-'.
+  assert '| flan_t5_xl tau = 1 | 58.0 | 44.0 | - | - |' in text
+  assert '| w/ P_max | 60.0 | 50.0 | 40.0 | 50.0 |' in text
+  assert text.index('tau = 1 | 58.0') < text.index('w/ P_max | 60.0')
+  assert '| t5_large_lm tau = 1 | 35.9 | >1k | >1k |' in text  # Avg 1018 shown as >1k.
+  assert '| w/ P_max | 34.7 | 45.5 | 40.1 |' in text
+  assert '| Model | 1k | 2k | 10k | All |' in text  # Buckets in numeric order.
+  assert '| codet5p tau = 1 | 19.6 | 19.0 | 0.0 | 20.0 |' in text
+  assert '| codet5p tau = 1 | 62.4 | 59.6 | 5.0 | 60.0 |' in text
+  assert text.index('Language modeling') < text.index('Multi-document') < text.index('Code')
+  out = tmp_path / 'report.md'
+  assert report.main([str(tmp_path), '--output', str(out)]) == 0
+  assert out.read_text() == text
+
+
+def test_report_without_results(tmp_path, capsys):
+  with pytest.raises(SystemExit):
+    report.main([str(tmp_path)])
+  assert 'no metrics.json' in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line and end to end (seqio).
+
+
+def test_gin_binding_quotes_strings():
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  assert t5align_eval.gin_binding('TEMPERATURE', '0.8') == 'TEMPERATURE = 0.8'
+  assert t5align_eval.gin_binding('CHECKPOINT_PATH', '/a/b') == "CHECKPOINT_PATH = '/a/b'"
+  assert t5align_eval.gin_binding('NAME', "'x'") == "NAME = 'x'"
+  assert t5align_eval.gin_binding('NAME', 'None') == 'NAME = None'
+
+
+@pytest.fixture(scope='module')
+def e2e_env(tmp_path_factory):
+  pytest.importorskip('seqio')
+  sentencepiece = pytest.importorskip('sentencepiece')
+  root = tmp_path_factory.mktemp('e2e')
+  buf = io.BytesIO()
+  text = ['The grass is green. The sky is blue. The sun is yellow. Here we go. There and back.',
+          'What is the pass key? The pass key is 12345. Remember it.', '0123456789',
+          'line a-b: REGISTER_CONTENT is <2416> Tell me what is the number in line']
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(text * 10), model_writer=buf, vocab_size=100, model_type='unigram',
+      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, hard_vocab_limit=False,
+      minloglevel=2)
+  (root / 'tiny.model').write_bytes(buf.getvalue())
+  lines = root / 'data' / 'longeval' / 'lines' / '200_lines.jsonl'
+  lines.parent.mkdir(parents=True)
+  lines.write_text(''.join(json.dumps({
+      'prompt': f'line a-b: REGISTER_CONTENT is <{100 + i}>\nline c-d: REGISTER_CONTENT is <7>\n'
+                'Tell me what is the number in line a-b?', 'expected_number': 100 + i}) + '\n'
+                           for i in range(4)))
+  env = dict(os.environ, T5ALIGN_VOCABULARY=str(root / 'tiny.model'),
+             T5ALIGN_DATA_DIR=str(root / 'data'), JAX_PLATFORMS='cpu',
+             PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get('PYTHONPATH', '')]))
+  return root, env
+
+
+def _cli_args(out: pathlib.Path) -> list[str]:
+  return ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin',
+          # The t5x fixture's sizes (gin/models/tiny.gin has smaller ones).
+          '--gin.NUM_EMBEDDINGS=128', '--gin_bindings=network.T5Config.emb_dim = 64',
+          '--gin_bindings=network.T5Config.head_dim = 16',
+          '--gin_bindings=network.T5Config.mlp_dim = 128',
+          '--gin_bindings=seqio_tasks.options.passkey_examples = 5',
+          f'--gin.CHECKPOINT_PATH={FIXTURE}', f'--gin.EVAL_OUTPUT_DIR={out}',
+          '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k,t5align_lines_200',
+          '--gin.BATCH_SIZE=1', '--gin.MAX_DECODE_LENGTH=8']
+
+
+def _indices(path: pathlib.Path) -> list[int]:
+  return [json.loads(line)['index'] for line in path.read_text().splitlines()]
+
+
+def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
+  root, env = e2e_env
+  out = root / 'out'
+  passkey = out / 't5align_passkey_2k' / 'predictions.jsonl'
+  cmd = [sys.executable, '-m', 't5align.eval', *_cli_args(out)]
+  proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, start_new_session=True)
+  try:
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and proc.poll() is None:
+      if passkey.exists() and len(passkey.read_text().splitlines()) >= 2:
+        break
+      time.sleep(0.1)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # Mid-run: some passkey examples done, lines not begun.
+  finally:
+    proc.wait()
+    proc.stderr.close()
+  before = {json.loads(l)['index']: json.loads(l) for l in passkey.read_text().splitlines()}
+  assert 2 <= len(before) < 5
+  assert not (out / 't5align_passkey_2k' / 'metrics.json').exists()
+  # Also a record torn mid-write, as a kill during the write would leave it.
+  with open(passkey, 'a') as f:
+    f.write('{"index": 4, "prediction": "tor')
+
+  for key in ('T5ALIGN_VOCABULARY', 'T5ALIGN_DATA_DIR'):
+    monkeypatch.setenv(key, env[key])
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(REPO_ROOT)
+  try:
+    results = t5align_eval.main(_cli_args(out))
+  finally:
+    gin.clear_config()
+
+  assert sorted(results) == ['t5align_lines_200', 't5align_passkey_2k']
+  assert _indices(passkey) == list(range(5))  # Each example exactly once, torn line gone.
+  lines = out / 't5align_lines_200' / 'predictions.jsonl'
+  assert _indices(lines) == list(range(4))
+  after = {json.loads(l)['index']: json.loads(l) for l in passkey.read_text().splitlines()}
+  assert all(after[i] == before[i] for i in before)  # Nothing redone.
+  for task, n in (('t5align_passkey_2k', 5), ('t5align_lines_200', 4)):
+    metrics = json.loads((out / task / 'metrics.json').read_text())
+    records = [json.loads(l) for l in (out / task / 'predictions.jsonl').read_text().splitlines()]
+    assert metrics['num_examples'] == n and metrics['label'] == 'tau = 1'
+    # The task metric agrees with the per-example scores.
+    mean = 100 * np.mean([r['scores']['accuracy'] for r in records])
+    assert metrics['metrics']['accuracy'] == pytest.approx(mean)
+    assert all(r['tau'] == [1.0] and isinstance(r['prediction'], str) for r in records)
+  assert 'Retrieval accuracy' in report.render(report.load_results([out]))
