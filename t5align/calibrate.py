@@ -1,11 +1,12 @@
 r"""Calibrates encoder temperatures for a checkpoint and writes a TemperatureSchedule (JSON).
 
   python -m t5align.calibrate --gin_file=gin/calibrate.gin \
-    --gin.CHECKPOINT_PATH="'/path/checkpoint_1138000'" --gin.TEXT_FILE="'/path/corpus.txt'" \
-    --gin.VOCABULARY_PATH="'/path/sentencepiece.model'" --gin.OUTPUT_PATH="'/tmp/schedule.json'"
+    --gin.CHECKPOINT_PATH=/path/checkpoint_1138000 --gin.TEXT_FILE=/path/corpus.txt \
+    --gin.VOCABULARY_PATH=/path/sentencepiece.model --gin.OUTPUT_PATH=/tmp/schedule.json
 
-Flags, as in t5x: --gin_file (repeatable), --gin_search_paths (comma-separated), --gin.NAME=VALUE
-(one binding, VALUE in gin syntax) and --gin_bindings. Everything else is `run`'s arguments.
+Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_paths,
+--gin_bindings and --gin.NAME=VALUE, where VALUE is a gin literal or else taken as a string.
+
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import gin
 import numpy as np
 
 from t5align import calibration
+from t5align import gin_cli
 from t5align import schedule as schedule_lib
 
 if __name__ == '__main__':
@@ -140,7 +142,8 @@ def run(
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
   if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
-    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH (e.g. --gin.CHECKPOINT_PATH="\'...\'").')
+    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
+                     '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
   if (text_file is None) == (seqio_task is None):
     raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
   start = time.time()
@@ -179,32 +182,9 @@ def run(
   return schedule
 
 
-def parse_flags(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
-  """t5x-style flags -> (gin files, bindings, search paths); raises ValueError on others."""
-  files, bindings, paths = [], [], []
-  for arg in argv:
-    name, eq, value = arg.partition('=')
-    if not eq:
-      raise ValueError(f'unexpected argument {arg!r}; flags look like --gin_file=PATH.')
-    if name == '--gin_file':
-      files.append(value)
-    elif name == '--gin_bindings':
-      bindings.append(value)
-    elif name == '--gin_search_paths':
-      paths += [p for p in value.split(',') if p]
-    elif name.startswith('--gin.'):
-      bindings.append(f'{name[len("--gin."):]} = {value}')
-    else:
-      raise ValueError(f'unknown flag {name!r}; use --gin_file, --gin_search_paths, '
-                       '--gin_bindings or --gin.NAME=VALUE.')
-  return files, bindings, paths
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-  files, bindings, paths = parse_flags(sys.argv[1:] if argv is None else argv)
-  for path in paths:
-    gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(files, bindings)
+  gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.calibrate',
+                    description=__doc__, example_file='gin/calibrate.gin')
   run()
 
 

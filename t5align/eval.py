@@ -21,7 +21,6 @@ seqio is imported inside functions only; the library part is `t5align.evaluation
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util  # pylint: disable=unused-import  (gin's file reader needs it loaded)
 import os
@@ -35,9 +34,9 @@ import numpy as np
 from t5align import checkpoints
 from t5align import decoding
 from t5align import evaluation
+from t5align import gin_cli
 from t5align import network
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAX_DECODE_LENGTH = 64
 
 
@@ -253,42 +252,10 @@ def _write_metrics(task, spec, examples, log, folder, scored, target_text, *, mo
 # Command line.
 
 
-def gin_binding(name: str, value: str) -> str:
-  """`NAME = VALUE` with VALUE as a gin literal, or quoted as a string if it is not one."""
-  try:
-    gin.config.parse_value(value)
-  except Exception:  # pylint: disable=broad-except
-    value = repr(value)
-  return f'{name} = {value}'
-
-
-def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
-  """(gin files, bindings, search paths) from t5x-style flags."""
-  parser = argparse.ArgumentParser(prog='python -m t5align.eval', description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--gin_file', action='append', default=[], help='gin file (repeatable)')
-  parser.add_argument('--gin_bindings', action='append', default=[],
-                      help="a gin binding, e.g. \"TEMPERATURE = 0.8\" (repeatable)")
-  parser.add_argument('--gin_search_paths', default='',
-                      help='comma-separated folders to look for gin files in')
-  args, rest = parser.parse_known_args(argv)
-  bindings = list(args.gin_bindings)
-  for arg in rest:
-    if not arg.startswith('--gin.') or '=' not in arg:
-      parser.error(f'unrecognized argument {arg!r} (macros are set with --gin.NAME=VALUE)')
-    name, value = arg[len('--gin.'):].split('=', 1)
-    bindings.append(gin_binding(name, value))
-  if not args.gin_file:
-    parser.error('at least one --gin_file is needed (e.g. gin/runs/eval.gin plus a model file)')
-  paths = [p for p in args.gin_search_paths.split(',') if p] + [os.getcwd(), REPO_ROOT]
-  return args.gin_file, bindings, paths
-
-
 def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
-  files, bindings, paths = parse_args(sys.argv[1:] if argv is None else argv)
-  for path in paths:
-    gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(files, bindings)
+  gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.eval',
+                    description=__doc__,
+                    example_file='gin/runs/eval.gin plus a gin/models file')
   # The gin files configure t5align.eval.evaluate by dynamic registration, which leaves the module
   # attribute undecorated (and, under `python -m`, this file is __main__, not t5align.eval):
   # call the configured function that gin holds.

@@ -235,14 +235,6 @@ def test_report_without_results(tmp_path, capsys):
 # Command line and end to end (seqio).
 
 
-def test_gin_binding_quotes_strings():
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-  assert t5align_eval.gin_binding('TEMPERATURE', '0.8') == 'TEMPERATURE = 0.8'
-  assert t5align_eval.gin_binding('CHECKPOINT_PATH', '/a/b') == "CHECKPOINT_PATH = '/a/b'"
-  assert t5align_eval.gin_binding('NAME', "'x'") == "NAME = 'x'"
-  assert t5align_eval.gin_binding('NAME', 'None') == 'NAME = None'
-
-
 @pytest.fixture(scope='module')
 def e2e_env(tmp_path_factory):
   pytest.importorskip('seqio')

@@ -1,0 +1,65 @@
+"""t5x-style command lines: --gin_file, --gin_search_paths, --gin_bindings and --gin.NAME=VALUE."""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Sequence
+
+import gin
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def binding(name: str, value: str) -> str:
+  """`NAME = VALUE`, with VALUE quoted as a string unless it already is a gin literal.
+
+  So `--gin.CHECKPOINT_PATH=/tmp/ckpt` needs no extra quotes, while `--gin.TEMPERATURE=0.8`,
+  `--gin.X=(0.9, 0.8)` and `--gin.MODEL=@network.Transformer()` keep their gin meaning.
+  """
+  try:
+    gin.config.parse_value(value)
+  except Exception:  # pylint: disable=broad-except  (gin raises several types on bad literals)
+    value = repr(value)
+  return f'{name} = {value}'
+
+
+def parse_flags(argv: Sequence[str], *, prog: str, description: str | None = None,
+                example_file: str | None = None) -> tuple[list[str], list[str], list[str]]:
+  """Parses t5x-style flags.
+
+  Args:
+    argv: the arguments (without the program name).
+    prog: program name for usage and errors, e.g. 'python -m t5align.eval'.
+    description: --help text.
+    example_file: if given, at least one --gin_file is required and this is suggested.
+
+  Returns:
+    (gin files, bindings, search paths); the current directory and the repository root are always
+    search paths (after the given ones), so gin/... includes resolve from anywhere in the checkout.
+  """
+  parser = argparse.ArgumentParser(prog=prog, description=description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--gin_file', action='append', default=[], help='gin file (repeatable)')
+  parser.add_argument('--gin_bindings', action='append', default=[],
+                      help='a gin binding, e.g. "TEMPERATURE = 0.8" (repeatable)')
+  parser.add_argument('--gin_search_paths', action='append', default=[],
+                      help='comma-separated folders to look for gin files in')
+  args, rest = parser.parse_known_args(argv)
+  bindings = list(args.gin_bindings)
+  for arg in rest:
+    if not arg.startswith('--gin.') or '=' not in arg:
+      parser.error(f'unrecognized argument {arg!r} (macros are set with --gin.NAME=VALUE)')
+    name, value = arg[len('--gin.'):].split('=', 1)
+    bindings.append(binding(name, value))
+  if example_file and not args.gin_file:
+    parser.error(f'at least one --gin_file is needed (e.g. {example_file})')
+  paths = [p for group in args.gin_search_paths for p in group.split(',') if p]
+  return args.gin_file, bindings, paths + [os.getcwd(), REPO_ROOT]
+
+
+def configure(argv: Sequence[str], **kwargs) -> None:
+  """Parses the flags (see `parse_flags`) and applies them to gin's global configuration."""
+  files, bindings, paths = parse_flags(argv, **kwargs)
+  for path in paths:
+    gin.add_config_file_search_path(path)
+  gin.parse_config_files_and_bindings(files, bindings)

@@ -1,0 +1,38 @@
+"""t5x-style flag parsing shared by the eval, calibrate and train entry points."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from t5align import gin_cli
+
+
+def test_binding_quotes_only_non_literals():
+  assert gin_cli.binding('TEMPERATURE', '0.8') == 'TEMPERATURE = 0.8'
+  assert gin_cli.binding('CHECKPOINT_PATH', '/a/b') == "CHECKPOINT_PATH = '/a/b'"
+  assert gin_cli.binding('NAME', "'x'") == "NAME = 'x'"
+  assert gin_cli.binding('NAME', 'None') == 'NAME = None'
+  assert gin_cli.binding('TAUS', '(0.9, 0.8)') == 'TAUS = (0.9, 0.8)'
+
+
+def test_parse_flags():
+  files, bindings, paths = gin_cli.parse_flags(
+      ['--gin.A=1', '--gin_search_paths=a,b', '--gin_file=x.gin', '--gin_file', 'y.gin',
+       '--gin_bindings=B = 2', '--gin.C=/some/path'], prog='t')
+  assert files == ['x.gin', 'y.gin']
+  assert bindings == ['B = 2', 'A = 1', "C = '/some/path'"]
+  assert paths == ['a', 'b', os.getcwd(), gin_cli.REPO_ROOT]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--lengths=3', '--gin_file=x.gin'], "unrecognized argument '--lengths=3'"),
+    (['schedule.json', '--gin_file=x.gin'], "unrecognized argument 'schedule.json'"),
+    (['--gin.A'], "unrecognized argument '--gin.A'"),
+    ([], 'at least one --gin_file is needed'),
+])
+def test_parse_flags_errors(argv, message, capsys):
+  with pytest.raises(SystemExit) as e:
+    gin_cli.parse_flags(argv, prog='t', example_file='gin/runs/eval.gin')
+  assert e.value.code == 2
+  assert message in capsys.readouterr().err
