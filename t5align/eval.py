@@ -34,6 +34,7 @@ import numpy as np
 from t5align import checkpoints
 from t5align import decoding
 from t5align import evaluation
+from t5align import fileio
 from t5align import gin_cli
 from t5align import network
 
@@ -244,7 +245,7 @@ def _write_metrics(task, spec, examples, log, folder, scored, target_text, *, mo
       'primary_metric': 'perplexity' if scored else 'accuracy',
       **{k: v for k, v in temp.describe().items() if k != 'schedule'},
   }
-  evaluation.write_json_atomic(os.path.join(folder, 'metrics.json'), result)
+  fileio.write_json_atomic(os.path.join(folder, 'metrics.json'), result)
   return result
 
 

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -27,29 +26,11 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from t5align import network
 # Imported here, not lazily: it registers a gin configurable, which gin refuses after its config
 # is locked (t5x.eval locks it before the model first runs).
+from t5align import fileio
 from t5align import schedule as schedule_lib
 
 # ---------------------------------------------------------------------------------------------
 # Files.
-
-
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-  """Writes JSON to a temporary file in the same folder, fsyncs it, then renames it over `path`."""
-  path = os.fspath(path)
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix='.tmp-', suffix='.json')
-  try:
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      json.dump(obj, f, indent=1, sort_keys=True, allow_nan=True)
-      f.write('\n')
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
 
 
 class PredictionLog:
@@ -122,7 +103,7 @@ def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any]) -> No
       raise ValueError(f'{folder} holds results of a different run; differing settings '
                        f'(before, now): {diff}. Use another output folder.')
     return
-  write_json_atomic(path, settings)
+  fileio.write_json_atomic(path, settings)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from typing import Any, Callable, Mapping, Sequence
 
 import gin
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5align import calibration
+from t5align import fileio
 
 FORMAT = 't5align.temperature_schedule.v1'
 _LABELS = {'pmax': 'w/ P_max', 'entropy': 'w/ H', 'log_length': 'w/ log_Lex L_tr',
@@ -158,20 +158,7 @@ class TemperatureSchedule:
 
   def save(self, path: str) -> None:
     """Writes JSON atomically (a temporary file in the same folder, then os.replace)."""
-    text = json.dumps(self.to_dict(), indent=1, allow_nan=False)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.schedule-', suffix='.json')
-    try:
-      with os.fdopen(fd, 'w') as f:
-        f.write(text + '\n')
-        f.flush()
-        os.fsync(f.fileno())
-      os.replace(tmp, path)
-    except BaseException:
-      if os.path.exists(tmp):
-        os.remove(tmp)
-      raise
+    fileio.write_json_atomic(path, self.to_dict(), allow_nan=False)
 
   def table(self) -> str:
     """Plain-text table in the layout of the paper's appendix temperature tables."""

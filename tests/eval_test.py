@@ -22,6 +22,7 @@ import pytest
 
 from t5align import calibration
 from t5align import evaluation
+from t5align import fileio
 from t5align import network
 from t5align import report
 from t5align import schedule
@@ -68,7 +69,7 @@ def test_prediction_log_corruption(tmp_path, content, message):
 
 
 def test_write_json_atomic_and_check_run(tmp_path):
-  evaluation.write_json_atomic(tmp_path / 'm.json', {'a': 1})
+  fileio.write_json_atomic(tmp_path / 'm.json', {'a': 1})
   assert json.loads((tmp_path / 'm.json').read_text()) == {'a': 1}
   assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
   evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
@@ -190,7 +191,7 @@ def test_scheduled_transformer_equals_explicit_temperature(tiny, tmp_path):
 
 
 def _result(folder, task, label, table, group, column, metrics, model='flan_t5_xl'):
-  evaluation.write_json_atomic(folder / label.replace(' ', '_') / task / 'metrics.json', {
+  fileio.write_json_atomic(folder / label.replace(' ', '_') / task / 'metrics.json', {
       'task': task, 'model': model, 'label': label, 'table': table, 'group': group,
       'column': column, 'metrics': metrics, 'primary_metric': 'accuracy'})
 
