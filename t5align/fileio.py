@@ -25,6 +25,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
     raise
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, allow_nan: bool = True) -> None:
-  """`write_atomic` of `obj` as indented JSON with sorted keys."""
-  write_atomic(path, json.dumps(obj, indent=1, sort_keys=True, allow_nan=allow_nan) + '\n')
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, allow_nan: bool = True,
+                      sort_keys: bool = True) -> None:
+  """`write_atomic` of `obj` as indented JSON (keys sorted unless their order means something)."""
+  write_atomic(path, json.dumps(obj, indent=1, sort_keys=sort_keys, allow_nan=allow_nan) + '\n')

@@ -158,7 +158,7 @@ class TemperatureSchedule:
 
   def save(self, path: str) -> None:
     """Writes JSON atomically (a temporary file in the same folder, then os.replace)."""
-    fileio.write_json_atomic(path, self.to_dict(), allow_nan=False)
+    fileio.write_json_atomic(path, self.to_dict(), allow_nan=False, sort_keys=False)
 
   def table(self) -> str:
     """Plain-text table in the layout of the paper's appendix temperature tables."""
