@@ -18,7 +18,8 @@ from t5align import attention
 from t5align import calibration
 
 
-def _pyplot():
+def pyplot():
+  """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -141,7 +142,7 @@ def dispersion_table(numbers: Mapping[str, Any]) -> str:
 
 def plot_statistic_curves(numbers: Mapping[str, Any], path: str) -> None:
   """Figures 3-4 (left): statistic vs tau per length, L_tr target dashed, Algorithm 1 tau marked."""
-  plt = _pyplot()
+  plt = pyplot()
   grid = np.asarray(numbers['grid'])
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for ax, key, label in zip(axes, ('pmax', 'entropy'), ('mean P_max', 'mean entropy (nats)')):
@@ -167,7 +168,7 @@ def plot_temperature_curves(numbers: Mapping[str, Any], path: str,
 
   Scalar strategies of `schedule` (a TemperatureSchedule), if given, are overlaid as markers.
   """
-  plt = _pyplot()
+  plt = pyplot()
   curves = closed_form_curves(numbers)
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.plot(curves['length'], curves['prop1'], label='Prop. 1 (P_max)')
@@ -197,7 +198,7 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
   Returns:
     The plotted `[heads, length]` values (first `max_heads` heads).
   """
-  plt = _pyplot()
+  plt = pyplot()
   m = length // 2 if query_position is None else query_position
   values = relpos_bias_row(rel_embedding, length, m)[:max_heads]
   cols = min(4, len(values))
@@ -219,7 +220,7 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
 
 def plot_qq(numbers: Mapping[str, Any], path: str) -> None:
   """Figure 5: QQ plots of layer 0's average sorted logit vector, shortest and longest length."""
-  plt = _pyplot()
+  plt = pyplot()
   shown = [numbers['lengths'][0], numbers['lengths'][-1]]
   fig, axes = plt.subplots(1, len(shown), figsize=(4 * len(shown), 4), squeeze=False)
   for ax, L in zip(axes.flat, shown):

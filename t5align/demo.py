@@ -1,0 +1,273 @@
+r"""The main job: the shipped retrieval T5, calibrated and evaluated past its training length.
+
+    python -m t5align.demo [--output_dir=demo_output] [--lengths 512 1024 2048 4096]
+                           [--num_examples=N] [--num_samples=N] [--model_dir=PATH]
+
+Steps: calibrate the encoder temperature at each length L_ex (2x..16x L_tr) with every strategy;
+evaluate passkey, line and key-value retrieval at L_tr and each L_ex with tau = 1 and each
+strategy's temperature; write a report folder (report.md, results.json, schedule.json, PNGs).
+Results are saved cell by cell (atomically); rerunning the same command resumes where it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from t5align import fileio
+from t5align import network
+from t5align import schedule as schedule_lib
+from t5align import train
+from t5align import train_data
+
+STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer')
+ROW_LABELS = {'tau=1': 'tau = 1', 'pmax': 'w/ P_max', 'entropy': 'w/ H',
+              'log_length': 'w/ log_L L_tr', 'prop1': 'w/ Prop. 1', 'prop2': 'w/ Prop. 2',
+              'pmax_per_layer': 'w/ P_max per layer'}
+CALIBRATION_SEED = 7  # Calibration samples and evaluation examples never share a seed.
+EVAL_SEED = 2000
+
+
+def _log(message: str, start: float) -> None:
+  print(f'[{time.time() - start:7.1f}s] {message}', file=sys.stderr, flush=True)
+
+
+def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATION_SEED
+                       ) -> np.ndarray:
+  """`[3 * per_task, length]` int32 inputs: held-out prompts of every task filled to `length`.
+
+  A prompt fills to at most `length` tokens (whole sentences/records); the rest is padding.
+  """
+  rows = [ex.input_ids for task in train_data.TASKS
+          for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
+  tokens = np.zeros((len(rows), length), np.int32)
+  for i, row in enumerate(rows):
+    tokens[i, :len(row)] = row
+  return tokens
+
+
+def row_temperature(schedule: schedule_lib.TemperatureSchedule, row: str, length: int):
+  """The encoder temperature of a report row at `length`: 1, or the strategy's calibrated tau."""
+  if row == 'tau=1':
+    return 1.0
+  tau = schedule.tau_for_length(length, row)
+  # A per-layer strategy gives one tau per layer: pass it as [1, layers] (never ambiguous).
+  return np.asarray(tau, np.float32).reshape(1, -1) if np.ndim(tau) else float(tau)
+
+
+class Results:
+  """results.json: settings plus one accuracy cell per (row, task, length), saved as it grows."""
+
+  def __init__(self, path: str, settings: Mapping[str, Any]):
+    self.path = path
+    settings = json.loads(json.dumps(settings))
+    self.data = {'settings': settings, 'accuracy': {}}
+    if os.path.exists(path):
+      with open(path, encoding='utf-8') as f:
+        old = json.load(f)
+      if old.get('settings') != settings:
+        raise ValueError(f'{path} holds a run with other settings ({old.get("settings")}); use '
+                         f'another --output_dir or delete it.')
+      self.data = old
+
+  def get(self, row: str, task: str, length: int) -> float | None:
+    return self.data['accuracy'].get(row, {}).get(task, {}).get(str(length))
+
+  def put(self, row: str, task: str, length: int, value: float) -> None:
+    self.data['accuracy'].setdefault(row, {}).setdefault(task, {})[str(length)] = value
+    fileio.write_json_atomic(self.path, self.data, sort_keys=False)
+
+  def put_section(self, key: str, value: Any) -> None:
+    self.data[key] = value
+    fileio.write_json_atomic(self.path, self.data, sort_keys=False)
+
+
+def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
+                   lengths: Sequence[int]) -> str:
+  """Markdown: one row per strategy, one column per length, accuracy in percent."""
+  lines = ['| ' + ' | '.join(['', *(str(L) for L in lengths)]) + ' |',
+           '|---' * (len(lengths) + 1) + '|']
+  for row in rows:
+    cells = [results['accuracy'].get(row, {}).get(task, {}).get(str(L)) for L in lengths]
+    lines.append('| ' + ' | '.join([ROW_LABELS[row], *('' if c is None else f'{c:.0f}'
+                                                          for c in cells)]) + ' |')
+  return '\n'.join(lines)
+
+
+def observations(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequence[int],
+                 reference_length: int) -> list[str]:
+  """Plain statements read off the numbers, whatever they show (no tuning, no selection)."""
+  acc = results['accuracy']
+  out = []
+  for task in train_data.TASKS:
+    base = [acc['tau=1'][task][str(L)] for L in lengths]
+    drop = base[0] - min(base[1:]) if len(base) > 1 else 0.0
+    out.append(f'{task}: tau = 1 scores {base[0]:.0f}% at L_tr = {reference_length} and '
+               f'{", ".join(f"{b:.0f}% at {L}" for b, L in zip(base[1:], lengths[1:]))} '
+               f'(largest drop {drop:.0f} points).')
+    for L in lengths[1:]:
+      cell = {r: acc[r][task][str(L)] for r in rows}
+      best = max(cell.values())
+      winners = [ROW_LABELS[r] for r in rows if cell[r] == best]
+      verdict = ('no strategy beats tau = 1' if cell['tau=1'] == best else
+                 f'best: {", ".join(winners)} ({best:.0f}% vs {cell["tau=1"]:.0f}%)')
+      out.append(f'  at {L}: {verdict}.')
+  return out
+
+
+def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequence[int],
+                  path: str) -> None:
+  """Accuracy vs length, one panel per task, one line per strategy."""
+  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  plt = analysis.pyplot()
+  fig, axes = plt.subplots(1, len(train_data.TASKS), figsize=(5 * len(train_data.TASKS), 4))
+  for ax, task in zip(np.atleast_1d(axes), train_data.TASKS):
+    for row in rows:
+      ys = [results['accuracy'][row][task][str(L)] for L in lengths]
+      ax.plot(lengths, ys, marker='o', label=ROW_LABELS[row])
+    ax.set_xscale('log', base=2)
+    ax.set_xticks(lengths, [str(L) for L in lengths])
+    ax.set_title(task)
+    ax.set_xlabel('input length (tokens)')
+    ax.set_ylabel('accuracy (%)')
+    ax.set_ylim(-5, 105)
+  np.atleast_1d(axes)[0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
+        lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
+        num_examples: int = 24, num_samples: int = 2, batch_size: int = 24,
+        attention_impl: str = 'blockwise') -> dict[str, Any]:
+  """Runs (or resumes) the whole demo; returns the results dict also written to results.json.
+
+  Args:
+    output_dir: report folder.
+    model_dir: a folder with one T5X checkpoint_N/, its sentencepiece.model and training.json.
+    lengths: extrapolation lengths; default 2x, 4x, 8x and 16x the training length.
+    strategies: calibration strategies (`calibration.STRATEGIES` names).
+    num_examples: evaluation examples per task and length.
+    num_samples: calibration samples per task (each filled to the longest length).
+    batch_size: examples per decoding call.
+    attention_impl: encoder attention implementation ('blockwise' keeps long inputs lean).
+  """
+  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  start = time.time()
+  params, config, vocab = train.load_shipped(model_dir)
+  config = dataclasses.replace(config, attention_impl=attention_impl, dropout_rate=0.0)
+  with open(os.path.join(model_dir, 'training.json'), encoding='utf-8') as f:
+    reference_length = int(json.load(f)['input_length'])
+  lengths = sorted(lengths or [reference_length * k for k in (2, 4, 8, 16)])
+  eval_lengths = [reference_length, *lengths]
+  rows = ['tau=1', *strategies]
+  os.makedirs(output_dir, exist_ok=True)
+  results = Results(os.path.join(output_dir, 'results.json'), {
+      'model_dir': os.path.abspath(model_dir), 'reference_length': reference_length,
+      'lengths': lengths, 'strategies': list(strategies), 'num_examples': num_examples,
+      'num_samples': num_samples, 'calibration_seed': CALIBRATION_SEED, 'eval_seed': EVAL_SEED,
+      'attention_impl': attention_impl})
+  _log(f'model {config.num_encoder_layers}+{config.num_decoder_layers} layers, '
+       f'L_tr = {reference_length}, lengths {lengths}', start)
+
+  schedule_path = os.path.join(output_dir, 'schedule.json')
+  tokens = calibration_tokens(vocab, lengths[-1], num_samples)
+  if os.path.exists(schedule_path):
+    schedule = schedule_lib.load_schedule(schedule_path)
+    _log(f'reusing {schedule_path}', start)
+  else:
+    schedule = schedule_lib.build_schedule(
+        params, config, tokens, lengths, strategies, reference_length=reference_length,
+        provenance={'model_dir': os.path.abspath(model_dir), 'seed': CALIBRATION_SEED,
+                    'source': 'held-out passkey, line and key-value prompts'},
+        progress=lambda d, t, c: _log(f'calibrated {d}/{t}: {c.strategy} @ {c.length} -> '
+                                      f'tau {np.round(c.tau, 3).tolist()}', start))
+    schedule.save(schedule_path)
+  temperatures = schedule.table()
+  print(temperatures)
+
+  model = network.Transformer(config)
+  for L in eval_lengths:
+    for row in rows:
+      todo = [t for t in train_data.TASKS if results.get(row, t, L) is None]
+      if not todo:
+        continue
+      tau = 1.0 if L == reference_length else row_temperature(schedule, row, L)
+      if L == reference_length and row != 'tau=1':
+        # At L_tr every strategy's temperature is 1 by construction: the same cell as tau = 1.
+        for task in todo:
+          results.put(row, task, L, results.get('tau=1', task, L))
+        continue
+      acc = train.evaluate(model, params, vocab, tasks=todo, length=L, num_examples=num_examples,
+                           seed=EVAL_SEED, batch_size=min(batch_size, num_examples),
+                           temperature=tau)
+      for task, value in acc.items():
+        results.put(row, task, L, value)
+      _log(f'{ROW_LABELS[row]:>20} @ {L:>5}: ' +
+           ', '.join(f'{k} {v:.0f}%' for k, v in acc.items()), start)
+
+  numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length)
+  analysis.write_analysis(numbers, output_dir, schedule)
+  dispersion = analysis.dispersion_table(numbers)
+  one = list(numbers['grid']).index(1.0)
+  results.put_section('dispersion', {
+      str(L): {k: numbers['statistics'][str(L)][k][one] for k in ('pmax', 'entropy')}
+      for L in numbers['lengths']})
+  plot_accuracy(results.data, rows, eval_lengths, os.path.join(output_dir, 'accuracy.png'))
+  notes = observations(results.data, rows, eval_lengths, reference_length)
+  write_report(output_dir, results.data, rows, eval_lengths, temperatures, dispersion, notes,
+               time.time() - start)
+  _log(f'wrote {output_dir}/report.md', start)
+  return results.data
+
+
+def write_report(output_dir: str, results: Mapping[str, Any], rows: Sequence[str],
+                 lengths: Sequence[int], temperatures: str, dispersion: str,
+                 notes: Sequence[str], seconds: float) -> None:
+  """report.md: what was run, the numbers, and what they show."""
+  s = results['settings']
+  parts = [
+      '# t5align demo: attention alignment on the shipped retrieval T5', '',
+      f'Model: `{s["model_dir"]}` (trained by the project at L_tr = {s["reference_length"]}). '
+      f'Accuracy (%) on {s["num_examples"]} held-out examples per task and length (seed '
+      f'{s["eval_seed"]}); temperatures calibrated on {s["num_samples"]} prompts per task (seed '
+      f'{s["calibration_seed"]}). Encoder attention: {s["attention_impl"]}. '
+      f'Wall time of this run: {seconds:.0f} s.', '',
+      '## What the numbers show', '', *[f'- {n}' if not n.startswith('  ') else f'  - {n[2:]}'
+                                          for n in notes], '',
+      '## Temperatures', '', '```', temperatures, '```', '',
+      '## Dispersion (tau = 1)', '', '```', dispersion, '```', '',
+  ]
+  for task in train_data.TASKS:
+    parts += [f'## Accuracy: {task}', '', accuracy_table(results, rows, task, lengths), '']
+  parts += ['## Figures', '', '![accuracy](accuracy.png)', '',
+            'Also: the statistic-vs-tau curves, relative-position bias and QQ plot PNGs beside '
+            'this file (see analysis.json for their numbers).', '']
+  fileio.write_atomic(os.path.join(output_dir, 'report.md'), '\n'.join(parts))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog='python -m t5align.demo', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--output_dir', default='demo_output')
+  parser.add_argument('--model_dir', default=train.ASSET_DIR)
+  parser.add_argument('--lengths', type=int, nargs='+')
+  parser.add_argument('--strategies', nargs='+', default=list(STRATEGIES))
+  parser.add_argument('--num_examples', type=int, default=24)
+  parser.add_argument('--num_samples', type=int, default=2)
+  parser.add_argument('--attention_impl', default='blockwise')
+  args = parser.parse_args(argv)
+  run(output_dir=args.output_dir, model_dir=args.model_dir, lengths=args.lengths,
+      strategies=args.strategies, num_examples=args.num_examples, num_samples=args.num_samples,
+      batch_size=args.num_examples, attention_impl=args.attention_impl)
+
+
+if __name__ == '__main__':
+  main()
