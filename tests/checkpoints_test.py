@@ -419,6 +419,24 @@ def test_read_mesh_tf_without_tensorflow_says_so():
     checkpoints.read_mesh_tf_checkpoint('/nonexistent/model.ckpt-1')
 
 
+def test_read_real_mesh_tf_checkpoint(tmp_path):
+  """A name-based TF checkpoint, as Mesh-TF's Saver writes it, with optimizer slots and step."""
+  tf = pytest.importorskip('tensorflow')
+  tf_vars = _mesh_tf_variables(np.random.default_rng(0), gated=True)
+  optimizer = {'global_step': np.array(7, np.int64),
+               'shared/embedding_slot_vr': np.ones((20,), np.float32),
+               'encoder/block_000/layer_000/SelfAttention/q_slot_vc': np.ones((6,), np.float32)}
+  everything = {**tf_vars, **optimizer}
+  prefix = str(tmp_path / 'model.ckpt-7')
+  tf.raw_ops.SaveV2(prefix=prefix, tensor_names=list(everything),
+                    shape_and_slices=[''] * len(everything),
+                    tensors=[tf.constant(v) for v in everything.values()])
+  assert checkpoints.detect_format(prefix) == 'mesh_tf'
+  params, config = checkpoints.load_params(prefix)
+  _assert_trees_equal(params, checkpoints.params_from_mesh_tf(tf_vars))
+  assert config.mlp_activations == ('gelu', 'linear') and not config.logits_via_embedding
+
+
 # ---------------------------------------------------------------- HuggingFace
 
 _HF_SIZES = dict(vocab_size=40, d_model=16, d_kv=6, num_heads=2, d_ff=24, num_layers=2,
