@@ -155,25 +155,36 @@ def worker(spec: dict) -> dict:
   return {**spec, **result}
 
 
+def parse_common_flags(parser: argparse.ArgumentParser, argv, timeout: int) -> argparse.Namespace:
+  """Adds the flags both benchmarks share (--impls, --repeats, --no-hf, --timeout) and parses."""
+  parser.add_argument('--impls', nargs='+', help='subset of reference/blockwise/pallas/hf')
+  parser.add_argument('--repeats', type=int)
+  parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
+  parser.add_argument('--timeout', type=int, default=timeout, help='seconds per measurement')
+  parser.add_argument('--worker', help=argparse.SUPPRESS)
+  return parser.parse_args(argv)
+
+
+def implementations(args: argparse.Namespace, preset: dict) -> list[str]:
+  """The preset's (or --impls') implementations, plus HuggingFace when torch is importable."""
+  impls = list(args.impls or preset['impls'])
+  if not args.no_hf and 'hf' not in impls and torch_available():
+    impls.append('hf')
+  return impls
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--preset', choices=sorted(PRESETS), default='cpu-small')
   parser.add_argument('--lengths', type=int, nargs='+', help='override the preset lengths')
   parser.add_argument('--heads', type=int, nargs='+', help='override the preset head counts')
   parser.add_argument('--depth', type=int, help='head dim')
-  parser.add_argument('--impls', nargs='+', help="subset of reference/blockwise/pallas/hf")
-  parser.add_argument('--repeats', type=int)
-  parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
-  parser.add_argument('--timeout', type=int, default=1800, help='seconds per measurement')
-  parser.add_argument('--worker', help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
+  args = parse_common_flags(parser, argv, timeout=1800)
   if args.worker:
     print(json.dumps(worker(json.loads(args.worker))))
     return
   preset = PRESETS[args.preset]
-  impls = list(args.impls or preset['impls'])
-  if not args.no_hf and 'hf' not in impls and torch_available():
-    impls.append('hf')
+  impls = implementations(args, preset)
   rows = []
   for heads in args.heads or preset['heads']:
     for length in args.lengths or preset['lengths']:

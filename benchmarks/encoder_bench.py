@@ -179,19 +179,12 @@ def main(argv=None) -> None:
   parser.add_argument('--models', nargs='+', choices=sorted(MODELS))
   parser.add_argument('--lengths', type=int, nargs='+', help='forward lengths')
   parser.add_argument('--calibration-lengths', type=int, nargs='*')
-  parser.add_argument('--impls', nargs='+', help='subset of reference/blockwise/pallas/hf')
-  parser.add_argument('--repeats', type=int)
-  parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
-  parser.add_argument('--timeout', type=int, default=3600, help='seconds per measurement')
-  parser.add_argument('--worker', help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
+  args = common.parse_common_flags(parser, argv, timeout=3600)
   if args.worker:
     print(json.dumps(worker(json.loads(args.worker))))
     return
   preset = PRESETS[args.preset]
-  impls = list(args.impls or preset['impls'])
-  if not args.no_hf and 'hf' not in impls and common.torch_available():
-    impls.append('hf')
+  impls = common.implementations(args, preset)
   calibration = (preset['calibration_lengths'] if args.calibration_lengths is None
                  else args.calibration_lengths)
   rows = []
