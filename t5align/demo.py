@@ -145,7 +145,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
 
 def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
         lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
-        num_examples: int = 24, num_samples: int = 2, batch_size: int = 24,
+        num_examples: int = 16, num_samples: int = 1, batch_size: int = 16,
         attention_impl: str = 'blockwise') -> dict[str, Any]:
   """Runs (or resumes) the whole demo; returns the results dict also written to results.json.
 
@@ -260,8 +260,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--model_dir', default=train.ASSET_DIR)
   parser.add_argument('--lengths', type=int, nargs='+')
   parser.add_argument('--strategies', nargs='+', default=list(STRATEGIES))
-  parser.add_argument('--num_examples', type=int, default=24)
-  parser.add_argument('--num_samples', type=int, default=2)
+  parser.add_argument('--num_examples', type=int, default=16)
+  parser.add_argument('--num_samples', type=int, default=1)
   parser.add_argument('--attention_impl', default='blockwise')
   args = parser.parse_args(argv)
   run(output_dir=args.output_dir, model_dir=args.model_dir, lengths=args.lengths,
