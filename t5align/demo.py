@@ -100,6 +100,18 @@ def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
   return '\n'.join(lines)
 
 
+def headline_table(results: Mapping[str, Any], rows: Sequence[str],
+                   lengths: Sequence[int]) -> str:
+  """Markdown: strategy x length, each cell 'passkey / lines / kv' accuracy (%)."""
+  lines = ['| accuracy % (passkey / lines / kv) | ' + ' | '.join(str(L) for L in lengths) + ' |',
+           '|---' * (len(lengths) + 1) + '|']
+  for row in rows:
+    cells = ['/'.join(f'{results["accuracy"][row][t][str(L)]:.0f}' for t in train_data.TASKS)
+             for L in lengths]
+    lines.append(f'| {ROW_LABELS[row]} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
 def observations(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequence[int],
                  reference_length: int) -> list[str]:
   """Plain statements read off the numbers, whatever they show (no tuning, no selection)."""
@@ -240,6 +252,7 @@ def write_report(output_dir: str, results: Mapping[str, Any], rows: Sequence[str
       f'{s["eval_seed"]}); temperatures calibrated on {s["num_samples"]} prompts per task (seed '
       f'{s["calibration_seed"]}). Encoder attention: {s["attention_impl"]}. '
       f'Wall time of this run: {seconds:.0f} s.', '',
+      '## Headline', '', headline_table(results, rows, lengths), '',
       '## What the numbers show', '', *[f'- {n}' if not n.startswith('  ') else f'  - {n[2:]}'
                                           for n in notes], '',
       '## Temperatures', '', '```', temperatures, '```', '',

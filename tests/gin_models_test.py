@@ -39,6 +39,11 @@ class Arch(NamedTuple):
   tied: bool  # Logits via the embedding (no decoder/logits_dense).
   vocab: int = 32128
   dtype: str = 'bfloat16'
+  decoder_layers: int | None = None  # None: as many as `layers`.
+
+  @property
+  def dec(self) -> int:
+    return self.layers if self.decoder_layers is None else self.decoder_layers
 
 
 def _t5_1_1(emb, heads, layers, mlp, **kw):
@@ -72,6 +77,9 @@ T5_1_0_STEPS = {'small': 1000000, 'base': 999900, 'large': 1000700, '3B': 100000
 EXPECTED: dict[str, tuple[Arch, str | None]] = {
     'tiny.gin': (Arch(8, 4, 3, 2, 16, gated=True, tied=False, dtype='float32'), None),
     'codet5p_770m.gin': (_t5_1_0(1024, 16, 64, 24, 4096, vocab=32100), None),
+    # The retrieval T5 trained by the project (t5align/assets/retrieval_t5).
+    'retrieval_small.gin': (Arch(128, 4, 32, 3, 256, gated=True, tied=False, vocab=1024,
+                                 dtype='float32', decoder_layers=2), None),
 }
 for _s, _a in T5_1_1.items():
   EXPECTED[f't5_1_1/{_s}.gin'] = (_a, f'{T5X_CKPT}/t5_1_1_{_s}/checkpoint_1000000')
@@ -127,6 +135,7 @@ def expected_tree(a: Arch) -> dict[str, tuple[int, ...]]:
     tree.update(block(f'encoder/layers_{i}', [
         ('pre_attention_layer_norm', norm), ('attention', attention),
         ('pre_mlp_layer_norm', norm), ('mlp', mlp)]))
+  for i in range(a.dec):
     tree.update(block(f'decoder/layers_{i}', [
         ('pre_self_attention_layer_norm', norm), ('self_attention', attention),
         ('pre_cross_attention_layer_norm', norm), ('encoder_decoder_attention', attention),
@@ -199,7 +208,7 @@ def test_config_fields(gin_file):
   assert actual == {
       'vocab_size': arch.vocab, 'dtype': arch.dtype, 'emb_dim': arch.emb,
       'num_heads': arch.heads, 'head_dim': arch.head_dim, 'num_encoder_layers': arch.layers,
-      'num_decoder_layers': arch.layers, 'mlp_dim': arch.mlp,
+      'num_decoder_layers': arch.dec, 'mlp_dim': arch.mlp,
       'mlp_activations': ('gelu', 'linear') if arch.gated else ('relu',),
       'logits_via_embedding': arch.tied, 'float32_attention_logits': False,
       'dropout_rate': 0.0, 'encoder_attention_temperature': 1.0, 'attention_impl': 'reference'}
