@@ -1,0 +1,402 @@
+r"""Trains a small T5 on synthetic retrieval (passkey, lines, key-value), resumably, on any device.
+
+    python -m t5align.train \
+      --gin_file=gin/runs/train_retrieval.gin --gin_file=gin/models/retrieval_small.gin \
+      --gin.MODEL_DIR=/tmp/retrieval_t5
+
+`--gin.NAME=VALUE` binds a macro (VALUE is a gin literal, or a string when it is not one);
+`--gin_bindings` and `--gin_search_paths` work as in t5x; the repository root is a search path.
+
+MODEL_DIR gets sentencepiece.model (trained first, from the tasks' prompts), checkpoint_N/ (T5X
+legacy layout, float32, via `checkpoints.save_t5x_checkpoint`) with train_state_N.msgpack beside
+it (optax state and step; written first, atomically), train_log.jsonl and, at the end, eval.json
+(held-out greedy accuracy per task and length). Rerunning the same command resumes from the
+newest checkpoint that has its train state; the data stream is a function of (seed, step), so a
+resumed run sees the same batches as an uninterrupted one.
+
+The small model trained this way ships in t5align/assets/retrieval_t5/ (`load_shipped`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+from flax import serialization
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from t5align import checkpoints
+from t5align import decoding
+from t5align import fileio
+from t5align import gin_cli
+from t5align import network
+from t5align import train_data
+from t5align import vocab as vocab_lib
+
+Array = jax.Array
+ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assets', 'retrieval_t5')
+VOCAB_FILE = 'sentencepiece.model'
+# Greedy decoding steps per task: a key or number of <= 5 digits, or a 36-character UUID (+ EOS).
+DECODE_LENGTH = {'passkey': 8, 'lines': 8, 'kv': 40}
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss, optimizer and step.
+
+
+def cross_entropy(logits: Array, targets: Array, per_example: bool = False
+                  ) -> tuple[Array, Array]:
+  """Cross entropy and token accuracy over non-pad targets.
+
+  Args:
+    logits: float32 `[b, l, vocab]`.
+    targets: int `[b, l]`, 0 = padding.
+    per_example: average each example's tokens first, then the examples (every example weighs
+      the same, whatever its target length); else one mean over all tokens (t5x).
+
+  Returns:
+    (loss, token accuracy): float32 scalars.
+  """
+  mask = (targets > 0).astype(jnp.float32)
+  if per_example:
+    # [b, l] / [b, 1]: each example's tokens sum to 1.
+    mask = mask / jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1.0)
+  # [b, l, vocab] -> [b, l]
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+  denom = jnp.maximum(jnp.sum(mask), 1e-9)
+  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  return jnp.sum(nll * mask) / denom, jnp.sum(correct * mask) / denom
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """AdamW or Adafactor with a learning-rate schedule.
+
+  Schedules: 'cosine' (linear warmup, cosine decay to 10% of the peak at `total_steps`) or 'wsd'
+  (warmup, stable at the peak, then linear decay to 10% over the last `decay_fraction` of the
+  steps; it keeps the peak rate while the model first learns to retrieve). AdamW clips the global
+  gradient norm at `clip_norm`; Adafactor is T5's (factored second moments, updates scaled by each
+  parameter's RMS, update clipping at 1.0). Hashable, so the jitted `train_step` takes it as a
+  static argument and reuses compilations.
+  """
+
+  learning_rate: float
+  total_steps: int
+  warmup_steps: int
+  weight_decay: float = 0.0
+  clip_norm: float = 1.0
+  name: str = 'adamw'
+  schedule: str = 'cosine'
+  decay_fraction: float = 0.2
+
+  def learning_rate_schedule(self) -> optax.Schedule:
+    peak, end = self.learning_rate, 0.1 * self.learning_rate
+    total = max(self.total_steps, self.warmup_steps + 1)
+    if self.schedule == 'cosine':
+      return optax.warmup_cosine_decay_schedule(0.0, peak, self.warmup_steps, total,
+                                                end_value=end)
+    if self.schedule == 'wsd':
+      decay = max(1, int(self.decay_fraction * total))
+      stable = max(0, total - self.warmup_steps - decay)
+      return optax.join_schedules(
+          [optax.linear_schedule(0.0, peak, self.warmup_steps),
+           optax.constant_schedule(peak),
+           optax.linear_schedule(peak, end, decay)],
+          [self.warmup_steps, self.warmup_steps + stable])
+    raise ValueError(f"schedule={self.schedule!r}; expected 'cosine' or 'wsd'.")
+
+  def make(self) -> optax.GradientTransformation:
+    schedule = self.learning_rate_schedule()
+    if self.name == 'adamw':
+      return optax.chain(optax.clip_by_global_norm(self.clip_norm),
+                         optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=self.weight_decay))
+    if self.name == 'adafactor':
+      return optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=1.0,
+                             multiply_by_parameter_scale=True,
+                             weight_decay_rate=self.weight_decay or None)
+    raise ValueError(f"optimizer name={self.name!r}; expected 'adamw' or 'adafactor'.")
+
+
+@functools.partial(jax.jit, static_argnames=('model', 'optimizer', 'per_example_loss'))
+def train_step(params: Any, opt_state: Any, batch: Mapping[str, Array], rng: Array, *,
+               model: network.Transformer, optimizer: OptimizerConfig,
+               per_example_loss: bool = False) -> tuple[Any, Any, dict[str, Array]]:
+  """One AdamW step on the cross entropy of `batch` (t5x's feature dict; see `cross_entropy`).
+
+  Returns:
+    (params, opt_state, {'loss', 'token_accuracy', 'grad_norm'}).
+  """
+
+  def loss_fn(p):
+    logits = model.apply(
+        {'params': p}, batch['encoder_input_tokens'], batch['decoder_input_tokens'],
+        batch['decoder_target_tokens'], enable_dropout=model.config.dropout_rate > 0,
+        rngs={'dropout': rng})
+    return cross_entropy(logits, batch['decoder_target_tokens'], per_example_loss)
+
+  (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  updates, opt_state = optimizer.make().update(grads, opt_state, params)
+  params = optax.apply_updates(params, updates)
+  return params, opt_state, {'loss': loss, 'token_accuracy': acc,
+                             'grad_norm': optax.global_norm(grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: T5X params + optimizer state beside them.
+
+
+def train_state_path(model_dir: str, step: int) -> str:
+  return os.path.join(model_dir, f'train_state_{step}.msgpack')
+
+
+def save_checkpoint(model_dir: str, step: int, params: Any, opt_state: Any) -> str:
+  """Writes train_state_{step}.msgpack, then checkpoint_{step}/ (both atomic); returns the latter.
+
+  The state goes first, so a checkpoint_N directory always has its optimizer state.
+  """
+  os.makedirs(model_dir, exist_ok=True)
+  state = {'step': np.asarray(step, np.int64),
+           'opt_state': serialization.to_state_dict(jax.device_get(opt_state))}
+  fileio.write_atomic(train_state_path(model_dir, step), serialization.msgpack_serialize(state))
+  return checkpoints.save_t5x_checkpoint(jax.device_get(params), model_dir, step)
+
+
+def checkpoint_steps(model_dir: str) -> list[int]:
+  """Steps with both checkpoint_N/checkpoint and train_state_N.msgpack, ascending."""
+  steps = []
+  for path in glob.glob(os.path.join(model_dir, 'checkpoint_*', 'checkpoint')):
+    m = re.fullmatch(r'checkpoint_(\d+)', os.path.basename(os.path.dirname(path)))
+    if m and os.path.exists(train_state_path(model_dir, int(m.group(1)))):
+      steps.append(int(m.group(1)))
+  return sorted(steps)
+
+
+def restore_checkpoint(model_dir: str, step: int, config: network.T5Config,
+                       opt_state_template: Any) -> tuple[dict, Any]:
+  """(params, opt_state) of step `step`; params checked strictly against `config`."""
+  params, _ = checkpoints.load_params(os.path.join(model_dir, f'checkpoint_{step}'), config,
+                                      source_dtypes=('float32',))
+  with open(train_state_path(model_dir, step), 'rb') as f:
+    state = serialization.msgpack_restore(f.read())
+  if int(state['step']) != step:
+    raise ValueError(f'{train_state_path(model_dir, step)} holds step {int(state["step"])}.')
+  opt_state = serialization.from_state_dict(opt_state_template, state['opt_state'])
+  return params, opt_state
+
+
+def _prune(model_dir: str, keep: int) -> None:
+  for step in checkpoint_steps(model_dir)[:-keep]:
+    shutil.rmtree(os.path.join(model_dir, f'checkpoint_{step}'))
+    os.remove(train_state_path(model_dir, step))
+
+
+def export(params: Any, vocab_path: str, export_dir: str, step: int, dtype: str) -> str:
+  """Writes `export_dir/checkpoint_{step}` (params cast to `dtype`) and the vocabulary."""
+  cast = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), jax.device_get(params))
+  path = checkpoints.save_t5x_checkpoint(cast, export_dir, step)
+  os.chmod(path, 0o755)  # The writer's temporary directory is private (0700).
+  shutil.copyfile(vocab_path, os.path.join(export_dir, VOCAB_FILE))
+  return path
+
+
+def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_lib.Vocabulary]:
+  """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/."""
+  found = sorted(glob.glob(os.path.join(path, 'checkpoint_*')))
+  if len(found) != 1:
+    raise FileNotFoundError(f'expected one checkpoint_N/ in {path}; found {found}.')
+  params, config = checkpoints.load_params(found[0])
+  return params, config, vocab_lib.Vocabulary(os.path.join(path, VOCAB_FILE))
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation: held-out examples, greedy decoding, the tasks' metrics.
+
+
+def evaluate(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary, *,
+             tasks: Sequence[str] = train_data.TASKS, length: int = 256, num_examples: int = 100,
+             seed: int = 1000, batch_size: int = 16, temperature: Any = None
+             ) -> dict[str, float]:
+  """Accuracy (percent) per task on `num_examples` held-out examples filled to `length` tokens.
+
+  Inputs are padded to `length`; `temperature` is the encoder temperature (None: the config's).
+  """
+  out = {}
+  for task in tasks:
+    examples = train_data.eval_examples(task, vocab, length, num_examples, seed)
+    scores = []
+    for i in range(0, len(examples), batch_size):
+      chunk = examples[i:i + batch_size]
+      # Pad the last batch with copies so every call has the same shape (one compilation).
+      padded = list(chunk) + [chunk[0]] * (batch_size - len(chunk))
+      arrays = train_data.batch_arrays(padded, length, DECODE_LENGTH[task])
+      tokens = decoding.greedy_decode(
+          model, params, jnp.asarray(arrays['encoder_input_tokens']),
+          max_decode_length=DECODE_LENGTH[task], eos_id=vocab.eos_id, temperature=temperature)
+      tokens = np.asarray(tokens)
+      scores += [ex.score(vocab.decode(t)) for ex, t in zip(chunk, tokens)]
+    out[task] = 100.0 * float(np.mean(scores))
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The training loop.
+
+
+def _required(**values: Any) -> None:
+  missing = [k for k, v in values.items() if v is None or v is gin.REQUIRED
+             or type(v).__name__ == '_GinRequired']
+  if missing:
+    raise ValueError(f'train() needs {", ".join(missing)} (gin macros '
+                     f'{", ".join(m.upper() for m in missing)}).')
+
+
+def _log(model_dir: str, record: Mapping[str, Any]) -> None:
+  line = json.dumps(record, sort_keys=True)
+  print(line, flush=True)
+  with open(os.path.join(model_dir, 'train_log.jsonl'), 'a') as f:
+    f.write(line + '\n')
+
+
+def train(*,
+          model: network.Transformer | None = None,
+          model_dir: str | None = None,
+          seed: int = 0,
+          num_steps: int = 1000,
+          batch_size: int = 32,
+          learning_rate: float = 1e-3,
+          warmup_steps: int = 100,
+          weight_decay: float = 0.0,
+          optimizer: str = 'adamw',
+          schedule: str = 'cosine',
+          per_example_loss: bool = False,
+          mix: Mapping[str, float] | None = None,
+          length_power: float = 1.0,
+          input_length: int = 256,
+          target_length: int = 40,
+          vocab_size: int = 1000,
+          checkpoint_every: int = 200,
+          keep_checkpoints: int = 2,
+          log_every: int = 20,
+          eval_lengths: Sequence[int] = (256,),
+          eval_examples: int = 100,
+          eval_seed: int = 1000,
+          eval_batch_size: int = 16,
+          export_dir: str | None = None,
+          export_dtype: str = 'float32') -> dict[str, Any]:
+  """Trains `model` on the retrieval mix; resumes from MODEL_DIR's newest checkpoint.
+
+  Args:
+    model: the Transformer (its config's vocab_size must hold `vocab_size` pieces).
+    model_dir: output folder (see the module docstring).
+    seed: parameter init, data stream (example i of the run is `train_data.train_example(...,
+      seed, i)`) and dropout.
+    num_steps: total optimizer steps.
+    batch_size, learning_rate, warmup_steps, weight_decay, optimizer, schedule: see
+      `OptimizerConfig` ('adamw' or 'adafactor'; 'cosine' or 'wsd').
+    per_example_loss: weigh examples equally in the loss (see `cross_entropy`).
+    mix: task weights, e.g. {'passkey': 1, 'lines': 1, 'kv': 1}; None: equal.
+    length_power: input budgets are `low + u**length_power * (input_length - low)` (see
+      `train_data.Mix`); 2 favours short inputs.
+    input_length: L_tr; inputs (with EOS) have at most input_length tokens.
+    target_length: decoder length (longest target with EOS).
+    vocab_size: SentencePiece pieces, trained on the tasks' prompts on first run.
+    checkpoint_every, keep_checkpoints, log_every: checkpoint and log cadence.
+    eval_lengths, eval_examples, eval_seed, eval_batch_size: held-out greedy evaluation at the
+      end (tau = 1), written to MODEL_DIR/eval.json; empty `eval_lengths` skips it.
+    export_dir: if set, the final params (as `export_dtype`) and vocabulary are written there
+      (e.g. t5align/assets/retrieval_t5).
+
+  Returns:
+    {'step', 'loss', 'eval': {length: {task: accuracy}}, 'wall_s'}.
+  """
+  _required(model=model, model_dir=model_dir)
+  cfg = model.config
+  os.makedirs(model_dir, exist_ok=True)
+  start = time.time()
+  vocab_path = os.path.join(model_dir, VOCAB_FILE)
+  if not os.path.exists(vocab_path):
+    vocab_lib.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
+  vocab = vocab_lib.Vocabulary(vocab_path)
+  if vocab.vocab_size > cfg.vocab_size:
+    raise ValueError(f'{vocab.vocab_size} pieces do not fit config.vocab_size={cfg.vocab_size}.')
+  task_mix = train_data.Mix(weights=dict(mix or {t: 1.0 for t in train_data.TASKS}),
+                            max_length=input_length, length_power=length_power)
+
+  opt_config = OptimizerConfig(learning_rate=learning_rate, total_steps=num_steps,
+                               warmup_steps=warmup_steps, weight_decay=weight_decay,
+                               name=optimizer, schedule=schedule)
+  rng = jax.random.PRNGKey(seed)
+  params = network.init_variables(cfg, rng)['params']
+  opt_state = opt_config.make().init(params)
+  done = checkpoint_steps(model_dir)
+  step = 0
+  if done:
+    step = done[-1]
+    params, opt_state = restore_checkpoint(model_dir, step, cfg, opt_state)
+    _log(model_dir, {'event': 'resume', 'step': step})
+  batches = train_data.train_batches(vocab, task_mix, seed=seed, batch_size=batch_size,
+                                     target_length=target_length, start_step=step)
+  loss = float('nan')
+  window: list[dict] = []
+  t0 = time.time()
+  while step < num_steps:
+    batch = next(batches)
+    params, opt_state, metrics = train_step(params, opt_state, batch,
+                                            jax.random.fold_in(rng, step), model=model,
+                                            optimizer=opt_config,
+                                            per_example_loss=per_example_loss)
+    step += 1
+    window.append(metrics)
+    if step % log_every == 0 or step == num_steps:
+      means = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
+      loss = means['loss']
+      _log(model_dir, {'step': step, **means, 'step_s': (time.time() - t0) / len(window)})
+      window, t0 = [], time.time()
+    if step % checkpoint_every == 0 or step == num_steps:
+      if step not in checkpoint_steps(model_dir):
+        save_checkpoint(model_dir, step, params, opt_state)
+        _prune(model_dir, keep_checkpoints)
+  train_wall = time.time() - start
+
+  if export_dir:
+    export(params, vocab_path, export_dir, step, export_dtype)
+  results: dict[str, Any] = {}
+  for length in eval_lengths:
+    results[str(length)] = evaluate(model, params, vocab, length=length,
+                                    num_examples=eval_examples, seed=eval_seed,
+                                    batch_size=eval_batch_size)
+    _log(model_dir, {'event': 'eval', 'length': length, **results[str(length)]})
+  summary = {'step': step, 'loss': loss, 'eval': results, 'wall_s': train_wall,
+             'eval_wall_s': time.time() - start - train_wall}
+  if eval_lengths:
+    fileio.write_json_atomic(os.path.join(model_dir, 'eval.json'), summary)
+  return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.train',
+                    description=__doc__,
+                    example_file='gin/runs/train_retrieval.gin plus gin/models/retrieval_small.gin')
+  # Dynamic registration leaves the module attribute undecorated: fetch the configured function.
+  # As `python -m`, this file is __main__, so look it up under its import name.
+  import t5align.train  # pylint: disable=g-import-not-at-top,import-self
+  return gin.get_configurable(t5align.train.train)()
+
+
+if __name__ == '__main__':
+  main()

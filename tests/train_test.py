@@ -1,0 +1,226 @@
+"""Tests for t5align/train.py, train_data.py, vocab.py and the shipped retrieval model."""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+
+import gin
+import jax
+import numpy as np
+import pytest
+
+from t5align import checkpoints
+from t5align import decoding
+from t5align import network
+from t5align import train
+from t5align import train_data
+from t5align import vocab as vocab_lib
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+L_TR = 256
+MAX_ASSET_BYTES = 20_000_000
+# A tiny T5 1.1 that still holds the shipped 1000-piece vocabulary.
+TINY = network.T5Config(vocab_size=1024, emb_dim=16, num_heads=2, num_encoder_layers=1,
+                        num_decoder_layers=1, head_dim=8, mlp_dim=32,
+                        mlp_activations=('gelu', 'linear'), dropout_rate=0.0)
+
+
+@pytest.fixture(scope='module')
+def shipped():
+  """(params, config, vocabulary) of t5align/assets/retrieval_t5."""
+  return train.load_shipped()
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+  return {jax.tree_util.keystr(k): np.asarray(v)
+          for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _assert_trees_equal(actual, expected):
+  actual, expected = _flat(actual), _flat(expected)
+  assert sorted(actual) == sorted(expected)
+  for k in expected:
+    np.testing.assert_array_equal(actual[k], expected[k], err_msg=k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training step and checkpoints (tiny config).
+
+
+def test_train_steps_reduce_the_loss_on_a_fixed_batch(shipped):
+  vocab = shipped[2]
+  examples = [train_data.fill(train_data.passkey_draft(k, d, 512), vocab, 96)
+              for k, d in ((123, 0.1), (4567, 0.5), (89, 0.9), (31415, 0.3))]
+  batch = train_data.batch_arrays(examples, 96, 8)
+  model = network.Transformer(TINY)
+  params = network.init_variables(TINY, jax.random.PRNGKey(0))['params']
+  opt = train.OptimizerConfig(learning_rate=1e-2, total_steps=30, warmup_steps=1)
+  opt_state = opt.make().init(params)
+  losses = []
+  for i in range(30):
+    params, opt_state, metrics = train.train_step(params, opt_state, batch,
+                                                  jax.random.PRNGKey(i), model=model,
+                                                  optimizer=opt)
+    losses.append(float(metrics['loss']))
+  assert np.isfinite(losses).all(), losses
+  assert losses[-1] < 0.6 * losses[0], losses
+
+
+def _tiny_run(model_dir, vocab_path, **overrides):
+  os.makedirs(model_dir, exist_ok=True)
+  if not os.path.exists(os.path.join(model_dir, train.VOCAB_FILE)):
+    shutil.copyfile(vocab_path, os.path.join(model_dir, train.VOCAB_FILE))
+  kwargs = dict(model=network.Transformer(TINY), model_dir=str(model_dir), seed=3, num_steps=4,
+                batch_size=2, learning_rate=1e-3, warmup_steps=1, mix={'passkey': 1.0},
+                input_length=128, target_length=8, checkpoint_every=2, keep_checkpoints=5,
+                log_every=2, eval_lengths=())
+  return train.train(**{**kwargs, **overrides})
+
+
+def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_path, shipped):
+  vocab_path = shipped[2].path
+  full = tmp_path / 'full'
+  _tiny_run(full, vocab_path)
+  assert train.checkpoint_steps(str(full)) == [2, 4]
+
+  # The T5X checkpoint loads strictly with the library reader.
+  params4, config = checkpoints.load_params(str(full / 'checkpoint_4'), TINY)
+  assert config == TINY
+
+  # Interrupted after step 2: the rerun resumes there and ends in the same state.
+  resumed = tmp_path / 'resumed'
+  shutil.copytree(full, resumed)
+  shutil.rmtree(resumed / 'checkpoint_4')
+  os.remove(train.train_state_path(str(resumed), 4))
+  summary = _tiny_run(resumed, vocab_path)
+  assert summary['step'] == 4
+  assert '"event": "resume", "step": 2' in (resumed / 'train_log.jsonl').read_text()
+
+  template = train.OptimizerConfig(1e-3, 4, 1).make().init(params4)
+  p_full, s_full = train.restore_checkpoint(str(full), 4, TINY, template)
+  p_res, s_res = train.restore_checkpoint(str(resumed), 4, TINY, template)
+  _assert_trees_equal(p_res, p_full)
+  _assert_trees_equal(s_res, s_full)
+  _assert_trees_equal(p_full, params4)
+
+
+def test_saved_optimizer_state_round_trips(tmp_path):
+  params = network.init_variables(TINY, jax.random.PRNGKey(1))['params']
+  opt = train.OptimizerConfig(1e-3, 10, 2).make()
+  state = opt.init(params)
+  grads = jax.tree.map(np.ones_like, params)
+  _, state = opt.update(grads, state, params)  # Non-trivial moments and count.
+  train.save_checkpoint(str(tmp_path), 7, params, state)
+  assert train.checkpoint_steps(str(tmp_path)) == [7]
+  p, s = train.restore_checkpoint(str(tmp_path), 7, TINY, opt.init(params))
+  _assert_trees_equal(p, params)
+  _assert_trees_equal(s, state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training data.
+
+
+def test_training_batches_are_deterministic_per_seed_and_fit_l_tr(shipped):
+  vocab = shipped[2]
+  mix = train_data.Mix({'passkey': 1.0, 'lines': 1.0, 'kv': 1.0}, max_length=L_TR)
+
+  def take(seed, n, start=0):
+    it = train_data.train_batches(vocab, mix, seed=seed, batch_size=4, target_length=40,
+                                  start_step=start)
+    return [next(it) for _ in range(n)]
+
+  first, again, other = take(0, 3), take(0, 3), take(1, 3)
+  for a, b in zip(first, again):
+    _assert_trees_equal(a, b)
+  assert any(a['encoder_input_tokens'].shape != b['encoder_input_tokens'].shape
+             or not np.array_equal(a['encoder_input_tokens'], b['encoder_input_tokens'])
+             for a, b in zip(first, other))
+  _assert_trees_equal(take(0, 1, start=2)[0], first[2])  # Resuming continues the stream.
+
+  lengths = []
+  for batch in first:
+    enc = batch['encoder_input_tokens']
+    assert enc.shape[1] <= L_TR
+    n = (enc > 0).sum(axis=1)
+    np.testing.assert_array_equal(enc[np.arange(len(n)), n - 1], vocab.eos_id)
+    lengths += n.tolist()
+    tgt = batch['decoder_target_tokens']
+    np.testing.assert_array_equal(batch['decoder_input_tokens'][:, 1:], tgt[:, :-1])
+  assert len(set(lengths)) > 3  # Varied lengths.
+
+
+@pytest.mark.parametrize('task', train_data.TASKS)
+def test_examples_fill_the_budget_and_score(shipped, task):
+  vocab = shipped[2]
+  examples = train_data.eval_examples(task, vocab, L_TR, 4, seed=5)
+  assert examples == train_data.eval_examples(task, vocab, L_TR, 4, seed=5)
+  for ex in examples:
+    assert L_TR - 80 < len(ex.input_ids) <= L_TR, len(ex.input_ids)
+    assert ex.input_ids == tuple(vocab.encode(ex.inputs)) + (vocab.eos_id,)
+    assert vocab.decode(ex.target_ids) == ex.targets
+    assert ex.score(ex.targets) == 1.0
+    assert ex.score('0') == 0.0
+    assert ex.targets in ex.inputs
+
+
+def test_lines_prompt_is_longeval_format():
+  prompt = train_data.lines_prompt([('torpid-kid', 2416), ('calm-otter', 7)], 'torpid-kid')
+  assert prompt.startswith('Below is a record of lines I want you to remember.')
+  assert 'record start:\n\nline torpid-kid: REGISTER_CONTENT is <2416>\n' in prompt
+  assert 'line calm-otter: REGISTER_CONTENT is <7>\n\nNow the record is over.' in prompt
+  assert prompt.endswith('in line torpid-kid? I need the number. ')
+
+
+def test_vocabulary_is_deterministic_and_splits_digits(tmp_path, shipped):
+  corpus = list(train_data.vocabulary_corpus(seed=0, num_prompts=30))
+  a = vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'a.model'), 300)
+  b = vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'b.model'), 300)
+  assert (tmp_path / 'a.model').read_bytes() == (tmp_path / 'b.model').read_bytes()
+  for v in (a, shipped[2]):
+    assert (v.pad_id, v.eos_id, v.unk_id) == (0, 1, 2)
+    pieces = [v._sp.id_to_piece(i) for i in v.encode('key 40721')]  # pylint: disable=protected-access
+    assert pieces[-5:] == ['4', '0', '7', '2', '1'], pieces
+
+
+# ---------------------------------------------------------------------------------------------
+# The shipped model.
+
+
+def _documented_config() -> network.T5Config:
+  gin.clear_config()
+  try:
+    gin.add_config_file_search_path(str(REPO_ROOT))
+    gin.parse_config_files_and_bindings([str(REPO_ROOT / 'gin/models/retrieval_small.gin')], [],
+                                        finalize_config=False)
+    return gin.get_configurable(network.Transformer)().config
+  finally:
+    gin.clear_config()
+
+
+def test_shipped_asset_has_the_documented_config_and_size(shipped):
+  _, config, vocab = shipped
+  documented = _documented_config()
+  fields = ('vocab_size', 'emb_dim', 'num_heads', 'head_dim', 'num_encoder_layers',
+            'num_decoder_layers', 'mlp_dim', 'mlp_activations', 'logits_via_embedding')
+  assert {f: getattr(config, f) for f in fields} == {f: getattr(documented, f) for f in fields}
+  assert documented.mlp_activations == ('gelu', 'linear') and not documented.logits_via_embedding
+  assert vocab.vocab_size <= config.vocab_size
+  total = sum(p.stat().st_size for p in pathlib.Path(train.ASSET_DIR).rglob('*') if p.is_file())
+  assert total <= MAX_ASSET_BYTES, total
+  assert (pathlib.Path(train.ASSET_DIR) / 'TRAINING.md').exists()
+
+
+def test_shipped_model_finds_the_pass_key_at_l_tr(shipped):
+  params, config, vocab = shipped
+  cases = ((12345, 0.0), (7, 0.35), (49999, 0.7), (30210, 1.0))
+  examples = [train_data.fill(train_data.passkey_draft(k, d, 4 * L_TR), vocab, L_TR)
+              for k, d in cases]
+  assert all(len(e.input_ids) > L_TR - 8 for e in examples)
+  batch = train_data.batch_arrays(examples, L_TR, train.DECODE_LENGTH['passkey'])
+  tokens = decoding.greedy_decode(network.Transformer(config), params,
+                                  batch['encoder_input_tokens'],
+                                  max_decode_length=train.DECODE_LENGTH['passkey'],
+                                  eos_id=vocab.eos_id)
+  assert [vocab.decode(t) for t in np.asarray(tokens)] == [str(k) for k, _ in cases]
