@@ -27,7 +27,6 @@ import os
 import sys
 from typing import Any, Mapping, Sequence
 
-import gin
 import jax.numpy as jnp
 import numpy as np
 
@@ -84,14 +83,6 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   return evaluation.Temperature(constant=temperature, label=label or '')
 
 
-def _required(**values: Any) -> None:
-  missing = [k for k, v in values.items() if v is None or v is gin.REQUIRED
-             or type(v).__name__ == '_GinRequired']
-  if missing:
-    raise ValueError(f'evaluate() needs {", ".join(missing)} (gin macros '
-                     f'{", ".join(m.upper() for m in missing)}).')
-
-
 def evaluate(*,
              model: network.Transformer | None = None,
              checkpoint_path: str | None = None,
@@ -131,8 +122,8 @@ def evaluate(*,
     params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
     show_progress: draw a progress bar per task.
   """
-  _required(checkpoint_path=checkpoint_path, mixture_or_task_name=mixture_or_task_name,
-            output_dir=output_dir)
+  gin_cli.require('evaluate', checkpoint_path=checkpoint_path,
+                  mixture_or_task_name=mixture_or_task_name, output_dir=output_dir)
   import seqio  # pylint: disable=g-import-not-at-top
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
@@ -257,11 +248,7 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.eval',
                     description=__doc__,
                     example_file='gin/runs/eval.gin plus a gin/models file')
-  # The gin files configure t5align.eval.evaluate by dynamic registration, which leaves the module
-  # attribute undecorated (and, under `python -m`, this file is __main__, not t5align.eval):
-  # call the configured function that gin holds.
-  import t5align.eval  # pylint: disable=g-import-not-at-top,import-self
-  return gin.get_configurable(t5align.eval.evaluate)()
+  return gin_cli.call_configured('t5align.eval.evaluate')
 
 
 if __name__ == '__main__':

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from typing import Sequence
 
@@ -63,3 +64,23 @@ def configure(argv: Sequence[str], **kwargs) -> None:
   for path in paths:
     gin.add_config_file_search_path(path)
   gin.parse_config_files_and_bindings(files, bindings)
+
+
+def require(function: str, **values) -> None:
+  """Raises a ValueError naming every argument of `function` left unset (None or gin.REQUIRED)."""
+  missing = [k for k, v in values.items() if v is None or v is gin.REQUIRED
+             or type(v).__name__ == '_GinRequired']
+  if missing:
+    raise ValueError(f'{function}() needs {", ".join(missing)} (gin macros '
+                     f'{", ".join(m.upper() for m in missing)}).')
+
+
+def call_configured(qualified_name: str):
+  """Calls the gin-configured function 'package.module.function' with no arguments.
+
+  Dynamic registration leaves the module attribute undecorated, and under `python -m` the entry
+  point's file is `__main__`, not its import name: so fetch the configurable gin holds for the
+  function as imported by name.
+  """
+  module, name = qualified_name.rsplit('.', 1)
+  return gin.get_configurable(getattr(importlib.import_module(module), name))()

@@ -253,12 +253,12 @@ def evaluate(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabular
 # The training loop.
 
 
-def _required(**values: Any) -> None:
-  missing = [k for k, v in values.items() if v is None or v is gin.REQUIRED
-             or type(v).__name__ == '_GinRequired']
-  if missing:
-    raise ValueError(f'train() needs {", ".join(missing)} (gin macros '
-                     f'{", ".join(m.upper() for m in missing)}).')
+def training_record(*, input_length: int, summary: Mapping[str, Any],
+                    command: str | None = None) -> dict[str, Any]:
+  """training.json beside exported weights: L_tr (what calibration aligns to), the command (if
+  given), the run's summary and gin's configuration (call while it is still parsed)."""
+  return {'input_length': input_length, 'command': command, 'summary': dict(summary),
+          'gin_config': gin.config_str()}
 
 
 def _log(model_dir: str, record: Mapping[str, Any]) -> None:
@@ -293,7 +293,8 @@ def train(*,
           eval_seed: int = 1000,
           eval_batch_size: int = 16,
           export_dir: str | None = None,
-          export_dtype: str = 'float32') -> dict[str, Any]:
+          export_dtype: str = 'float32',
+          command: str | None = None) -> dict[str, Any]:
   """Trains `model` on the retrieval mix; resumes from MODEL_DIR's newest checkpoint.
 
   Args:
@@ -314,13 +315,15 @@ def train(*,
     checkpoint_every, keep_checkpoints, log_every: checkpoint and log cadence.
     eval_lengths, eval_examples, eval_seed, eval_batch_size: held-out greedy evaluation at the
       end (tau = 1), written to MODEL_DIR/eval.json; empty `eval_lengths` skips it.
-    export_dir: if set, the final params (as `export_dtype`) and vocabulary are written there
-      (e.g. t5align/assets/retrieval_t5).
+    export_dir: if set, the final params (as `export_dtype`), vocabulary and training.json
+      (`training_record`) are written there (e.g. t5align/assets/retrieval_t5).
+    command: the command line to record in training.json, if any.
 
   Returns:
-    {'step', 'loss', 'eval': {length: {task: accuracy}}, 'wall_s'}.
+    {'step', 'loss', 'token_accuracy', 'eval': {length: {task: accuracy}}, 'wall_s',
+    'eval_wall_s'}.
   """
-  _required(model=model, model_dir=model_dir)
+  gin_cli.require('train', model=model, model_dir=model_dir)
   cfg = model.config
   os.makedirs(model_dir, exist_ok=True)
   start = time.time()
@@ -347,7 +350,7 @@ def train(*,
     _log(model_dir, {'event': 'resume', 'step': step})
   batches = train_data.train_batches(vocab, task_mix, seed=seed, batch_size=batch_size,
                                      target_length=target_length, start_step=step)
-  loss = float('nan')
+  loss = token_accuracy = float('nan')
   window: list[dict] = []
   t0 = time.time()
   while step < num_steps:
@@ -360,7 +363,7 @@ def train(*,
     window.append(metrics)
     if step % log_every == 0 or step == num_steps:
       means = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
-      loss = means['loss']
+      loss, token_accuracy = means['loss'], means['token_accuracy']
       _log(model_dir, {'step': step, **means, 'step_s': (time.time() - t0) / len(window)})
       window, t0 = [], time.time()
     if step % checkpoint_every == 0 or step == num_steps:
@@ -377,10 +380,14 @@ def train(*,
                                     num_examples=eval_examples, seed=eval_seed,
                                     batch_size=eval_batch_size)
     _log(model_dir, {'event': 'eval', 'length': length, **results[str(length)]})
-  summary = {'step': step, 'loss': loss, 'eval': results, 'wall_s': train_wall,
-             'eval_wall_s': time.time() - start - train_wall}
+  summary = {'step': step, 'loss': loss, 'token_accuracy': token_accuracy, 'eval': results,
+             'wall_s': train_wall, 'eval_wall_s': time.time() - start - train_wall}
   if eval_lengths:
     fileio.write_json_atomic(os.path.join(model_dir, 'eval.json'), summary)
+  if export_dir:
+    # What the demo calibrates against (L_tr), and how the shipped weights were made.
+    fileio.write_json_atomic(os.path.join(export_dir, 'training.json'), training_record(
+        input_length=input_length, summary=summary, command=command), sort_keys=False)
   return summary
 
 
@@ -392,10 +399,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.train',
                     description=__doc__,
                     example_file='gin/runs/train_retrieval.gin plus gin/models/retrieval_small.gin')
-  # Dynamic registration leaves the module attribute undecorated: fetch the configured function.
-  # As `python -m`, this file is __main__, so look it up under its import name.
-  import t5align.train  # pylint: disable=g-import-not-at-top,import-self
-  return gin.get_configurable(t5align.train.train)()
+  return gin_cli.call_configured('t5align.train.train')
 
 
 if __name__ == '__main__':
