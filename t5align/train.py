@@ -149,7 +149,7 @@ def train_step(params: Any, opt_state: Any, batch: Mapping[str, Array], rng: Arr
   updates, opt_state = optimizer.make().update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
   return params, opt_state, {'loss': loss, 'token_accuracy': acc,
-                             'grad_norm': optax.global_norm(grads)}
+                             'grad_norm': optax.tree.norm(grads)}
 
 
 # ---------------------------------------------------------------------------------------------
