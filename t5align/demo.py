@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from t5align import evaluation
 from t5align import fileio
 from t5align import network
 from t5align import schedule as schedule_lib
@@ -48,10 +49,7 @@ def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATIO
   """
   rows = [ex.input_ids for task in train_data.TASKS
           for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
-  tokens = np.zeros((len(rows), length), np.int32)
-  for i, row in enumerate(rows):
-    tokens[i, :len(row)] = row
-  return tokens
+  return evaluation.pad_tokens(rows, multiple=length, min_length=length)
 
 
 def row_temperature(schedule: schedule_lib.TemperatureSchedule, row: str, length: int):
