@@ -9,6 +9,11 @@ device's `peak_bytes_in_use` (torch: `max_memory_allocated`), on CPU the process
 One layer, batch 1, encoder (bidirectional) attention with the T5 relative bias, row statistics
 on. TFLOP/s counts the attention core only, 4 L^2 H D (q.k and p.v); HF's T5Attention time also
 includes its q/k/v/o projections and its materialized `[1, H, L, L]` bias.
+
+Before timing, each blockwise/Pallas worker checks itself against 'reference' on a padded batch
+of 2 with two taus (`check_vs_reference`: output relative error, P_max / entropy errors), so a
+kernel that compiles but computes the wrong thing shows in the same JSON. `--pallas-configs
+128,64,4,2 ...` measures the kernel at other blocks / warps / stages, one row each.
 """
 from __future__ import annotations
 
@@ -49,17 +54,20 @@ def peak_memory_bytes(framework: str) -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB.
 
 
-def time_calls(fn: Callable[[], Any], block: Callable[[Any], Any], repeats: int) -> dict:
-  """Compile/warm-up time of the first call and median wall time of `repeats` more."""
+def time_calls(fn: Callable[[], Any], block: Callable[[Any], Any], repeats: int
+               ) -> tuple[dict, Any]:
+  """Compile/warm-up time of the first call, median wall time of `repeats` more, last output."""
   start = time.perf_counter()
-  block(fn())
+  out = block(fn())
   first = time.perf_counter() - start
   times = []
   for _ in range(repeats):
     start = time.perf_counter()
-    block(fn())
+    out = block(fn())
     times.append(time.perf_counter() - start)
-  return {'first_call_s': round(first, 4), 'seconds': round(statistics.median(times), 5)}
+  # NOTE: repeats=0 reports the first call (for minute-long reference runs).
+  seconds = statistics.median(times) if times else first
+  return {'first_call_s': round(first, 4), 'seconds': round(seconds, 5)}, out
 
 
 def torch_available() -> bool:
@@ -79,7 +87,9 @@ def torch_device_and_dtype(dtype: str):
 
 def torch_block(device: str):
   import torch  # pylint: disable=g-import-not-at-top
-  return (lambda x: torch.cuda.synchronize()) if device == 'cuda' else (lambda x: x)
+  if device != 'cuda':
+    return lambda x: x
+  return lambda x: (torch.cuda.synchronize(), x)[1]
 
 
 def run_worker(module: str, spec: dict, timeout: int) -> dict:
@@ -111,20 +121,67 @@ def attention_flops(length: int, heads: int, depth: int) -> float:
   return 4.0 * length * length * heads * depth
 
 
+def configure_pallas(spec: dict) -> None:
+  """Sets the Pallas kernel's module defaults from `spec['pallas']` = [bq, bk, warps, stages]."""
+  if spec.get('pallas'):
+    from t5align import pallas_attention  # pylint: disable=g-import-not-at-top
+    (pallas_attention.BLOCK_Q, pallas_attention.BLOCK_K, pallas_attention.NUM_WARPS,
+     pallas_attention.NUM_STAGES) = spec['pallas']
+
+
+def check_against_reference(impl: str, heads: int, depth: int, dtype) -> dict:
+  """`impl` vs 'reference' on batch 2, 1000 tokens (not a block multiple), padding, taus 0.8/0.6.
+
+  Both run in `dtype`; errors over real (non-pad) query rows: relative L2 error of the output,
+  largest absolute P_max and entropy differences, and whether any value is not finite.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5align import attention  # pylint: disable=g-import-not-at-top
+  length = 1000
+  keys = jax.random.split(jax.random.PRNGKey(42), 4)
+  q, k, v = (jax.random.normal(key, (2, length, heads, depth), dtype) for key in keys[:3])
+  table = 3.0 * jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS), jnp.float32)
+  ids = jnp.stack([jnp.ones(length, jnp.int32),
+                   (jnp.arange(length) < 700).astype(jnp.int32)])  # [2, l]; row 1 padded.
+  taus = jnp.asarray([0.8, 0.6], jnp.float32)
+  run = lambda name: jax.jit(functools.partial(
+      attention.self_attention, impl=name, dtype=dtype, with_stats=True))(
+          q, k, v, rel_embedding=table, segment_ids=ids, temperature=taus)
+  (out, stats), (ref, ref_stats) = run(impl), run('reference')
+  real = np.asarray(ids > 0)  # [b, l]
+  out, ref = (np.asarray(x, np.float64)[real] for x in (out, ref))  # [rows, h, d]
+  pick = lambda x: np.asarray(x, np.float64).transpose(0, 2, 1)[real]  # [b, h, l] -> [rows, h]
+  finite = all(np.isfinite(x).all() for x in (out, pick(stats.pmax), pick(stats.entropy)))
+  return {
+      'out_rel_err': float(np.linalg.norm(out - ref) / np.linalg.norm(ref)),
+      'pmax_max_abs_err': float(np.abs(pick(stats.pmax) - pick(ref_stats.pmax)).max()),
+      'entropy_max_abs_err': float(np.abs(pick(stats.entropy) - pick(ref_stats.entropy)).max()),
+      'all_finite': bool(finite),
+  }
+
+
 def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import attention  # pylint: disable=g-import-not-at-top
+  configure_pallas(spec)
   length, heads, depth = spec['length'], spec['heads'], spec['depth']
   dtype = jnp.dtype(spec['dtype'])
+  check = (None if spec['impl'] == 'reference'
+           else check_against_reference(spec['impl'], heads, depth, dtype))
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   q, k, v = (jax.random.normal(key, (1, length, heads, depth), dtype) for key in keys[:3])
   table = jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS), jnp.float32)
   ids = jnp.ones((1, length), jnp.int32)
   fn = jax.jit(functools.partial(attention.self_attention, impl=spec['impl'], dtype=dtype,
                                  with_stats=True))
-  result = time_calls(lambda: fn(q, k, v, rel_embedding=table, segment_ids=ids, temperature=0.8),
-                      jax.block_until_ready, spec['repeats'])
+  result, _ = time_calls(
+      lambda: fn(q, k, v, rel_embedding=table, segment_ids=ids, temperature=0.8),
+      jax.block_until_ready, spec['repeats'])
+  if check is not None:
+    result['check_vs_reference'] = check
   return {**result, 'device': str(jax.devices()[0].device_kind)}
 
 
@@ -139,7 +196,7 @@ def _torch_worker(spec: dict) -> dict:
   layer = T5Attention(config, has_relative_attention_bias=True).to(device, dtype).eval()
   hidden = torch.randn(1, length, heads * depth, device=device, dtype=dtype)
   with torch.no_grad():
-    result = time_calls(lambda: layer(hidden), torch_block(device), spec['repeats'])
+    result, _ = time_calls(lambda: layer(hidden), torch_block(device), spec['repeats'])
   return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
 
@@ -161,8 +218,17 @@ def parse_common_flags(parser: argparse.ArgumentParser, argv, timeout: int) -> a
   parser.add_argument('--repeats', type=int)
   parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
   parser.add_argument('--timeout', type=int, default=timeout, help='seconds per measurement')
+  parser.add_argument('--pallas-configs', nargs='+', default=[''], metavar='BQ,BK,WARPS,STAGES',
+                      help="Pallas kernel settings to measure (one row each); '' = defaults")
   parser.add_argument('--worker', help=argparse.SUPPRESS)
   return parser.parse_args(argv)
+
+
+def variants(args: argparse.Namespace, impl: str) -> list[dict]:
+  """Extra spec keys per measured variant of `impl` (one per --pallas-configs entry for Pallas)."""
+  if impl != 'pallas':
+    return [{}]
+  return [{'pallas': [int(x) for x in c.split(',')]} if c else {} for c in args.pallas_configs]
 
 
 def implementations(args: argparse.Namespace, preset: dict) -> list[str]:
@@ -191,10 +257,11 @@ def main(argv=None) -> None:
       for impl in impls:
         if length > preset['max_length'].get(impl, length):
           continue
-        spec = dict(impl=impl, length=length, heads=heads, depth=args.depth or preset['depth'],
-                    dtype=preset['dtype'], repeats=args.repeats or preset['repeats'])
-        rows.append(run_worker('benchmarks.attention_bench', spec, args.timeout))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        for extra in variants(args, impl):
+          spec = dict(impl=impl, length=length, heads=heads, depth=args.depth or preset['depth'],
+                      dtype=preset['dtype'], repeats=args.repeats or preset['repeats'], **extra)
+          rows.append(run_worker('benchmarks.attention_bench', spec, args.timeout))
+          print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   add_ratios(rows, ('length', 'heads'))
   print(json.dumps({'benchmark': 'attention', 'preset': args.preset, 'rows': rows}, indent=1))
 

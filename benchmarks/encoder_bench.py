@@ -77,6 +77,7 @@ def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
+  common.configure_pallas(spec)
   dtype = jnp.dtype(spec['dtype'])
   config = network.T5Config(**MODELS[spec['model']], dtype=dtype, dropout_rate=0.0,
                             mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'])
@@ -98,9 +99,8 @@ def _jax_worker(spec: dict) -> dict:
     fn = jax.jit(jax.vmap(stats, in_axes=(None, None, 0)))
     taus = jnp.asarray(TAUS, jnp.float32)
     call = lambda: fn(params, tokens, taus)
-  result = common.time_calls(call, jax.block_until_ready, spec['repeats'])
+  result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'])
   if spec['kind'] == 'calibration':
-    out = call()
     result['pmax'] = [round(float(x), 5) for x in out['pmax']]
     result['entropy'] = [round(float(x), 4) for x in out['entropy']]
   return {**result, 'device': str(jax.devices()[0].device_kind)}
@@ -125,15 +125,19 @@ def _torch_worker(spec: dict) -> dict:
   block = common.torch_block(device)
   if spec['kind'] == 'forward':
     with torch.no_grad():
-      result = common.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'])
+      result, _ = common.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'])
     return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
   rows = []  # (pmax, entropy) per layer of the current pass.
 
   def hook(module, inputs, output):
-    probs = output[2].float()  # [b, h, q, k]
-    entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
-    rows.append((probs.amax(-1).mean().item(), entropy.mean().item()))
+    pmax = entropy = 0.0
+    for probs in output[2].unbind(1):  # [b, h, q, k] -> h x [b, q, k]; one f32 copy at a time.
+      probs = probs.float()
+      pmax += probs.amax(-1).mean().item()
+      entropy += -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1).mean().item()
+    heads = output[2].shape[1]
+    rows.append((pmax / heads, entropy / heads))
 
   for m in attentions:
     m.register_forward_hook(hook)
@@ -153,8 +157,7 @@ def _torch_worker(spec: dict) -> dict:
     return pmax, entropy
 
   with torch.no_grad():
-    result = common.time_calls(sweep, block, spec['repeats'])
-    pmax, entropy = sweep()
+    result, (pmax, entropy) = common.time_calls(sweep, block, spec['repeats'])
   return {**result, 'pmax': [round(x, 5) for x in pmax], 'entropy': [round(x, 4) for x in entropy],
           'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
@@ -195,10 +198,11 @@ def main(argv=None) -> None:
       for impl in impls:
         if length > preset['max_length'].get(impl, length):
           continue
-        spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
-                    repeats=args.repeats or preset['repeats'])
-        rows.append(common.run_worker('benchmarks.encoder_bench', spec, args.timeout))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        for extra in common.variants(args, impl):
+          spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
+                      repeats=args.repeats or preset['repeats'], **extra)
+          rows.append(common.run_worker('benchmarks.encoder_bench', spec, args.timeout))
+          print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   common.add_ratios(rows, ('kind', 'model', 'length'))
   print(json.dumps({'benchmark': 'encoder', 'preset': args.preset, 'rows': rows}, indent=1))
 

@@ -40,19 +40,34 @@ def example(example_id: str, inputs: str, targets: str, **meta) -> Example:
 # Passkey.
 
 
-def passkey_prompt(n_garbage: int, prefix_chars: int, key: int) -> str:
+def passkey_needle(name: str, value: int) -> str:
+  """'The pass key is 123. Remember it. 123 is the pass key.' for name 'pass key'."""
+  return f'The {name} is {value}. Remember it. {value} is the {name}.'
+
+
+def passkey_prompt(n_garbage: int, prefix_chars: int, key: int,
+                   decoys: Sequence[tuple[int, str, int]] = ()) -> str:
   """Task line, `prefix_chars` of filler, the needle, the rest of the filler, the question.
 
-  As upstream, `n_garbage` counts filler *characters*: both filler pieces are cut from the start
+  As upstream, `n_garbage` counts filler *characters*: each filler piece is cut from the start
   of the filler sentences repeated, so a piece may end mid-sentence. The paper's "# of sentences"
   settings 20k..55k are these character counts (55k characters are ~15k T5 tokens).
+
+  `decoys` (not in the paper; used to train and test the shipped model) are extra needles
+  `(chars, name, value)` worded like the pass key's ('The door code is 77. Remember it. ...'),
+  each placed after `chars` filler characters; at equal positions the pass key comes first.
   """
-  if not 0 <= prefix_chars <= n_garbage:
-    raise ValueError(f'prefix_chars={prefix_chars} outside [0, {n_garbage}].')
+  needles = [(prefix_chars, passkey_needle('pass key', key))]
+  needles += [(chars, passkey_needle(name, value)) for chars, name, value in decoys]
+  for chars, _ in needles:
+    if not 0 <= chars <= n_garbage:
+      raise ValueError(f'needle position {chars} outside [0, {n_garbage}].')
   filler = ' '.join([PASSKEY_FILLER] * (n_garbage // len(PASSKEY_FILLER) + 2))
-  needle = f'The pass key is {key}. Remember it. {key} is the pass key.'
-  return '\n'.join([PASSKEY_TASK, filler[:prefix_chars], needle,
-                    filler[:n_garbage - prefix_chars], PASSKEY_QUESTION])
+  parts, done = [PASSKEY_TASK], 0
+  for chars, text in sorted(needles, key=lambda n: n[0]):
+    parts += [filler[:chars - done], text]
+    done = chars
+  return '\n'.join(parts + [filler[:n_garbage - done], PASSKEY_QUESTION])
 
 
 def passkey_examples(n_garbage: int, num_examples: int, seed: int = 0) -> Iterator[Example]:

@@ -55,7 +55,7 @@ def relpos_bias_row(rel_embedding: Any, length: int, query_position: int) -> np.
 def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
             reference_length: int = 512, grid: Sequence[float] = calibration.PAPER_GRID,
             eos_id: int | None = 1, qq_size: int = 256, chunk: int = 128,
-            **stats_kwargs) -> dict[str, Any]:
+            memo: calibration.Memo | None = None, **stats_kwargs) -> dict[str, Any]:
   """Statistics for the analysis: curves over `grid` and layer-0 logit summaries per length.
 
   Args:
@@ -68,6 +68,7 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
     eos_id: end id of rows cut short.
     qq_size: quantiles kept for the QQ plots.
     chunk: query chunk of the layer-0 sorted-logit computation.
+    memo: results already computed for this model (e.g. by `schedule.build_schedule`).
     **stats_kwargs: passed to `calibration.encoder_attention_stats` (mesh, batch_size, ...).
 
   Returns:
@@ -83,17 +84,18 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
   for L in all_lengths[1:]:
     calibration.check_lengths(L, reference_length)
   params = calibration.place_params(params, stats_kwargs.get('mesh'))
+  memo = memo if memo is not None else calibration.Memo()
   numbers = {'reference_length': reference_length, 'lengths': all_lengths, 'grid': grid,
              'statistics': {}, 'layer0': {}}
   for L in all_lengths:
     cut = calibration.cut_to_length(tokens, L, eos_id)
-    stats = calibration.encoder_attention_stats(params, config, cut, grid, **stats_kwargs)
+    stats = memo.attention_stats(params, config, cut, grid, **stats_kwargs)
     one = grid.index(1.0)
     numbers['statistics'][str(L)] = {
         'pmax': stats.pmax.tolist(), 'entropy': stats.entropy.tolist(),
         'layer_pmax_tau1': stats.layer_pmax[one].tolist(),
         'layer_entropy_tau1': stats.layer_entropy[one].tolist()}
-    vector = calibration.layer0_sorted_logits(params, config, cut, chunk)
+    vector = memo.sorted_logits(params, config, cut, chunk)
     summary = calibration.summarize_logit_vector(vector)
     numbers['layer0'][str(L)] = {**summary._asdict(), 'qq': qq_points(vector, qq_size)}
   numbers['rel_embedding'] = np.asarray(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -414,6 +415,48 @@ def layer0_sorted_logits(params: Any, config: network.T5Config, tokens: Any,
   return np.average(np.stack(merged), axis=0, weights=n_valid.astype(np.float64))
 
 
+class Memo:
+  """Remembers `encoder_attention_stats` and `layer0_sorted_logits` results by their inputs.
+
+  A run that asks the same question more than once computes it once: in `build_schedule` the
+  P_max and entropy grids sweep the same taus over the same samples, every statistic strategy
+  needs the same L_tr target, Props. 1-2 share the layer-0 logit vectors, and the analysis
+  needs them all again. Keys are the config, the token and tau arrays (by content) and the
+  chunk; not the params: use one Memo per set of weights. Batch and mesh settings only change
+  how a result is computed, so they are not part of the key.
+  """
+
+  def __init__(self):
+    self._results: dict[tuple, Any] = {}
+    self.hits = 0
+
+  def _get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+    if key in self._results:
+      self.hits += 1
+    else:
+      self._results[key] = compute()
+    return self._results[key]
+
+  @staticmethod
+  def _fingerprint(x: np.ndarray) -> tuple:
+    return x.dtype.str, x.shape, hashlib.sha256(np.ascontiguousarray(x).tobytes()).digest()
+
+  def attention_stats(self, params: Any, config: network.T5Config, tokens: Any,
+                      temperatures: Any, mesh: Mesh | None = None, **kwargs) -> AttentionStats:
+    """`encoder_attention_stats(params, config, tokens, temperatures, mesh, **kwargs)`."""
+    tokens, taus = check_tokens(tokens), check_taus(temperatures).astype(np.float32)
+    key = ('stats', config, self._fingerprint(tokens), self._fingerprint(taus))
+    return self._get(key, lambda: encoder_attention_stats(params, config, tokens, taus, mesh,
+                                                          **kwargs))
+
+  def sorted_logits(self, params: Any, config: network.T5Config, tokens: Any,
+                    chunk: int = 128) -> np.ndarray:
+    """`layer0_sorted_logits(params, config, tokens, chunk)`."""
+    tokens = check_tokens(tokens)
+    key = ('layer0', config, self._fingerprint(tokens), chunk)
+    return self._get(key, lambda: layer0_sorted_logits(params, config, tokens, chunk))
+
+
 # ---------------------------------------------------------------------------------------------
 # Strategies.
 
@@ -434,7 +477,7 @@ def _as_float(x: Any) -> float | tuple[float, ...]:
 
 
 def _align(params, config, tokens, statistic, target_stats, *, search, per_layer, grid, bracket,
-           tol, points, stats_kwargs) -> tuple[Any, Any, bool, dict]:
+           tol, points, memo, stats_kwargs) -> tuple[Any, Any, bool, dict]:
   """Searches tau (or per-layer taus) so the statistic at `tokens` matches `target_stats`."""
   n = config.num_encoder_layers
   increasing = statistic == 'entropy'  # flatter with larger tau: entropy up, P_max down.
@@ -446,7 +489,7 @@ def _align(params, config, tokens, statistic, target_stats, *, search, per_layer
                          points=points)
 
   if not per_layer:
-    evaluate = lambda taus: encoder_attention_stats(
+    evaluate = lambda taus: memo.attention_stats(
         params, config, tokens, taus, **stats_kwargs).values(statistic)
     tau, value, info = run_search(evaluate, float(target_stats.values(statistic)[0]))
     return tau, value, info.pop('clamped'), info
@@ -457,7 +500,7 @@ def _align(params, config, tokens, statistic, target_stats, *, search, per_layer
       # [t, n]: layers < i at their chosen taus, layers >= i at the candidate. Layers > i cannot
       # change layer i's statistic, so each layer's value at its choice is final.
       rows = np.concatenate([np.tile(chosen, (len(taus), 1)), np.tile(taus[:, None], n - i)], 1)
-      return encoder_attention_stats(params, config, tokens, rows, **stats_kwargs).values(
+      return memo.attention_stats(params, config, tokens, rows, **stats_kwargs).values(
           statistic, layer=i)
     tau, value, info = run_search(evaluate, float(target_stats.values(statistic, layer=i)[0]))
     chosen.append(tau)
@@ -484,6 +527,7 @@ def calibrate(
     tau_batch_size: int | None = None,
     eos_id: int | None = 1,
     chunk: int = 128,
+    memo: Memo | None = None,
 ) -> Calibration:
   """Chooses the encoder temperature for inputs like `tokens` (one strategy, one length).
 
@@ -504,6 +548,7 @@ def calibrate(
     tau_batch_size: candidate taus per call.
     eos_id: id that ends a row cut to L_tr (None: leave cut rows as they are).
     chunk: query chunk of the layer-0 sorted-logit computation (closed forms).
+    memo: results shared with other calls on the same model (see `Memo`); None: a fresh one.
 
   Returns:
     A Calibration with the chosen tau, the target and achieved statistic and search details.
@@ -519,11 +564,12 @@ def calibrate(
   if reference_tokens is None:
     reference_tokens = cut_to_length(tokens, reference_length, eos_id)
   common = dict(strategy=strategy, length=length, reference_length=reference_length)
+  memo = memo if memo is not None else Memo()
   if strategy == 'log_length':
     return Calibration(tau=log_length_tau(length, reference_length), **common)
   if search == 'closed_form':
-    ref = summarize_logit_vector(layer0_sorted_logits(params, config, reference_tokens, chunk))
-    ext = summarize_logit_vector(layer0_sorted_logits(params, config, tokens, chunk))
+    ref = summarize_logit_vector(memo.sorted_logits(params, config, reference_tokens, chunk))
+    ext = summarize_logit_vector(memo.sorted_logits(params, config, tokens, chunk))
     clamped = False
     if strategy == 'prop1':
       tau = prop1_tau(reference_length, length, ref.sigma, ext.sigma, ref.pmax)
@@ -543,10 +589,10 @@ def calibrate(
   if points is None:
     # Two taus per round (trisection) share one compiled shape with the bracket's two ends.
     points = mesh.shape['tau'] if mesh is not None else 2
-  target_stats = encoder_attention_stats(params, config, reference_tokens, [1.0], **stats_kwargs)
+  target_stats = memo.attention_stats(params, config, reference_tokens, [1.0], **stats_kwargs)
   tau, achieved, clamped, details = _align(
       params, config, tokens, statistic, target_stats, search=search, per_layer=per_layer,
-      grid=grid, bracket=bracket, tol=tol, points=points, stats_kwargs=stats_kwargs)
+      grid=grid, bracket=bracket, tol=tol, points=points, memo=memo, stats_kwargs=stats_kwargs)
   target = (_as_float(getattr(target_stats, f'layer_{statistic}')[0]) if per_layer
             else float(target_stats.values(statistic)[0]))
   return Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,

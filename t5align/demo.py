@@ -4,8 +4,9 @@ r"""The main job: the shipped retrieval T5, calibrated and evaluated past its tr
                            [--num_examples=N] [--num_samples=N] [--model_dir=PATH]
 
 Steps: calibrate the encoder temperature at each length L_ex (2x..16x L_tr) with every strategy;
-evaluate passkey, line and key-value retrieval at L_tr and each L_ex with tau = 1 and each
-strategy's temperature; write a report folder (report.md, results.json, schedule.json, PNGs).
+evaluate passkey (plain and with decoys), line and key-value retrieval at L_tr and each L_ex
+with tau = 1 and each strategy's temperature; write a report folder (report.md, results.json,
+schedule.json, PNGs).
 Results are saved cell by cell (atomically); rerunning the same command resumes where it stopped.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
@@ -43,7 +45,7 @@ def _log(message: str, start: float) -> None:
 
 def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATION_SEED
                        ) -> np.ndarray:
-  """`[3 * per_task, length]` int32 inputs: held-out prompts of every task filled to `length`.
+  """`[tasks * per_task, length]` int32 held-out prompts of every task filled to `length`.
 
   A prompt fills to at most `length` tokens (whole sentences/records); the rest is padding.
   """
@@ -102,8 +104,9 @@ def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
 
 def headline_table(results: Mapping[str, Any], rows: Sequence[str],
                    lengths: Sequence[int]) -> str:
-  """Markdown: strategy x length, each cell 'passkey / lines / kv' accuracy (%)."""
-  lines = ['| accuracy % (passkey / lines / kv) | ' + ' | '.join(str(L) for L in lengths) + ' |',
+  """Markdown: strategy x length, each cell the tasks' accuracies (%), in `TASKS` order."""
+  lines = [f'| accuracy % ({" / ".join(train_data.TASKS)}) | ' + ' | '.join(map(str, lengths))
+           + ' |',
            '|---' * (len(lengths) + 1) + '|']
   for row in rows:
     cells = ['/'.join(f'{results["accuracy"][row][t][str(L)]:.0f}' for t in train_data.TASKS)
@@ -125,11 +128,13 @@ def observations(results: Mapping[str, Any], rows: Sequence[str], lengths: Seque
                f'(largest drop {drop:.0f} points).')
     for L in lengths[1:]:
       cell = {r: acc[r][task][str(L)] for r in rows}
-      best = max(cell.values())
-      winners = [ROW_LABELS[r] for r in rows if cell[r] == best]
-      verdict = ('no strategy beats tau = 1' if cell['tau=1'] == best else
-                 f'best: {", ".join(winners)} ({best:.0f}% vs {cell["tau=1"]:.0f}%)')
-      out.append(f'  at {L}: {verdict}.')
+      base = cell['tau=1']
+      listed = lambda keep: ', '.join(f'{ROW_LABELS[r]} {cell[r]:.0f}%' for r in rows if keep(r))
+      parts = [f'{word} than tau = 1 ({base:.0f}%): {listed(keep)}'
+               for word, keep in (('better', lambda r: cell[r] > base),
+                                  ('worse', lambda r: cell[r] < base))
+               if any(keep(r) for r in rows)]
+      out.append(f'  at {L}: ' + ('; '.join(parts) or f'every row scores {base:.0f}%') + '.')
   return out
 
 
@@ -157,7 +162,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
 
 def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
         lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
-        num_examples: int = 10, num_samples: int = 1, batch_size: int = 10,
+        num_examples: int = 20, num_samples: int = 1, batch_size: int = 20,
         attention_impl: str = 'blockwise') -> dict[str, Any]:
   """Runs (or resumes) the whole demo; returns the results dict also written to results.json.
 
@@ -192,6 +197,7 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
 
   schedule_path = os.path.join(output_dir, 'schedule.json')
   tokens = calibration_tokens(vocab, lengths[-1], num_samples)
+  memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
   if os.path.exists(schedule_path):
     schedule = schedule_lib.load_schedule(schedule_path)
     _log(f'reusing {schedule_path}', start)
@@ -199,9 +205,10 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
     schedule = schedule_lib.build_schedule(
         params, config, tokens, lengths, strategies, reference_length=reference_length,
         provenance={'model_dir': os.path.abspath(model_dir), 'seed': CALIBRATION_SEED,
-                    'source': 'held-out passkey, line and key-value prompts'},
+                    'source': f'held-out prompts of {", ".join(train_data.TASKS)}'},
         progress=lambda d, t, c: _log(f'calibrated {d}/{t}: {c.strategy} @ {c.length} -> '
-                                      f'tau {np.round(c.tau, 3).tolist()}', start))
+                                      f'tau {np.round(c.tau, 3).tolist()}', start),
+        memo=memo)
     schedule.save(schedule_path)
   temperatures = schedule.table()
   print(temperatures)
@@ -226,7 +233,8 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
       _log(f'{ROW_LABELS[row]:>20} @ {L:>5}: ' +
            ', '.join(f'{k} {v:.0f}%' for k, v in acc.items()), start)
 
-  numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length)
+  numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
+                             memo=memo)
   analysis.write_analysis(numbers, output_dir, schedule)
   dispersion = analysis.dispersion_table(numbers)
   one = list(numbers['grid']).index(1.0)
@@ -274,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--model_dir', default=train.ASSET_DIR)
   parser.add_argument('--lengths', type=int, nargs='+')
   parser.add_argument('--strategies', nargs='+', default=list(STRATEGIES))
-  parser.add_argument('--num_examples', type=int, default=10)
+  parser.add_argument('--num_examples', type=int, default=20)
   parser.add_argument('--num_samples', type=int, default=1)
   parser.add_argument('--attention_impl', default='blockwise')
   args = parser.parse_args(argv)

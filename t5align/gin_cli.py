@@ -75,12 +75,12 @@ def require(function: str, **values) -> None:
                      f'{", ".join(m.upper() for m in missing)}).')
 
 
-def call_configured(qualified_name: str):
-  """Calls the gin-configured function 'package.module.function' with no arguments.
+def call_configured(qualified_name: str, **kwargs):
+  """Calls the gin-configured function 'package.module.function' (with `kwargs`, if any).
 
   Dynamic registration leaves the module attribute undecorated, and under `python -m` the entry
   point's file is `__main__`, not its import name: so fetch the configurable gin holds for the
   function as imported by name.
   """
   module, name = qualified_name.rsplit('.', 1)
-  return gin.get_configurable(getattr(importlib.import_module(module), name))()
+  return gin.get_configurable(getattr(importlib.import_module(module), name))(**kwargs)

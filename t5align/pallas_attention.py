@@ -8,12 +8,18 @@ bucket of its side (REFERENCE sec. 3), so key tiles entirely left or right of th
 buckets from their offsets with `attention.relative_position_bucket`. Three loops (far left, band,
 far right) with bounds from the program id replace per-tile branching.
 
-GPU (Triton lowering) notes, untested here (no GPU in this session; tests run `interpret=True`):
+Backend: Triton, chosen explicitly with `pltriton.CompilerParams` (jax's default Pallas GPU
+backend is Mosaic GPU, which this kernel's whole-sequence K/V blocks would overflow in shared
+memory). On CPU the kernel runs in interpret mode (`INTERPRET`); tests also lower it for CUDA
+without a GPU (`attention_test.test_pallas_kernel_lowers_to_triton_for_cuda`), which checks every
+operation against Triton's lowering rules. Compiling and timing it need a GPU
+(`benchmarks/attention_bench.py --preset gpu` checks it against 'reference' first).
 - block_q, block_k and head_dim must be powers of 2 and >= 16 (tl.dot tiles); head_dim = 64 for
   Flan-T5. Lengths are padded internally to a multiple of the blocks.
 - The table lookup is a chain of 32 selects (Triton has no gather), paid only on band tiles.
 - The table row and tau travel as one `[64]` float32 vector per (batch, head) program.
-- Suggested start: block_q = 64..128, block_k = 64, num_warps = 4, num_stages = 2 (H100).
+- Defaults: block_q = block_k = 64, num_warps = 4, num_stages = 2; the benchmarks'
+  `--pallas-configs` measure others.
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import functools
 
 import jax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 import jax.numpy as jnp
 import numpy as np
 
@@ -31,6 +38,8 @@ Array = jax.Array
 
 BLOCK_Q = 64
 BLOCK_K = 64
+NUM_WARPS = 4
+NUM_STAGES = 2
 # None: interpret (run the kernel as plain JAX) iff the default backend is the CPU.
 INTERPRET: bool | None = None
 _PARAMS = 64  # Per-program float32 vector: table row [0, 32), tau at 32, zeros after.
@@ -115,7 +124,8 @@ def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_r
 
 
 @functools.partial(jax.jit, static_argnames=(
-    'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k', 'interpret'))
+    'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k', 'num_warps',
+    'num_stages', 'interpret'))
 def pallas_attention(
     query: Array,
     key: Array,
@@ -130,6 +140,8 @@ def pallas_attention(
     with_stats: bool = False,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
+    num_warps: int = NUM_WARPS,
+    num_stages: int = NUM_STAGES,
     interpret: bool = False,
 ) -> tuple[Array, attention.RowStats | None]:
   """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
@@ -184,6 +196,8 @@ def pallas_attention(
           jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
       ],
       interpret=interpret,
+      # Triton, not Mosaic GPU (jax's default GPU backend since 0.9).
+      compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
       name='t5_relpos_attention',
   )(query, key, value, ids, params)
   out = out[:, :length]  # [b, padded, h, d] -> [b, l, h, d]
@@ -200,4 +214,4 @@ def self_attention(
       query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
       temperature=temperature, bidirectional=bidirectional, dtype=dtype,
       float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K,
-      interpret=interpret_mode())
+      num_warps=NUM_WARPS, num_stages=NUM_STAGES, interpret=interpret_mode())

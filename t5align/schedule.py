@@ -218,7 +218,8 @@ def build_schedule(
     reference_tokens: separate `[b', L_tr]` reference samples; None cuts `tokens` to L_tr.
     provenance: extra facts to record (checkpoint, source, seed, ...).
     progress: called as `progress(done, total, calibration)` after each pair.
-    **calibrate_kwargs: passed to `calibration.calibrate` (grid, tol, mesh, batch_size, ...).
+    **calibrate_kwargs: passed to `calibration.calibrate` (grid, tol, mesh, batch_size, memo,
+      ...); every pair shares one `calibration.Memo` (a new one unless `memo` is given).
 
   Returns:
     The schedule, its provenance holding lengths, strategies, sample counts and settings.
@@ -235,6 +236,7 @@ def build_schedule(
   for s in strategies:
     calibration.parse_strategy(s)
   params = calibration.place_params(params, calibrate_kwargs.get('mesh'))
+  calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or calibration.Memo()
   cals = {s: [] for s in strategies}
   total = len(lengths) * len(strategies)
   eos_id = calibrate_kwargs.get('eos_id', 1)
@@ -246,7 +248,7 @@ def build_schedule(
       cals[s].append(c)
       if progress is not None:
         progress(i * len(strategies) + j + 1, total, c)
-  settings = {k: v for k, v in calibrate_kwargs.items() if k != 'mesh'}
+  settings = {k: v for k, v in calibrate_kwargs.items() if k not in ('mesh', 'memo')}
   if calibrate_kwargs.get('mesh') is not None:
     settings['mesh'] = dict(calibrate_kwargs['mesh'].shape)
   record = {

@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -47,7 +48,8 @@ from t5align import vocab as vocab_lib
 Array = jax.Array
 ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assets', 'retrieval_t5')
 VOCAB_FILE = 'sentencepiece.model'
-# Greedy decoding steps per task: a key or number of <= 5 digits, or a 36-character UUID (+ EOS).
+# Greedy decoding steps per scoring family (`train_data.FAMILY`): a key or number of <= 5 digits,
+# or a 36-character UUID (+ EOS).
 DECODE_LENGTH = {'passkey': 8, 'lines': 8, 'kv': 40}
 
 
@@ -234,15 +236,15 @@ def evaluate(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabular
   out = {}
   for task in tasks:
     examples = train_data.eval_examples(task, vocab, length, num_examples, seed)
-    scores = []
+    scores, steps = [], DECODE_LENGTH[train_data.FAMILY[task]]
     for i in range(0, len(examples), batch_size):
       chunk = examples[i:i + batch_size]
       # Pad the last batch with copies so every call has the same shape (one compilation).
       padded = list(chunk) + [chunk[0]] * (batch_size - len(chunk))
-      arrays = train_data.batch_arrays(padded, length, DECODE_LENGTH[task])
+      arrays = train_data.batch_arrays(padded, length, steps)
       tokens = decoding.greedy_decode(
           model, params, jnp.asarray(arrays['encoder_input_tokens']),
-          max_decode_length=DECODE_LENGTH[task], eos_id=vocab.eos_id, temperature=temperature)
+          max_decode_length=steps, eos_id=vocab.eos_id, temperature=temperature)
       tokens = np.asarray(tokens)
       scores += [ex.score(vocab.decode(t)) for ex, t in zip(chunk, tokens)]
     out[task] = 100.0 * float(np.mean(scores))
@@ -259,6 +261,30 @@ def training_record(*, input_length: int, summary: Mapping[str, Any],
   given), the run's summary and gin's configuration (call while it is still parsed)."""
   return {'input_length': input_length, 'command': command, 'summary': dict(summary),
           'gin_config': gin.config_str()}
+
+
+def logged_training(model_dir: str) -> dict[str, float]:
+  """From train_log.jsonl, over every run segment (resumes included): the last logged 'loss' and
+  'token_accuracy', and 'loop_s', the training loop's wall time (each record's mean step time
+  times the steps it covers)."""
+  out = {'loss': float('nan'), 'token_accuracy': float('nan'), 'loop_s': 0.0}
+  path = os.path.join(model_dir, 'train_log.jsonl')
+  if not os.path.exists(path):
+    return out
+  previous = 0
+  with open(path, encoding='utf-8') as f:
+    for n, line in enumerate(f, 1):
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{path}:{n}: not a JSON record ({e}).') from e
+      if record.get('event') == 'resume':
+        previous = record['step']
+      elif 'loss' in record and 'step' in record:
+        out['loop_s'] += record['step_s'] * (record['step'] - previous)
+        out['loss'], out['token_accuracy'] = record['loss'], record['token_accuracy']
+        previous = record['step']
+  return out
 
 
 def _log(model_dir: str, record: Mapping[str, Any]) -> None:
@@ -320,8 +346,9 @@ def train(*,
     command: the command line to record in training.json, if any.
 
   Returns:
-    {'step', 'loss', 'token_accuracy', 'eval': {length: {task: accuracy}}, 'wall_s',
-    'eval_wall_s'}.
+    {'step', 'loss', 'token_accuracy' (the last logged, see `logged_training`), 'eval':
+    {length: {task: accuracy}}, 'wall_s' (this call's training, setup included), 'loop_s' (the
+    training loop over all segments), 'eval_wall_s'}.
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
   cfg = model.config
@@ -350,7 +377,6 @@ def train(*,
     _log(model_dir, {'event': 'resume', 'step': step})
   batches = train_data.train_batches(vocab, task_mix, seed=seed, batch_size=batch_size,
                                      target_length=target_length, start_step=step)
-  loss = token_accuracy = float('nan')
   window: list[dict] = []
   t0 = time.time()
   while step < num_steps:
@@ -363,7 +389,6 @@ def train(*,
     window.append(metrics)
     if step % log_every == 0 or step == num_steps:
       means = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
-      loss, token_accuracy = means['loss'], means['token_accuracy']
       _log(model_dir, {'step': step, **means, 'step_s': (time.time() - t0) / len(window)})
       window, t0 = [], time.time()
     if step % checkpoint_every == 0 or step == num_steps:
@@ -380,8 +405,10 @@ def train(*,
                                     num_examples=eval_examples, seed=eval_seed,
                                     batch_size=eval_batch_size)
     _log(model_dir, {'event': 'eval', 'length': length, **results[str(length)]})
-  summary = {'step': step, 'loss': loss, 'token_accuracy': token_accuracy, 'eval': results,
-             'wall_s': train_wall, 'eval_wall_s': time.time() - start - train_wall}
+  logged = logged_training(model_dir)  # Covers earlier segments of a resumed run too.
+  summary = {'step': step, 'loss': logged['loss'], 'token_accuracy': logged['token_accuracy'],
+             'eval': results, 'wall_s': train_wall, 'loop_s': logged['loop_s'],
+             'eval_wall_s': time.time() - start - train_wall}
   if eval_lengths:
     fileio.write_json_atomic(os.path.join(model_dir, 'eval.json'), summary)
   if export_dir:
@@ -396,10 +423,12 @@ def train(*,
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-  gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.train',
-                    description=__doc__,
+  argv = sys.argv[1:] if argv is None else list(argv)
+  gin_cli.configure(argv, prog='python -m t5align.train', description=__doc__,
                     example_file='gin/runs/train_retrieval.gin plus gin/models/retrieval_small.gin')
-  return gin_cli.call_configured('t5align.train.train')
+  # training.json records the command line that produced the exported weights.
+  return gin_cli.call_configured('t5align.train.train', command=shlex.join(
+      ['python', '-m', 't5align.train', *argv]))
 
 
 if __name__ == '__main__':

@@ -19,7 +19,13 @@ import numpy as np
 from seqio_tasks import retrieval
 from t5align import vocab as vocab_lib
 
-TASKS = ('passkey', 'lines', 'kv')
+TASKS = ('passkey', 'passkey_decoys', 'lines', 'kv')
+# Scoring family (`seqio_tasks.metrics`) of each task.
+FAMILY = {'passkey': 'passkey', 'passkey_decoys': 'passkey', 'lines': 'lines', 'kv': 'kv'}
+# Passkey with decoys: 1..MAX_DECOYS other codes, worded like the pass key, in the filler.
+DECOY_NAMES = ('door code', 'room number', 'locker code', 'safe code', 'gate code',
+               'ticket number', 'order number', 'badge number')
+MAX_DECOYS = 3
 
 # LongChat LongEval line retrieval (longeval/evaluation/lines), upstream wording.
 LINES_HEADER = (
@@ -86,6 +92,32 @@ def _passkey_draft(rng: np.random.Generator, capacity: int) -> Draft:
   return passkey_draft(int(rng.integers(1, retrieval.PASSKEY_MAX + 1)), depth, capacity)
 
 
+def passkey_decoys_draft(key: int, depth: float, decoys: Sequence[tuple[float, str, int]],
+                         capacity: int) -> Draft:
+  """Passkey with `decoys` = (depth, name, value) needles (see `retrieval.passkey_prompt`)."""
+
+  def build(n):
+    prefix = int(depth * n)
+    placed = [(int(d * n), name, value) for d, name, value in decoys]
+    return (retrieval.passkey_prompt(n, prefix, key, placed), str(key),
+            {'depth': prefix / max(n, 1), 'units': n, 'decoys': len(decoys)})
+  return Draft('passkey_decoys', 0, capacity, build)
+
+
+def _passkey_decoys_draft(rng: np.random.Generator, capacity: int) -> Draft:
+  depth = rng.random()
+  key = int(rng.integers(1, retrieval.PASSKEY_MAX + 1))
+  count = int(rng.integers(1, MAX_DECOYS + 1))
+  names = rng.choice(len(DECOY_NAMES), size=count, replace=False)
+  values = []
+  while len(values) < count:  # Distinct, and never the key.
+    value = int(rng.integers(1, retrieval.PASSKEY_MAX + 1))
+    if value != key and value not in values:
+      values.append(value)
+  decoys = [(float(rng.random()), DECOY_NAMES[n], v) for n, v in zip(names, values)]
+  return passkey_decoys_draft(key, depth, decoys, capacity)
+
+
 def _lines_draft(rng: np.random.Generator, capacity: int) -> Draft:
   cells = len(ID_FIRST) * len(ID_SECOND)
   if capacity > cells:
@@ -116,8 +148,8 @@ def _kv_draft(rng: np.random.Generator, capacity: int) -> Draft:
 
 # Units drafted per budget token: generous upper bounds (filler is ~0.25 tokens per character, a
 # line ~15 tokens, a key-value pair ~70), checked in `fill`.
-_DRAFTS = {'passkey': (_passkey_draft, 8.0), 'lines': (_lines_draft, 0.25),
-           'kv': (_kv_draft, 0.125)}
+_DRAFTS = {'passkey': (_passkey_draft, 8.0), 'passkey_decoys': (_passkey_decoys_draft, 8.0),
+           'lines': (_lines_draft, 0.25), 'kv': (_kv_draft, 0.125)}
 
 
 def draft(task: str, rng: np.random.Generator, budget: int) -> Draft:
@@ -138,7 +170,7 @@ class Example:
 
   def score(self, prediction: str) -> float:
     from seqio_tasks import metrics  # pylint: disable=g-import-not-at-top
-    return metrics.score_example(self.task, {'target': self.targets, 'meta': self.meta},
+    return metrics.score_example(FAMILY[self.task], {'target': self.targets, 'meta': self.meta},
                                  prediction)['accuracy']
 
 

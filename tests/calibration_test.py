@@ -138,6 +138,32 @@ def test_per_layer_alignment_matches_each_layer(tiny):
   np.testing.assert_allclose(stats.layer_pmax[0], result.achieved, rtol=1e-6)
 
 
+def test_memo_computes_each_sweep_once_and_changes_nothing(tiny, monkeypatch):
+  config, params, ref = tiny
+  tokens = ref['encoder_input_tokens'][:, :L_EX]
+  strategies = ('pmax', 'entropy', 'prop1', 'prop2')
+  fresh = {s: calibration.calibrate(params, config, tokens, s, reference_length=L_TR)
+           for s in strategies}
+  calls = {'encoder_attention_stats': 0, 'layer0_sorted_logits': 0}
+  for name in calls:
+    def counted(*args, name=name, fn=getattr(calibration, name), **kwargs):
+      calls[name] += 1
+      return fn(*args, **kwargs)
+    monkeypatch.setattr(calibration, name, counted)
+  memo = calibration.Memo()
+  shared = {s: calibration.calibrate(params, config, tokens, s, reference_length=L_TR, memo=memo)
+            for s in strategies}
+  assert shared == fresh
+  # P_max and entropy share the L_tr target and the grid sweep; the propositions share the L_tr
+  # and L_ex logit vectors. Without the memo: 4 of each.
+  assert calls == {'encoder_attention_stats': 2, 'layer0_sorted_logits': 2}
+  assert memo.hits == 4
+  # Other tokens or taus are other questions.
+  memo.attention_stats(params, config, tokens[:1], [1.0])
+  memo.attention_stats(params, config, tokens, [1.0, 0.9])
+  assert calls['encoder_attention_stats'] == 4
+
+
 def test_log_length_reproduces_paper_row():
   taus = calibration.log_length_tau([1024, 2048, 4096, 8192, 15000], 512)
   np.testing.assert_array_equal(np.round(taus, 2), [0.90, 0.82, 0.75, 0.69, 0.65])

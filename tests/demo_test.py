@@ -16,6 +16,7 @@ from t5align import calibration  # pylint: disable=g-import-not-at-top
 from t5align import demo
 from t5align import network
 from t5align import train
+from t5align import train_data
 
 MODEL_DIR = os.environ.get('T5ALIGN_MODEL_DIR', train.ASSET_DIR)
 STRATEGIES = ('pmax', 'log_length')
@@ -55,7 +56,7 @@ def test_accuracy_equals_recomputation(shortened):
       assert results['accuracy'][row][task][str(length)] == value, (row, task)
   # The report's Markdown tables print the same numbers.
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
-  for task in ('passkey', 'lines', 'kv'):
+  for task in train_data.TASKS:
     section = report.split(f'## Accuracy: {task}')[1]
     cells = re.search(r'\| tau = 1 \| ([0-9]+) \| ([0-9]+) \|', section).groups()
     assert [int(c) for c in cells] == [

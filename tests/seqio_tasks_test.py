@@ -94,6 +94,19 @@ def test_passkey_prompt_upstream_format():
   assert retrieval.passkey_prompt(100, 30, 4242) == expected
 
 
+def test_passkey_prompt_with_decoys():
+  filler = ' '.join([retrieval.PASSKEY_FILLER] * 3)
+  prompt = retrieval.passkey_prompt(100, 30, 4242, [(80, 'door code', 17), (10, 'safe code', 9)])
+  assert prompt.split('\n') == [
+      prompt.split('\n')[0],
+      filler[:10], 'The safe code is 9. Remember it. 9 is the safe code.',
+      filler[:20], 'The pass key is 4242. Remember it. 4242 is the pass key.',
+      filler[:50], 'The door code is 17. Remember it. 17 is the door code.',
+      filler[:20], 'What is the pass key? The pass key is']
+  with pytest.raises(ValueError, match='needle position 101 outside'):
+    retrieval.passkey_prompt(100, 30, 4242, [(101, 'door code', 17)])
+
+
 def test_passkey_examples_seeded_per_index():
   a = list(retrieval.passkey_examples(20000, 5))
   b = list(retrieval.passkey_examples(20000, 8))

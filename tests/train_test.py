@@ -1,8 +1,11 @@
 """Tests for t5align/train.py, train_data.py, vocab.py and the shipped retrieval model."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
+import shlex
 import shutil
 
 import gin
@@ -11,7 +14,6 @@ import numpy as np
 import pytest
 
 from t5align import checkpoints
-from t5align import decoding
 from t5align import network
 from t5align import train
 from t5align import train_data
@@ -96,6 +98,16 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   summary = _tiny_run(resumed, vocab_path)
   assert summary['step'] == 4
   assert '"event": "resume", "step": 2' in (resumed / 'train_log.jsonl').read_text()
+  # The summary comes from the whole log: the copied full run's records (steps 2, 4), then the
+  # resumed segment's (step 4); the loop time counts every logged step.
+  records = [json.loads(l) for l in (resumed / 'train_log.jsonl').read_text().splitlines()]
+  steps = [r for r in records if 'loss' in r]
+  assert summary['loss'] == steps[-1]['loss'] and np.isfinite(summary['loss'])
+  assert [r['step'] for r in steps] == [2, 4, 4]
+  expected = sum(r['step_s'] * w for r, w in zip(steps, (2, 2, 2)))
+  np.testing.assert_allclose(summary['loop_s'], expected)
+  rerun = _tiny_run(resumed, vocab_path)  # Nothing left to train: the same loss from the log.
+  assert rerun['loss'] == summary['loss'] and rerun['loop_s'] == summary['loop_s']
 
   template = train.OptimizerConfig(1e-3, 4, 1).make().init(params4)
   p_full, s_full = train.restore_checkpoint(str(full), 4, TINY, template)
@@ -103,6 +115,31 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   _assert_trees_equal(p_res, p_full)
   _assert_trees_equal(s_res, s_full)
   _assert_trees_equal(p_full, params4)
+
+
+def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
+  model_dir, export_dir = tmp_path / 'run', tmp_path / 'export'
+  os.makedirs(model_dir)
+  shutil.copyfile(shipped[2].path, model_dir / train.VOCAB_FILE)  # Skips training a vocabulary.
+  argv = ['--gin_file=gin/runs/train_retrieval.gin', '--gin_file=gin/models/retrieval_small.gin',
+          f"--gin.MODEL_DIR='{model_dir}'", f"--gin.EXPORT_DIR='{export_dir}'",
+          '--gin.NUM_STEPS=2', '--gin.BATCH_SIZE=2', '--gin.EVAL_LENGTHS=()']
+  gin.clear_config()
+  cwd = os.getcwd()
+  try:
+    os.chdir(REPO_ROOT)
+    summary = train.main(argv)
+  finally:
+    os.chdir(cwd)
+    gin.clear_config()
+  assert summary['step'] == 2 and np.isfinite(summary['loss'])
+  record = json.loads((export_dir / 'training.json').read_text())
+  assert record['command'] == 'python -m t5align.train ' + ' '.join(
+      shlex.quote(a) for a in argv)
+  assert record['input_length'] == L_TR and '\nNUM_STEPS = 2\n' in record['gin_config']
+  params, config, _ = train.load_shipped(str(export_dir))
+  assert config.emb_dim == shipped[1].emb_dim
+  assert (export_dir / train.VOCAB_FILE).read_bytes() == (model_dir / train.VOCAB_FILE).read_bytes()
 
 
 def test_saved_optimizer_state_round_trips(tmp_path):
@@ -165,6 +202,20 @@ def test_examples_fill_the_budget_and_score(shipped, task):
     assert ex.targets in ex.inputs
 
 
+def test_passkey_decoys_examples(shipped):
+  vocab = shipped[2]
+  for ex in train_data.eval_examples('passkey_decoys', vocab, L_TR, 8, seed=5):
+    codes = re.findall(r'The ([a-z ]+) is (\d+)\. Remember it\. \2 is the \1\.', ex.inputs)
+    names = [name for name, _ in codes]
+    values = [int(v) for _, v in codes]
+    assert names.count('pass key') == 1 and dict(codes)['pass key'] == ex.targets
+    assert 1 <= len(codes) - 1 == ex.meta['decoys'] <= train_data.MAX_DECOYS
+    assert set(names) - {'pass key'} <= set(train_data.DECOY_NAMES)
+    assert len(set(values)) == len(values)  # Decoy values differ from the key and each other.
+    assert ex.score(ex.targets) == 1.0
+    assert all(ex.score(str(v)) == 0.0 for name, v in zip(names, values) if name != 'pass key')
+
+
 def test_lines_prompt_is_longeval_format():
   prompt = train_data.lines_prompt([('torpid-kid', 2416), ('calm-otter', 7)], 'torpid-kid')
   assert prompt.startswith('Below is a record of lines I want you to remember.')
@@ -176,7 +227,7 @@ def test_lines_prompt_is_longeval_format():
 def test_vocabulary_is_deterministic_and_splits_digits(tmp_path, shipped):
   corpus = list(train_data.vocabulary_corpus(seed=0, num_prompts=30))
   a = vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'a.model'), 300)
-  b = vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'b.model'), 300)
+  vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'b.model'), 300)
   assert (tmp_path / 'a.model').read_bytes() == (tmp_path / 'b.model').read_bytes()
   for v in (a, shipped[2]):
     assert (v.pad_id, v.eos_id, v.unk_id) == (0, 1, 2)
@@ -212,15 +263,17 @@ def test_shipped_asset_has_the_documented_config_and_size(shipped):
   assert (pathlib.Path(train.ASSET_DIR) / 'TRAINING.md').exists()
 
 
-def test_shipped_model_finds_the_pass_key_at_l_tr(shipped):
+def test_shipped_model_reproduces_its_documented_accuracy_at_l_tr(shipped):
+  """training.json's held-out accuracy at L_tr (tau = 1), recomputed for the passkey tasks."""
   params, config, vocab = shipped
-  cases = ((12345, 0.0), (7, 0.35), (49999, 0.7), (30210, 1.0))
-  examples = [train_data.fill(train_data.passkey_draft(k, d, 4 * L_TR), vocab, L_TR)
-              for k, d in cases]
-  assert all(len(e.input_ids) > L_TR - 8 for e in examples)
-  batch = train_data.batch_arrays(examples, L_TR, train.DECODE_LENGTH['passkey'])
-  tokens = decoding.greedy_decode(network.Transformer(config), params,
-                                  batch['encoder_input_tokens'],
-                                  max_decode_length=train.DECODE_LENGTH['passkey'],
-                                  eos_id=vocab.eos_id)
-  assert [vocab.decode(t) for t in np.asarray(tokens)] == [str(k) for k, _ in cases]
+  record = json.loads((pathlib.Path(train.ASSET_DIR) / 'training.json').read_text())
+  # The run's evaluation settings (gin/runs/train_retrieval.gin), as recorded.
+  for binding in ('EVAL_EXAMPLES = 50', 'train.train.eval_seed = 1000',
+                  'train.train.eval_batch_size = 8'):
+    assert f'\n{binding}\n' in record['gin_config'], binding
+  tasks = ('passkey', 'passkey_decoys')
+  accuracy = train.evaluate(network.Transformer(config), params, vocab, tasks=tasks,
+                            length=L_TR, num_examples=50, seed=1000, batch_size=8)
+  documented = record['summary']['eval'][str(L_TR)]
+  assert accuracy == {t: documented[t] for t in tasks}
+  assert min(accuracy.values()) >= 95.0  # What TRAINING.md claims for L_tr.
