@@ -161,13 +161,14 @@ def run(
   mesh = calibration.make_mesh(*mesh_shape) if mesh_shape else None
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
+  memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
   schedule = schedule_lib.build_schedule(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
                   'attention_impl': config.attention_impl, **source,
                   'created_unix': int(time.time())},
       progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
-      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol)
+      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
   schedule.save(output_path)
   print(schedule.table())
   print(f'wrote {output_path}', file=sys.stderr)
@@ -175,7 +176,7 @@ def run(
     from t5align import analysis  # pylint: disable=g-import-not-at-top
     numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
                                grid=grid, mesh=mesh, batch_size=batch_size,
-                               tau_batch_size=tau_batch_size)
+                               tau_batch_size=tau_batch_size, memo=memo)
     analysis.write_analysis(numbers, analysis_dir, schedule)
     print(analysis.dispersion_table(numbers))
     print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
