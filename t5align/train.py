@@ -1,4 +1,4 @@
-r"""Trains a small T5 on synthetic retrieval (passkey, lines, key-value), resumably, on any device.
+r"""Trains a small T5 on synthetic retrieval (passkey with decoys too, lines, kv), resumably.
 
     python -m t5align.train \
       --gin_file=gin/runs/train_retrieval.gin --gin_file=gin/models/retrieval_small.gin \

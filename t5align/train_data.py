@@ -1,4 +1,5 @@
-"""Synthetic retrieval examples for training a small T5: passkey, line and key-value retrieval.
+"""Synthetic retrieval examples for training a small T5: passkey (also with decoy codes), line
+and key-value retrieval.
 
 Prompts come from `seqio_tasks.retrieval` (passkey, Lost in the Middle key-value); the LongChat
 LongEval line-retrieval prompt, which upstream ships only inside its data files, is rebuilt here
@@ -6,7 +7,7 @@ from random line ids and numbers. Every example is drawn from a generator seeded
 only, so a (seed, index) pair always gives the same example, and is filled to a token budget:
 the largest number of filler characters / lines / key-value pairs whose input, with EOS, fits.
 
-Scores use `seqio_tasks.metrics.score_example` with the task name as the family.
+Scores use `seqio_tasks.metrics.score_example` with the task's family (`FAMILY`).
 """
 from __future__ import annotations
 
