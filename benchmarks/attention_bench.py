@@ -215,7 +215,8 @@ def worker(spec: dict) -> dict:
 def parse_common_flags(parser: argparse.ArgumentParser, argv, timeout: int) -> argparse.Namespace:
   """Adds the flags both benchmarks share (--impls, --repeats, --no-hf, --timeout) and parses."""
   parser.add_argument('--impls', nargs='+', help='subset of reference/blockwise/pallas/hf')
-  parser.add_argument('--repeats', type=int)
+  parser.add_argument('--repeats', type=int, help='timed calls after the first (0: time the first)')
+  parser.add_argument('--hf-repeats', type=int, help='--repeats for the HuggingFace rows')
   parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
   parser.add_argument('--timeout', type=int, default=timeout, help='seconds per measurement')
   parser.add_argument('--pallas-configs', nargs='+', default=[''], metavar='BQ,BK,WARPS,STAGES',
@@ -229,6 +230,15 @@ def variants(args: argparse.Namespace, impl: str) -> list[dict]:
   if impl != 'pallas':
     return [{}]
   return [{'pallas': [int(x) for x in c.split(',')]} if c else {} for c in args.pallas_configs]
+
+
+def repeats_for(args: argparse.Namespace, preset: dict, impl: str) -> int:
+  """Timed calls of a row: --repeats or the preset's; HF rows: --hf-repeats or 'hf_repeats'."""
+  if impl == 'hf':
+    for value in (args.hf_repeats, preset.get('hf_repeats')):
+      if value is not None:
+        return value
+  return args.repeats if args.repeats is not None else preset['repeats']
 
 
 def implementations(args: argparse.Namespace, preset: dict) -> list[str]:
@@ -259,7 +269,7 @@ def main(argv=None) -> None:
           continue
         for extra in variants(args, impl):
           spec = dict(impl=impl, length=length, heads=heads, depth=args.depth or preset['depth'],
-                      dtype=preset['dtype'], repeats=args.repeats or preset['repeats'], **extra)
+                      dtype=preset['dtype'], repeats=repeats_for(args, preset, impl), **extra)
           rows.append(run_worker('benchmarks.attention_bench', spec, args.timeout))
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   add_ratios(rows, ('length', 'heads'))

@@ -34,6 +34,7 @@ PRESETS = {
                       max_length={'reference': 4096, 'pallas': 2048, 'hf': 4096}),
     'gpu': dict(models=['xl', 'xxl'], lengths=[512, 2048, 4096, 8192, 15000, 16384],
                 dtype='bfloat16', impls=['reference', 'blockwise', 'pallas'], repeats=3,
+                hf_repeats=1,  # HF's 11-tau loop at 15k is ~1 minute per sweep.
                 calibration_lengths=[4096, 15000],
                 max_length={'reference': 8192, 'hf': 15000}),
 }
@@ -200,7 +201,7 @@ def main(argv=None) -> None:
           continue
         for extra in common.variants(args, impl):
           spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
-                      repeats=args.repeats or preset['repeats'], **extra)
+                      repeats=common.repeats_for(args, preset, impl), **extra)
           rows.append(common.run_worker('benchmarks.encoder_bench', spec, args.timeout))
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   common.add_ratios(rows, ('kind', 'model', 'length'))

@@ -1,0 +1,37 @@
+"""The benchmark scripts run end to end (tiny sizes) and check themselves against 'reference'."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from benchmarks import attention_bench
+
+
+def _args(argv):
+  return attention_bench.parse_common_flags(argparse.ArgumentParser(), argv, timeout=60)
+
+
+def test_attention_bench_row_checks_itself_against_reference(capsys):
+  attention_bench.main(['--lengths', '192', '--heads', '2', '--depth', '16', '--impls',
+                        'blockwise', '--no-hf', '--repeats', '0'])
+  (row,) = json.loads(capsys.readouterr().out)['rows']
+  assert 'error' not in row, row
+  assert (row['impl'], row['length'], row['heads'], row['repeats']) == ('blockwise', 192, 2, 0)
+  # repeats=0: the first call is the time.
+  assert row['seconds'] == pytest.approx(row['first_call_s'], abs=1e-4) and row['seconds'] > 0
+  check = row['check_vs_reference']  # float32 on CPU: agreement to rounding.
+  assert check['all_finite'] and check['out_rel_err'] < 1e-5, check
+  assert check['pmax_max_abs_err'] < 1e-5 and check['entropy_max_abs_err'] < 1e-4, check
+
+
+def test_pallas_variants_and_repeats():
+  args = _args(['--pallas-configs', '', '128,64,8,3', '--repeats', '0'])
+  assert attention_bench.variants(args, 'pallas') == [{}, {'pallas': [128, 64, 8, 3]}]
+  assert attention_bench.variants(args, 'blockwise') == [{}]
+  preset = {'repeats': 5, 'hf_repeats': 1}
+  assert attention_bench.repeats_for(args, preset, 'blockwise') == 0  # 0 is not "unset".
+  assert attention_bench.repeats_for(args, preset, 'hf') == 1
+  assert attention_bench.repeats_for(_args(['--hf-repeats', '3']), preset, 'hf') == 3
+  assert attention_bench.repeats_for(_args([]), {'repeats': 5}, 'hf') == 5
