@@ -196,7 +196,7 @@ def pallas_attention(
           jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
       ],
       interpret=interpret,
-      # Triton, not Mosaic GPU (jax's default GPU backend since 0.9).
+      # Triton, not Mosaic GPU (jax 0.10's default Pallas GPU backend).
       compiler_params=pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages),
       name='t5_relpos_attention',
   )(query, key, value, ids, params)
