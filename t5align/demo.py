@@ -25,6 +25,7 @@ from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
+from t5align import report
 from t5align import schedule as schedule_lib
 from t5align import train
 from t5align import train_data
@@ -93,26 +94,21 @@ class Results:
 def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
                    lengths: Sequence[int]) -> str:
   """Markdown: one row per strategy, one column per length, accuracy in percent."""
-  lines = ['| ' + ' | '.join(['', *(str(L) for L in lengths)]) + ' |',
-           '|---' * (len(lengths) + 1) + '|']
+  table = []
   for row in rows:
     cells = [results['accuracy'].get(row, {}).get(task, {}).get(str(L)) for L in lengths]
-    lines.append('| ' + ' | '.join([ROW_LABELS[row], *('' if c is None else f'{c:.0f}'
-                                                          for c in cells)]) + ' |')
-  return '\n'.join(lines)
+    table.append([ROW_LABELS[row], *('' if c is None else f'{c:.0f}' for c in cells)])
+  return report.markdown_table(['', *map(str, lengths)], table)
 
 
 def headline_table(results: Mapping[str, Any], rows: Sequence[str],
                    lengths: Sequence[int]) -> str:
   """Markdown: strategy x length, each cell the tasks' accuracies (%), in `TASKS` order."""
-  lines = [f'| accuracy % ({" / ".join(train_data.TASKS)}) | ' + ' | '.join(map(str, lengths))
-           + ' |',
-           '|---' * (len(lengths) + 1) + '|']
-  for row in rows:
-    cells = ['/'.join(f'{results["accuracy"][row][t][str(L)]:.0f}' for t in train_data.TASKS)
-             for L in lengths]
-    lines.append(f'| {ROW_LABELS[row]} | ' + ' | '.join(cells) + ' |')
-  return '\n'.join(lines)
+  table = [[ROW_LABELS[row], *('/'.join(f'{results["accuracy"][row][t][str(L)]:.0f}'
+                                        for t in train_data.TASKS) for L in lengths)]
+           for row in rows]
+  return report.markdown_table(
+      [f'accuracy % ({" / ".join(train_data.TASKS)})', *map(str, lengths)], table)
 
 
 def observations(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequence[int],

@@ -73,11 +73,16 @@ def _mean(values: Sequence[float | None]) -> float | None:
   return sum(values) / len(values) if values else None
 
 
-def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  lines = [f'### {title}', '', '| ' + ' | '.join(header) + ' |',
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  """A Markdown table: the first column left-aligned (row names), the others right-aligned."""
+  lines = ['| ' + ' | '.join(header) + ' |',
            '|' + '|'.join(['---'] + ['---:'] * (len(header) - 1)) + '|']
   lines += ['| ' + ' | '.join(r) + ' |' for r in rows]
   return '\n'.join(lines)
+
+
+def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  return f'### {title}\n\n' + markdown_table(header, rows)
 
 
 def _row_keys(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -134,7 +134,7 @@ class OptimizerConfig:
 def train_step(params: Any, opt_state: Any, batch: Mapping[str, Array], rng: Array, *,
                model: network.Transformer, optimizer: OptimizerConfig,
                per_example_loss: bool = False) -> tuple[Any, Any, dict[str, Array]]:
-  """One AdamW step on the cross entropy of `batch` (t5x's feature dict; see `cross_entropy`).
+  """One optimizer step on the cross entropy of `batch` (t5x's feature dict; see `cross_entropy`).
 
   Returns:
     (params, opt_state, {'loss', 'token_accuracy', 'grad_norm'}).

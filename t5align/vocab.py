@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from typing import Iterable, Sequence
 
 import sentencepiece as spm
+
+from t5align import fileio
 
 PAD_ID = 0
 EOS_ID = 1
@@ -76,10 +76,5 @@ def train_sentencepiece(texts: Iterable[str], path: str, vocab_size: int) -> Voc
       character_coverage=1.0, split_digits=True, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID,
       bos_id=-1, num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
       max_sentence_length=1 << 16, minloglevel=2)
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix='.spm-', dir=directory)
-  with os.fdopen(fd, 'wb') as f:
-    f.write(model.getvalue())
-  os.replace(tmp, path)
+  fileio.write_atomic(path, model.getvalue())
   return Vocabulary(path)
