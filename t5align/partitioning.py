@@ -1,0 +1,164 @@
+"""Device meshes, t5x's logical axis rules and jit partitioning: the one place for sharding.
+
+Meshes (Auto axis types, laid out by `jax.make_mesh` for the platform's topology):
+  evaluation   ('data', 'model')         batch over 'data', parameters over 'model'
+  calibration  ('tau', 'data', 'model')  candidate temperatures over 'tau' as well
+
+Logical axis names come from the model's `params_axes` collection and the activation constraints
+in layers.py; `standard_logical_axis_rules` maps them to mesh axes exactly as t5x's PjitPartitioner
+does (1-D or 2-D parameter / activation partitioning). `partition(fn, mesh)` jits `fn` and runs
+it under `jax.set_mesh(mesh)` and flax's `axis_rules`, so those constraints take effect.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+from flax.linen import partitioning as nn_partitioning
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from t5align import network
+
+EVAL_AXES = ('data', 'model')
+CALIBRATION_AXES = ('tau', 'data', 'model')
+LogicalRules = Sequence[tuple[str, str | None]]
+
+
+def standard_logical_axis_rules(activation_partitioning_dims: int = 1,
+                                parameter_partitioning_dims: int = 1) -> tuple:
+  """t5x's standard rules (t5x/partitioning.py) for a ('data', 'model') mesh.
+
+  Args:
+    activation_partitioning_dims: 1 shards activations' 'batch' over 'data'; 2 also shards their
+      'embed' over 'model'.
+    parameter_partitioning_dims: 1 shards parameters over 'model' only; 2 also shards their
+      'embed' axis over 'data' (2-D, fully sharded parameters).
+
+  Returns:
+    ((logical name, mesh axis or None), ...) in priority order.
+  """
+  if (activation_partitioning_dims, parameter_partitioning_dims) not in (
+      (1, 1), (1, 2), (2, 1), (2, 2)):
+    raise ValueError(f'activation_partitioning_dims={activation_partitioning_dims} and '
+                     f'parameter_partitioning_dims={parameter_partitioning_dims}: each must be '
+                     '1 or 2.')
+  rules = [('batch', 'data'), ('vocab', 'model'), ('mlp', 'model'), ('heads', 'model'),
+           ('kv', None), ('joined_kv', 'model')]
+  if activation_partitioning_dims == 2:
+    rules.append(('embed', 'model'))
+  if parameter_partitioning_dims == 2:
+    rules.append(('embed', 'data'))
+  if (activation_partitioning_dims, parameter_partitioning_dims) == (1, 1):
+    rules.append(('embed', None))
+  rules += [('relpos_buckets', None), ('abspos_buckets', None), ('length', None),
+            ('layers', None), ('stack', None), ('mlp_activations', None)]
+  return tuple(rules)
+
+
+def make_mesh(shape: Mapping[str, int], devices: Sequence[Any] | None = None) -> Mesh:
+  """A mesh with the given named axis sizes over `devices` (all of them by default).
+
+  The product of the sizes must equal the number of devices. `jax.make_mesh` orders devices for
+  the platform's interconnect (TPU topologies); a given device list is used in its order.
+  """
+  names, sizes = tuple(shape), tuple(int(s) for s in shape.values())
+  if any(s < 1 for s in sizes):
+    raise ValueError(f'mesh axis sizes must be >= 1: {dict(shape)}.')
+  count = len(jax.devices()) if devices is None else len(devices)
+  if int(np.prod(sizes)) != count:
+    raise ValueError(f'mesh {dict(shape)} needs {int(np.prod(sizes))} devices; there are '
+                     f'{count}. Change NUM_PARTITIONS (the \'model\' axis) or the mesh shape.')
+  types = (AxisType.Auto,) * len(names)
+  if devices is None:
+    return jax.make_mesh(sizes, names, axis_types=types)
+  return Mesh(np.asarray(devices).reshape(sizes), names, axis_types=types)
+
+
+def eval_mesh(num_partitions: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
+  """('data', 'model') over all devices, `num_partitions` of them along 'model'."""
+  count = len(jax.devices()) if devices is None else len(devices)
+  if num_partitions < 1 or count % num_partitions:
+    raise ValueError(f'num_partitions={num_partitions} must divide the {count} devices.')
+  return make_mesh({'data': count // num_partitions, 'model': num_partitions}, devices)
+
+
+def calibration_mesh(tau: int = 1, data: int = 1, model: int = 1,
+                     devices: Sequence[Any] | None = None) -> Mesh:
+  """('tau', 'data', 'model'); `devices` default to the first tau * data * model devices."""
+  need = tau * data * model
+  if devices is None:
+    devices = jax.devices()
+    if need > len(devices):
+      raise ValueError(f'mesh tau={tau} x data={data} x model={model} needs {need} devices; '
+                       f'{len(devices)} available.')
+    devices = devices[:need]
+  return make_mesh({'tau': tau, 'data': data, 'model': model}, devices)
+
+
+def logical_param_axes(config: network.T5Config) -> Any:
+  """The `params` tree's logical axis names (tuples of str), from `params_axes`, no allocation."""
+  variables = jax.eval_shape(lambda: network.init_variables(config, jax.random.PRNGKey(0)))
+
+  def names(node):
+    return {k[:-len('_axes')] if k.endswith('_axes') else k:
+            (v.names if hasattr(v, 'names') else names(v)) for k, v in node.items()}
+
+  return names(variables['params_axes'])
+
+
+def spec_for(names: Sequence[str], shape: Sequence[int], mesh: Mesh,
+             rules: LogicalRules) -> P:
+  """Mesh PartitionSpec for one array; a dimension its mesh axis does not divide is replicated."""
+  axes = nn_partitioning.logical_to_mesh_axes(tuple(names), rules)
+  dims = []
+  for axis, size in zip(axes, shape):
+    parts = axis if isinstance(axis, tuple) else (axis,) if axis else ()
+    parts = tuple(a for a in parts if a in mesh.shape)
+    count = int(np.prod([mesh.shape[a] for a in parts])) if parts else 1
+    dims.append(None if count == 1 or size % count else
+                (parts[0] if len(parts) == 1 else parts))
+  return P(*dims)
+
+
+def param_shardings(config: network.T5Config, mesh: Mesh,
+                    rules: LogicalRules | None = None) -> Any:
+  """NamedShardings for the model's `params` tree (the T5X layout) on `mesh`."""
+  rules = standard_logical_axis_rules() if rules is None else rules
+  names = logical_param_axes(config)
+  shapes = network.param_shapes(config)
+  return jax.tree.map(lambda n, s: NamedSharding(mesh, spec_for(n, s.shape, mesh, rules)),
+                      names, shapes, is_leaf=lambda x: isinstance(x, tuple))
+
+
+def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+  """Axis 0 over 'data' (if the mesh has it), the rest replicated."""
+  return NamedSharding(mesh, P('data' if 'data' in mesh.shape else None, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def partition(fn: Callable, mesh: Mesh, rules: LogicalRules | None = None,
+              **jit_kwargs: Any) -> Callable:
+  """`jax.jit(fn, **jit_kwargs)` run under `mesh` and the logical axis `rules`.
+
+  Tracing happens inside the contexts, so flax's `with_sharding_constraint` calls in layers.py
+  resolve their logical names to `mesh` axes. The returned function also has `.lower(...)`.
+  """
+  rules = standard_logical_axis_rules() if rules is None else tuple(rules)
+  jitted = jax.jit(fn, **jit_kwargs)
+
+  @functools.wraps(fn)
+  def call(*args, **kwargs):
+    with jax.set_mesh(mesh), nn_partitioning.axis_rules(rules):
+      return jitted(*args, **kwargs)
+
+  def lower(*args, **kwargs):
+    with jax.set_mesh(mesh), nn_partitioning.axis_rules(rules):
+      return jitted.lower(*args, **kwargs)
+
+  call.lower = lower
+  return call
