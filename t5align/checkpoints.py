@@ -333,6 +333,38 @@ def _orbax_state_dir(path: str) -> str:
   return path if posixpath.basename(path) == 'state' else _join(path, 'state')
 
 
+def _orbax_params_metadata(path: str) -> tuple[str, str, Any]:
+  """`(state_dir, key, metadata subtree)` of a T5X Orbax checkpoint's params; reads no arrays."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+
+  state_dir = _orbax_state_dir(path)
+  if not _exists(_join(state_dir, '_METADATA')):
+    raise FileNotFoundError(f'No Orbax checkpoint metadata at {_join(state_dir, "_METADATA")}')
+  try:
+    metadata = ocp.PyTreeCheckpointer().metadata(state_dir)
+  except Exception as e:  # Orbax/tensorstore errors of many types.
+    raise CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
+  tree = getattr(metadata, 'item_metadata', metadata)
+  tree = getattr(tree, 'tree', tree)
+  key = next((k for k in ('target', 'params') if k in tree), None)
+  if key is None:
+    raise CheckpointReadError(f'{state_dir} holds no "target" or "params" (keys: {list(tree)})')
+  return state_dir, key, tree[key]
+
+
+def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any) -> Params:
+  """Restores `{key: item}` with `restore_args`; errors name the checkpoint."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  try:
+    restored = ocp.PyTreeCheckpointer().restore(state_dir, args=ocp.args.PyTreeRestore(
+        item={key: item}, restore_args={key: restore_args}, partial_restore=True))
+  except Exception as e:  # Orbax/tensorstore errors of many types.
+    if isinstance(e, (FileNotFoundError, CheckpointReadError)):
+      raise
+    raise CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
+  return restored[key]
+
+
 def read_t5x_orbax_checkpoint(path: str) -> Params:
   """Restores only the params ('target', else 'params') of a T5X Orbax checkpoint as numpy.
 
@@ -340,26 +372,10 @@ def read_t5x_orbax_checkpoint(path: str) -> Params:
   """
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
-  state_dir = _orbax_state_dir(path)
-  if not _exists(_join(state_dir, '_METADATA')):
-    raise FileNotFoundError(f'No Orbax checkpoint metadata at {_join(state_dir, "_METADATA")}')
-  checkpointer = ocp.PyTreeCheckpointer()
-  try:
-    metadata = checkpointer.metadata(state_dir)
-    tree = getattr(metadata, 'item_metadata', metadata)
-    tree = getattr(tree, 'tree', tree)
-    key = next((k for k in ('target', 'params') if k in tree), None)
-    if key is None:
-      raise CheckpointReadError(f'{state_dir} holds no "target" or "params" (keys: {list(tree)})')
-    item = {key: tree[key]}
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-    restored = checkpointer.restore(state_dir, args=ocp.args.PyTreeRestore(
-        item=item, restore_args=restore_args, partial_restore=True))
-  except Exception as e:  # Orbax/tensorstore errors of many types.
-    if isinstance(e, (FileNotFoundError, CheckpointReadError)):
-      raise
-    raise CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
-  return unflatten_params({k: np.asarray(v) for k, v in flatten_params(restored[key]).items()})
+  state_dir, key, item = _orbax_params_metadata(path)
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+  restored = _restore_orbax(state_dir, key, item, restore_args)
+  return unflatten_params({k: np.asarray(v) for k, v in flatten_params(restored).items()})
 
 
 # ---------------------------------------------------------------- HF and Mesh-TF name mapping
@@ -674,6 +690,15 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], source:
                                   source)
 
 
+def _check_source_dtypes(dtypes: Mapping[str, Any], source_dtypes: tuple[str, ...]) -> None:
+  """Raises one `CheckpointDtypeError` listing every `{path: stored dtype}` not allowed."""
+  bad = {k: np.dtype(d).name for k, d in dtypes.items() if np.dtype(d).name not in source_dtypes}
+  if bad:
+    lines = '\n'.join(f'  {k}: {d}' for k, d in sorted(bad.items()))
+    raise CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass them '
+                               f'to allow a cast):\n{lines}')
+
+
 def cast_params(params: Mapping[str, Any], dtype: Any = np.float32, *,
                 source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES) -> Params:
   """Casts every array to `dtype`, refusing stored dtypes not named in `source_dtypes`.
@@ -682,12 +707,7 @@ def cast_params(params: Mapping[str, Any], dtype: Any = np.float32, *,
     CheckpointDtypeError: listing every parameter whose stored dtype is not allowed.
   """
   flat = flatten_params(params)
-  bad = {k: np.asarray(v).dtype.name for k, v in flat.items()
-         if np.asarray(v).dtype.name not in source_dtypes}
-  if bad:
-    lines = '\n'.join(f'  {k}: {d}' for k, d in sorted(bad.items()))
-    raise CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass them '
-                               f'to allow a cast):\n{lines}')
+  _check_source_dtypes({k: np.asarray(v).dtype for k, v in flat.items()}, source_dtypes)
   dtype = np.dtype(dtype)
   return unflatten_params({k: np.ascontiguousarray(np.asarray(v).astype(dtype, copy=False))
                            for k, v in flat.items()})
@@ -698,33 +718,12 @@ def _param_shapes(config: network.T5Config) -> Params:
   return network.param_shapes(config)  # Memoized: tracing the model takes about a second.
 
 
-def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any = np.float32,
-                format: str = 'auto',  # pylint: disable=redefined-builtin
-                source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES,
-                ) -> tuple[Params, network.T5Config]:
-  """Reads a checkpoint of any supported format, checks it strictly and casts it.
+def _checked_config(params: Mapping[str, Any], config: network.T5Config | None, path: str,
+                    hints: Mapping[str, Any]) -> network.T5Config:
+  """The config (inferred from shapes when None), checked strictly against `params`' shapes.
 
-  Args:
-    path: a T5X checkpoint_N directory (legacy or Orbax) or its `checkpoint` file, a HuggingFace
-      directory, or a Mesh-TF checkpoint prefix/directory; `gs://` for T5X.
-    config: the architecture to check against; inferred from shapes (and HF's config.json) when
-      None.
-    dtype: the dtype of every returned array (e.g. `jnp.bfloat16` for big models).
-    format: 'auto' or one of `FORMATS`.
-    source_dtypes: stored dtypes accepted for the cast; others raise (e.g. add 'float64').
-
-  Returns:
-    `(params, config)`: the T5X params tree of numpy arrays in `dtype`, and the config used.
-
-  Raises:
-    FileNotFoundError: naming the missing checkpoint, file or array folder.
-    CheckpointReadError: naming a corrupt file.
-    CheckpointMismatchError: listing every missing, unexpected and mis-shaped parameter.
-    CheckpointDtypeError: listing parameters stored in a dtype outside `source_dtypes`.
+  `params` leaves need only a `.shape` (arrays, or metadata of arrays not read yet).
   """
-  format = detect_format(path) if format == 'auto' else format
-  params = read_params(path, format=format)
-  hints = hf_config_hints(_hf_config(str(path))) if format == 'hf' else {}
   if config is None:
     try:
       config = network.T5Config(**{**infer_config(params), **hints})
@@ -734,4 +733,125 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
     if tuple(getattr(config, field)) != value:
       raise ValueError(f'config.{field}={getattr(config, field)} but {path} needs {value}')
   check_params(params, _param_shapes(config), source=str(path))
-  return cast_params(params, dtype, source_dtypes=source_dtypes), config
+  return config
+
+
+def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any = np.float32,
+                format: str = 'auto',  # pylint: disable=redefined-builtin
+                source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES,
+                mesh: jax.sharding.Mesh | None = None,
+                rules: Any = None,
+                ) -> tuple[Params, network.T5Config]:
+  """Reads a checkpoint of any supported format, checks it strictly and casts it.
+
+  With `mesh`, the parameters come back as `jax.Array`s placed with
+  `partitioning.param_shardings(config, mesh, rules)`, and T5X checkpoints are read sharded: each
+  process reads only the slices its own devices hold (legacy zarr arrays through tensorstore
+  slices, inline msgpack arrays sliced in host memory; Orbax through its restore with target
+  shardings), each slice cast to `dtype` as it is read, so no process ever holds a whole float32
+  copy of the model. HuggingFace and Mesh-TF checkpoints are read whole on every host, cast, then
+  placed. The strict checks run on the stored shapes and dtypes before any array is read.
+
+  Args:
+    path: a T5X checkpoint_N directory (legacy or Orbax) or its `checkpoint` file, a HuggingFace
+      directory, or a Mesh-TF checkpoint prefix/directory; `gs://` for T5X.
+    config: the architecture to check against; inferred from shapes (and HF's config.json) when
+      None.
+    dtype: the dtype of every returned array (e.g. `jnp.bfloat16` for big models).
+    format: 'auto' or one of `FORMATS`.
+    source_dtypes: stored dtypes accepted for the cast; others raise (e.g. add 'float64').
+    mesh: place (and for T5X read) the parameters sharded over this mesh; None: numpy on host.
+    rules: logical axis rules for the shardings; None: `partitioning.standard_logical_axis_rules()`.
+
+  Returns:
+    `(params, config)`: the T5X params tree in `dtype` (numpy arrays, or `jax.Array`s with
+    `mesh`), and the config used.
+
+  Raises:
+    FileNotFoundError: naming the missing checkpoint, file or array folder.
+    CheckpointReadError: naming a corrupt file.
+    CheckpointMismatchError: listing every missing, unexpected and mis-shaped parameter.
+    CheckpointDtypeError: listing parameters stored in a dtype outside `source_dtypes`.
+  """
+  format = detect_format(path) if format == 'auto' else format
+  if mesh is not None and format in ('t5x', 't5x_orbax'):
+    return _load_sharded(str(path), format, config, dtype, source_dtypes, mesh, rules)
+  params = read_params(path, format=format)
+  hints = hf_config_hints(_hf_config(str(path))) if format == 'hf' else {}
+  config = _checked_config(params, config, str(path), hints)
+  params = cast_params(params, dtype, source_dtypes=source_dtypes)
+  if mesh is not None:
+    from t5align import partitioning  # pylint: disable=g-import-not-at-top
+    params = jax.device_put(params, partitioning.param_shardings(config, mesh, rules))
+  return params, config
+
+
+# ---------------------------------------------------------------- sharded T5X loading
+
+
+class _LazyArray:
+  """A stored array not read yet: its shape, stored dtype and a reader of `[index]` slices."""
+
+  def __init__(self, shape: tuple[int, ...], dtype: Any, read: Callable[[tuple], np.ndarray]):
+    self.shape, self.dtype, self.read = tuple(shape), np.dtype(dtype), read
+
+
+def _lazy_t5x_arrays(path: str) -> dict[str, _LazyArray]:
+  """The legacy checkpoint's params by '/'-path, opened (metadata only) but not read."""
+  msgpack_file, checkpoint_dir = t5x_checkpoint_paths(path)
+  target = _t5x_target(_restore_msgpack(msgpack_file), msgpack_file)
+  flat = flatten_params(target, is_leaf=_is_ts_spec)
+  specs = {k: resolve_ts_spec(v, checkpoint_dir) for k, v in flat.items() if _is_ts_spec(v)}
+  opened = {name: ts.open(spec, open=True, read=True) for name, spec in specs.items()}
+  lazy = {}
+  for name, value in flat.items():
+    if name in opened:
+      store = _ts_result(name, specs[name], opened[name])
+
+      def read(index, name=name, store=store):
+        return np.asarray(_ts_result(name, specs[name], store[index].read()))
+
+      lazy[name] = _LazyArray(store.shape, store.dtype.numpy_dtype, read)
+    else:  # Inline in the msgpack: already in host memory.
+      array = np.asarray(value)
+      lazy[name] = _LazyArray(array.shape, array.dtype, array.__getitem__)
+  return lazy
+
+
+def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any) -> jax.Array:
+  """A global array holding `lazy`; this process reads (once) each slice its devices hold."""
+  slices = {}
+
+  def read(index: tuple[slice, ...]) -> np.ndarray:
+    key = tuple((s.start, s.stop, s.step) for s in index)
+    if key not in slices:  # Devices holding the same slice (replicas) share one read.
+      slices[key] = np.ascontiguousarray(lazy.read(index).astype(dtype, copy=False))
+    return slices[key]
+
+  return jax.make_array_from_callback(lazy.shape, sharding, read)
+
+
+def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
+                  config: network.T5Config | None, dtype: Any,
+                  source_dtypes: tuple[str, ...], mesh: jax.sharding.Mesh,
+                  rules: Any) -> tuple[Params, network.T5Config]:
+  """`load_params` with a mesh for T5X legacy and Orbax checkpoints."""
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  if format == 't5x':
+    stored = _lazy_t5x_arrays(path)
+  else:
+    state_dir, key, item = _orbax_params_metadata(path)
+    stored = flatten_params(item)  # Orbax array metadata: .shape and .dtype.
+  config = _checked_config(unflatten_params(stored), config, path, {})
+  _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
+  shardings = flatten_params(partitioning.param_shardings(config, mesh, rules))
+  dtype = np.dtype(dtype)
+  if format == 't5x':
+    return unflatten_params({k: _sharded_array(v, shardings[k], dtype)
+                             for k, v in stored.items()}), config
+
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  restore_args = unflatten_params({
+      k: ocp.ArrayRestoreArgs(sharding=shardings[k], dtype=dtype, global_shape=tuple(v.shape))
+      for k, v in stored.items()})
+  return _restore_orbax(state_dir, key, item, restore_args), config
