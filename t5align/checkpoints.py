@@ -352,11 +352,32 @@ def _orbax_params_metadata(path: str) -> tuple[str, str, Any]:
   return state_dir, key, tree[key]
 
 
-def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any) -> Params:
-  """Restores `{key: item}` with `restore_args`; errors name the checkpoint."""
+def _orbax_read_bytes(metadata: Any, sharding: jax.sharding.Sharding) -> int:
+  """The most bytes Orbax holds to read one of this process's shards: whole chunks, as it counts."""
+  shape = tuple(metadata.shape)
+  chunks = getattr(getattr(metadata, 'storage', None), 'chunk_shape', None) or shape
+  most = 0
+  for index in sharding.addressable_devices_indices_map(shape).values():
+    extent = 1
+    for n, c, part in zip(shape, chunks, index):
+      start, stop, _ = part.indices(n)
+      extent *= (-(-stop // c) - start // c) * c if c else n
+    most = max(most, extent)
+  return most * np.dtype(metadata.dtype).itemsize
+
+
+def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any,
+                   max_bytes_in_flight: int | None = None) -> Params:
+  """Restores `{key: item}` with `restore_args`; errors name the checkpoint.
+
+  `max_bytes_in_flight` bounds the host memory of concurrent reads (Orbax counts whole chunks);
+  None keeps Orbax's default (96 GB).
+  """
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  gb = None if max_bytes_in_flight is None else max_bytes_in_flight / 10**9
+  checkpointer = ocp.Checkpointer(ocp.PyTreeCheckpointHandler(restore_concurrent_gb=gb))
   try:
-    restored = ocp.PyTreeCheckpointer().restore(state_dir, args=ocp.args.PyTreeRestore(
+    restored = checkpointer.restore(state_dir, args=ocp.args.PyTreeRestore(
         item={key: item}, restore_args={key: restore_args}, partial_restore=True))
   except Exception as e:  # Orbax/tensorstore errors of many types.
     if isinstance(e, (FileNotFoundError, CheckpointReadError)):
@@ -854,4 +875,7 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
   restore_args = unflatten_params({
       k: ocp.ArrayRestoreArgs(sharding=shardings[k], dtype=dtype, global_shape=tuple(v.shape))
       for k, v in stored.items()})
-  return _restore_orbax(state_dir, key, item, restore_args), config
+  # NOTE: Orbax reads every array at once by default (transiently ~1x the model per process);
+  # one array's chunks at a time (plus smaller ones) keeps each process near its own share.
+  in_flight = max(_orbax_read_bytes(m, shardings[k]) for k, m in stored.items()) + 1
+  return _restore_orbax(state_dir, key, item, restore_args, in_flight), config
