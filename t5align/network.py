@@ -36,8 +36,10 @@ class T5Config:
   float32_attention_logits: bool = False
   # Encoder self-attention softmax temperature: one float, or one per encoder layer. 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] = 1.0
-  # Encoder self-attention implementation (see attention.IMPLEMENTATIONS).
+  # Encoder self-attention implementation (see attention.IMPLEMENTATIONS), or 'auto':
+  # 'reference' for inputs of at most `blockwise_threshold` tokens, 'blockwise' above.
   attention_impl: str = 'reference'
+  blockwise_threshold: int = 2048
 
   def __post_init__(self):
     tau = self.encoder_attention_temperature
@@ -53,9 +55,16 @@ class T5Config:
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
                        f'{self.dropout_rate!r}.')
-    if self.attention_impl not in attention.IMPLEMENTATIONS:
-      raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
-                       f'{sorted(attention.IMPLEMENTATIONS)}.')
+    if self.attention_impl not in (*attention.IMPLEMENTATIONS, 'auto'):
+      raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected \'auto\' or '
+                       f'one of {sorted(attention.IMPLEMENTATIONS)}.')
+
+
+def encoder_attention_impl(config: T5Config, length: int) -> str:
+  """The implementation the encoder uses for inputs of `length` (static) tokens."""
+  if config.attention_impl != 'auto':
+    return config.attention_impl
+  return 'reference' if length <= config.blockwise_threshold else 'blockwise'
 
 
 def check_temperature(temperature: Any, name: str = 'temperature') -> None:
@@ -138,7 +147,7 @@ class EncoderLayer(nn.Module):
     cfg = self.config
     x = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
     # [b, l, e] -> [b, l, e]
-    x = _attention(cfg, 'attention', cfg.attention_impl)(
+    x = _attention(cfg, 'attention', encoder_attention_impl(cfg, inputs.shape[-2]))(
         x, x, deterministic=deterministic, rel_embedding=self.relative_embedding.table(),
         segment_ids=segment_ids, temperature=temperature)
     x = _dropout(cfg, x, deterministic) + inputs

@@ -211,7 +211,23 @@ def test_config_fields(gin_file):
       'num_decoder_layers': arch.dec, 'mlp_dim': arch.mlp,
       'mlp_activations': ('gelu', 'linear') if arch.gated else ('relu',),
       'logits_via_embedding': arch.tied, 'float32_attention_logits': False,
-      'dropout_rate': 0.0, 'encoder_attention_temperature': 1.0, 'attention_impl': 'reference'}
+      'dropout_rate': 0.0, 'encoder_attention_temperature': 1.0,
+      'attention_impl': 'auto' if gin_file in BIG_MODELS else 'reference'}
+
+
+# Files whose defaults are the big-run ones: bfloat16 activations, blockwise attention above 2048.
+BIG_MODELS = [f'{family}/{size}.gin' for family in ('t5_1_1', 'flan_t5', 't5_1_1_lm100k')
+              for size in ('xl', 'xxl')] + ['t5_1_0/3B.gin', 't5_1_0/11B.gin']
+
+
+@pytest.mark.parametrize('gin_file', BIG_MODELS)
+def test_big_models_default_to_bfloat16_and_blockwise_above_the_threshold(gin_file):
+  cfg = build_config(gin_file)
+  assert (cfg.dtype, cfg.attention_impl, cfg.blockwise_threshold) == ('bfloat16', 'auto', 2048)
+  assert [network.encoder_attention_impl(cfg, n) for n in (512, 2048, 2049, 32768)] == [
+      'reference', 'reference', 'blockwise', 'blockwise']
+  cfg = build_config(gin_file, ("ATTENTION_IMPL = 'reference'", "ACTIVATION_DTYPE = 'float32'"))
+  assert (cfg.dtype, network.encoder_attention_impl(cfg, 32768)) == ('float32', 'reference')
 
 
 @pytest.mark.parametrize('gin_file', sorted(EXPECTED))

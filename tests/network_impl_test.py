@@ -83,3 +83,21 @@ def test_blockwise_vmapped_calibration_stats_match_reference():
     for i, name in ((0, '1.00'), (8, '0.60')):
       np.testing.assert_allclose(swept['pmax'][i], ref[f'mean_pmax_tau{name}'], rtol=1e-5)
       np.testing.assert_allclose(swept['entropy'][i], ref[f'mean_entropy_tau{name}'], rtol=1e-5)
+
+
+@pytest.mark.parametrize('threshold,expected_impl', [(160, 'reference'), (159, 'blockwise')])
+def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypatch):
+  from t5align import attention  # pylint: disable=g-import-not-at-top
+  config, params, ref = _fixture()
+  tokens = ref['encoder_input_tokens']  # [2, 160]
+  called = []
+  for name in ('reference', 'blockwise'):
+    impl = attention.IMPLEMENTATIONS[name]
+    monkeypatch.setitem(attention.IMPLEMENTATIONS, name,
+                        lambda *a, _impl=impl, _name=name, **k: called.append(_name) or _impl(*a, **k))
+  auto = dataclasses.replace(config, attention_impl='auto', blockwise_threshold=threshold)
+  actual, _ = _encode(auto, params, tokens, 0.8)
+  assert set(called) == {expected_impl}
+  expected, _ = _encode(dataclasses.replace(config, attention_impl=expected_impl), params,
+                        tokens, 0.8)
+  np.testing.assert_array_equal(actual, expected)
