@@ -19,6 +19,7 @@ import numpy as np
 
 from t5align import calibration
 from t5align import gin_cli
+from t5align import memory
 from t5align import schedule as schedule_lib
 
 if __name__ == '__main__':
@@ -159,6 +160,8 @@ def run(
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
   tokens = sample_windows(stream, num_samples, max(lengths), seed)
   mesh = calibration.make_mesh(*mesh_shape) if mesh_shape else None
+  memory.check_fits(config, length=max(lengths), batch_size=batch_size or num_samples,
+                    params_dtype=dtype, mesh=mesh, taus=tau_batch_size or len(grid))
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.

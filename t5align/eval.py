@@ -34,6 +34,7 @@ from t5align import checkpoints
 from t5align import decoding
 from t5align import evaluation
 from t5align import fileio
+from t5align import memory
 from t5align import gin_cli
 from t5align import network
 
@@ -157,6 +158,8 @@ def evaluate(*,
       examples.append({**ex, 'index': i})
     if not examples:
       raise ValueError(f'{task.name} ({split}) has no examples.')
+    memory.check_fits(config, length=max(len(ex['inputs']) for ex in examples),
+                      batch_size=batch_size, params_dtype=params_dtype, mesh=mesh)
     folder = os.path.join(output_dir, task.name)
     evaluation.check_run(folder, {
         'task': task.name, 'split': split, 'checkpoint': str(checkpoint_path),

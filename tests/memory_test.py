@@ -1,0 +1,74 @@
+"""t5align/memory.py: the per-device estimate by hand, and the refusal of runs that cannot fit."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from t5align import memory
+from t5align import network
+
+# Flan-T5-XXL (T5 1.1 XXL shapes): 11,135,332,352 parameters (t5x's published count).
+XXL = network.T5Config(vocab_size=32128, dtype=jnp.bfloat16, emb_dim=4096, num_heads=64,
+                       num_encoder_layers=24, num_decoder_layers=24, head_dim=64, mlp_dim=10240,
+                       mlp_activations=('gelu', 'linear'), dropout_rate=0.0)
+TINY = network.T5Config(vocab_size=128, dtype=jnp.float32, emb_dim=64, num_heads=4,
+                        num_encoder_layers=2, num_decoder_layers=2, head_dim=16, mlp_dim=128,
+                        mlp_activations=('gelu', 'linear'), dropout_rate=0.0)
+
+
+def _tiny_param_count() -> int:
+  e, v, hd, m, layers = 64, 128, 4 * 16, 128, 2
+  encoder = layers * (4 * e * hd + 3 * e * m + 2 * e) + 4 * 32 + e
+  decoder = layers * (8 * e * hd + 3 * e * m + 3 * e) + 4 * 32 + e
+  return v * e + e * v + encoder + decoder
+
+
+def test_estimate_matches_a_hand_computation():
+  est = memory.estimate(TINY, length=4096, batch_size=8, params_dtype='float32',
+                        model_shards=2, data_shards=2)
+  assert _tiny_param_count() == 214_016
+  assert est.params == 214_016 * 4 // 2
+  # 4 examples x 2 heads per device; logits + probabilities + bias, float32.
+  assert est.attention == 4 * (2 * 4 * 2 * 4096**2 + 2 * 4096**2) == 1_207_959_552
+  # [4, 4096] rows x (4 x 64 + 4 x 2 x 16 + 3 x 64) float32 values.
+  assert est.hidden == 4 * 4096 * (256 + 128 + 192) * 4
+  assert est.total == est.params + est.attention + est.hidden
+
+  blockwise = memory.estimate(TINY.replace(attention_impl="blockwise"),
+                              length=4096, batch_size=8, params_dtype='float32', model_shards=2,
+                              data_shards=2)
+  assert blockwise.attention == 4 * (2 * 4 * 2 * 4096 * 512 + 2 * 4096 * 512)
+  # Calibration: 11 taus over a 'tau' axis of 4 -> 3 per device, times 4 examples.
+  calib = memory.estimate(TINY, length=1024, batch_size=8, params_dtype='bfloat16',
+                          data_shards=2, taus=11, tau_shards=4)
+  assert calib.params == 214_016 * 2
+  assert calib.attention == 4 * (2 * 12 * 4 * 1024**2 + 4 * 1024**2)
+
+
+def test_xxl_at_32k_with_reference_attention_on_one_device_is_refused():
+  with pytest.raises(memory.DoesNotFitError) as e:
+    memory.check_fits(XXL, length=32768, batch_size=1, params_dtype='bfloat16',
+                      limit_bytes=80 * 2**30)
+  message = str(e.value)
+  for setting in ('NUM_PARTITIONS', "ATTENTION_IMPL='blockwise'", 'BATCH_SIZE'):
+    assert setting in message
+  est = memory.estimate(XXL, length=32768, batch_size=1, params_dtype='bfloat16')
+  assert est.params == 11_135_332_352 * 2
+  assert est.attention == 4 * (2 * 64 * 32768**2 + 64 * 32768**2)  # 768 GiB
+  assert f'{est.total / 2**30:.2f} GiB per device' in message
+
+
+def test_calibration_refusal_names_the_tau_batch():
+  with pytest.raises(memory.DoesNotFitError, match='TAU_BATCH_SIZE, now 11'):
+    memory.check_fits(XXL.replace(attention_impl='blockwise'), length=32768, batch_size=4,
+                      params_dtype='bfloat16', taus=11, limit_bytes=32 * 2**30)
+
+
+def test_auto_attention_and_sharding_make_xxl_fit_and_small_runs_pass():
+  mesh = jax.sharding.Mesh([[jax.devices()[0]]], ('data', 'model'))
+  assert memory.check_fits(TINY, length=512, batch_size=8, params_dtype='float32', mesh=mesh)
+  auto = XXL.replace(attention_impl='auto')
+  est = memory.estimate(auto, length=32768, batch_size=8, params_dtype='bfloat16',
+                        model_shards=16, data_shards=2)
+  assert est.attention_impl == 'blockwise' and est.total < 16 * 2**30
