@@ -16,6 +16,7 @@ import numpy as np
 
 from t5align import attention
 from t5align import calibration
+from t5align import fileio
 
 
 def pyplot():
@@ -160,7 +161,7 @@ def plot_statistic_curves(numbers: Mapping[str, Any], path: str) -> None:
     ax.set_ylabel(label)
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fileio.save_figure(fig, path, dpi=120)
   plt.close(fig)
 
 
@@ -189,7 +190,7 @@ def plot_temperature_curves(numbers: Mapping[str, Any], path: str,
   ax.set_ylabel('tau')
   ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fileio.save_figure(fig, path, dpi=120)
   plt.close(fig)
 
 
@@ -215,7 +216,7 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
     ax.tick_params(labelsize=6)
   fig.suptitle(f'relative position bias b(m={m}, n), n = 0..{length - 1}', fontsize=9)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fileio.save_figure(fig, path, dpi=120)
   plt.close(fig)
   return values
 
@@ -234,7 +235,7 @@ def plot_qq(numbers: Mapping[str, Any], path: str) -> None:
     ax.set_xlabel('standard normal quantiles')
     ax.set_ylabel('standardized logits')
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fileio.save_figure(fig, path, dpi=120)
   plt.close(fig)
 
 
@@ -244,18 +245,16 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   Returns:
     {name: path} of the written files.
   """
-  os.makedirs(out_dir, exist_ok=True)
-  paths = {name: os.path.join(out_dir, name) for name in (
+  fileio.makedirs(out_dir)
+  paths = {name: fileio.join(out_dir, name) for name in (
       'analysis.json', 'dispersion.txt', 'statistic_curves.png', 'temperature_curves.png',
       'relpos_bias.png', 'qq_layer0.png')}
   record = {**numbers, 'dispersion_table': dispersion_table(numbers),
             'algorithm1': {k: algorithm1_taus(numbers, k) for k in ('pmax', 'entropy')},
             'closed_form_curves': closed_form_curves(numbers)}
-  with open(paths['analysis.json'], 'w') as f:
-    # NaN (Prop. 1 without a real root) is written as null.
-    json.dump(_nan_to_none(record), f, indent=1)
-  with open(paths['dispersion.txt'], 'w') as f:
-    f.write(record['dispersion_table'] + '\n')
+  # NaN (Prop. 1 without a real root) is written as null.
+  fileio.write_atomic(paths['analysis.json'], json.dumps(_nan_to_none(record), indent=1))
+  fileio.write_atomic(paths['dispersion.txt'], record['dispersion_table'] + '\n')
   plot_statistic_curves(numbers, paths['statistic_curves.png'])
   plot_temperature_curves(numbers, paths['temperature_curves.png'], schedule)
   plot_relpos_bias(numbers['rel_embedding'], numbers['lengths'][-1], paths['relpos_bias.png'])

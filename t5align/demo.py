@@ -71,8 +71,8 @@ class Results:
     self.path = path
     settings = json.loads(json.dumps(settings))
     self.data = {'settings': settings, 'accuracy': {}}
-    if os.path.exists(path):
-      with open(path, encoding='utf-8') as f:
+    if fileio.exists(path):
+      with fileio.open(path, encoding='utf-8') as f:
         old = json.load(f)
       if old.get('settings') != settings:
         raise ValueError(f'{path} holds a run with other settings ({old.get("settings")}); use '
@@ -152,7 +152,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
     ax.set_ylim(-5, 105)
   np.atleast_1d(axes)[0].legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  fileio.save_figure(fig, path, dpi=110)
   plt.close(fig)
 
 
@@ -182,7 +182,7 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   lengths = sorted(lengths or [reference_length * k for k in (2, 4, 8, 16)])
   eval_lengths = [reference_length, *lengths]
   rows = ['tau=1', *(s for s in strategies if s in EVALUATED)]
-  os.makedirs(output_dir, exist_ok=True)
+  fileio.makedirs(output_dir)
   results = Results(os.path.join(output_dir, 'results.json'), {
       'model_dir': os.path.abspath(model_dir), 'reference_length': reference_length,
       'lengths': lengths, 'strategies': list(strategies), 'num_examples': num_examples,
@@ -194,7 +194,7 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   schedule_path = os.path.join(output_dir, 'schedule.json')
   tokens = calibration_tokens(vocab, lengths[-1], num_samples)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
-  if os.path.exists(schedule_path):
+  if fileio.exists(schedule_path):
     schedule = schedule_lib.load_schedule(schedule_path)
     _log(f'reusing {schedule_path}', start)
   else:

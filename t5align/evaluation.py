@@ -44,13 +44,12 @@ class PredictionLog:
   def __init__(self, path: str | os.PathLike[str]):
     self.path = os.fspath(path)
     self.records: dict[int, dict[str, Any]] = {}
-    os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-    if not os.path.exists(self.path):
+    fileio.makedirs(fileio.dirname(self.path))
+    if not fileio.exists(self.path):
       return
-    with open(self.path, 'rb') as f:
-      raw = f.read()
+    raw = fileio.read_bytes(self.path)
     keep = raw.rfind(b'\n') + 1  # Bytes up to and including the last newline.
-    if keep < len(raw):
+    if keep < len(raw) and not fileio.is_remote(self.path):
       with open(self.path, 'r+b') as f:
         f.truncate(keep)
     for number, line in enumerate(raw[:keep].decode('utf-8').split('\n')[:-1], start=1):
@@ -79,6 +78,13 @@ class PredictionLog:
       lines.append(json.dumps(record, ensure_ascii=False, sort_keys=True, allow_nan=True))
     if not lines:
       return
+    if fileio.is_remote(self.path):  # Object stores cannot append: rewrite the whole object.
+      old = [json.dumps(r, ensure_ascii=False, sort_keys=True, allow_nan=True)
+             for r in self.records.values()]
+      fileio.write_atomic(self.path, '\n'.join(old + lines) + '\n')
+      for record in records:
+        self.records[int(record['index'])] = dict(record)
+      return
     with open(self.path, 'a', encoding='utf-8') as f:
       f.write('\n'.join(lines) + '\n')
       f.flush()
@@ -92,10 +98,10 @@ class PredictionLog:
 
 def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
   """Writes run.json, or checks that an earlier run of this folder used the same settings."""
-  path = os.path.join(os.fspath(folder), 'run.json')
+  path = fileio.join(folder, 'run.json')
   settings = json.loads(json.dumps(settings, sort_keys=True))
-  if os.path.exists(path):
-    with open(path, encoding='utf-8') as f:
+  if fileio.exists(path):
+    with fileio.open(path, encoding='utf-8') as f:
       before = json.load(f)
     diff = {k: (before.get(k), settings.get(k)) for k in sorted(set(before) | set(settings))
             if before.get(k) != settings.get(k)}

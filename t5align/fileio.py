@@ -1,21 +1,82 @@
-"""Atomic file writes: a temporary file in the same folder, fsynced, then renamed over the target."""
+"""Output files, local or in a bucket (`gs://...`), with atomic writes.
+
+Local paths use the OS: a write goes to a temporary file in the same folder, is fsynced, then
+renamed over the target. URLs (`scheme://...`, e.g. `gs://bucket/dir/file`) go through
+`etils.epath` (tf.io.gfile or fsspec underneath): an object store's write of a whole object is
+atomic by itself, so it is written directly; there are no folders to create (epath makes what the
+store needs). A URL is never turned into a local path, so no local folder named `gs:` appears.
+"""
 from __future__ import annotations
 
+import builtins
 import json
 import os
+import posixpath
 import tempfile
-from typing import Any
+from typing import IO, Any
+
+PathLike = str | os.PathLike[str]
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
-  """Writes `data` to `path` so that readers see the old file or the whole new one, never part."""
+def is_remote(path: PathLike) -> bool:
+  """True for URLs such as `gs://bucket/x` (written through etils.epath)."""
+  return '://' in os.fspath(path)
+
+
+def _epath(path: PathLike):
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  return epath.Path(os.fspath(path))
+
+
+def join(base: PathLike, *parts: str) -> str:
+  base = os.fspath(base)
+  return posixpath.join(base, *parts) if is_remote(base) else os.path.join(base, *parts)
+
+
+def dirname(path: PathLike) -> str:
   path = os.fspath(path)
-  folder = os.path.dirname(os.path.abspath(path))
+  return posixpath.dirname(path) if is_remote(path) else os.path.dirname(os.path.abspath(path))
+
+
+def makedirs(path: PathLike) -> None:
+  """Creates the folder `path` and its parents if missing."""
+  if is_remote(path):
+    _epath(path).mkdir(parents=True, exist_ok=True)
+  else:
+    os.makedirs(os.fspath(path), exist_ok=True)
+
+
+def exists(path: PathLike) -> bool:
+  return _epath(path).exists() if is_remote(path) else os.path.exists(os.fspath(path))
+
+
+def open(path: PathLike, mode: str = 'r', **kwargs: Any) -> IO[Any]:  # pylint: disable=redefined-builtin
+  """`open` for local paths and URLs (epath's file object)."""
+  if is_remote(path):
+    return _epath(path).open(mode, **kwargs)
+  return builtins.open(os.fspath(path), mode, **kwargs)
+
+
+def read_bytes(path: PathLike) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def write_atomic(path: PathLike, data: bytes | str) -> None:
+  """Writes `data` to `path` so that readers see the old file or the whole new one, never part."""
+  data = data.encode('utf-8') if isinstance(data, str) else data
+  if is_remote(path):
+    makedirs(dirname(path))
+    with open(path, 'wb') as f:  # One object upload: atomic in GCS.
+      f.write(data)
+    return
+  path = os.fspath(path)
+  folder = dirname(path)
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.tmp-')
   try:
     with os.fdopen(fd, 'wb') as f:
-      f.write(data.encode('utf-8') if isinstance(data, str) else data)
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -25,7 +86,15 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
     raise
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, allow_nan: bool = True,
+def write_json_atomic(path: PathLike, obj: Any, *, allow_nan: bool = True,
                       sort_keys: bool = True) -> None:
   """`write_atomic` of `obj` as indented JSON (keys sorted unless their order means something)."""
   write_atomic(path, json.dumps(obj, indent=1, sort_keys=sort_keys, allow_nan=allow_nan) + '\n')
+
+
+def save_figure(fig: Any, path: PathLike, **kwargs: Any) -> None:
+  """`fig.savefig` into `path` (local or URL) through `write_atomic`; format from the suffix."""
+  import io  # pylint: disable=g-import-not-at-top
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format=os.path.splitext(os.fspath(path))[1][1:] or None, **kwargs)
+  write_atomic(path, buffer.getvalue())

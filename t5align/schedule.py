@@ -186,9 +186,9 @@ class TemperatureSchedule:
 @gin.configurable(module='t5align.schedule')
 def load_schedule(path: str = gin.REQUIRED, strategy: str | None = None) -> TemperatureSchedule:
   """Reads a schedule JSON file; `strategy` selects the strategy applied (default: saved one)."""
-  if not os.path.exists(path):
+  if not fileio.exists(path):
     raise FileNotFoundError(f'temperature schedule {path} does not exist.')
-  with open(path) as f:
+  with fileio.open(path) as f:
     schedule = TemperatureSchedule.from_dict(json.load(f))
   return schedule.with_strategy(strategy) if strategy else schedule
 

@@ -167,7 +167,7 @@ def save_checkpoint(model_dir: str, step: int, params: Any, opt_state: Any) -> s
 
   The state goes first, so a checkpoint_N directory always has its optimizer state.
   """
-  os.makedirs(model_dir, exist_ok=True)
+  fileio.makedirs(model_dir)
   state = {'step': np.asarray(step, np.int64),
            'opt_state': serialization.to_state_dict(jax.device_get(opt_state))}
   fileio.write_atomic(train_state_path(model_dir, step), serialization.msgpack_serialize(state))
@@ -352,7 +352,10 @@ def train(*,
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
   cfg = model.config
-  os.makedirs(model_dir, exist_ok=True)
+  if fileio.is_remote(model_dir):
+    raise ValueError(f'MODEL_DIR={model_dir}: training writes local checkpoints; use a local '
+                     'folder (copy the exported model to a bucket afterwards).')
+  fileio.makedirs(model_dir)
   start = time.time()
   vocab_path = os.path.join(model_dir, VOCAB_FILE)
   if not os.path.exists(vocab_path):
