@@ -840,14 +840,31 @@ def _lazy_t5x_arrays(path: str) -> dict[str, _LazyArray]:
 
 
 def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any) -> jax.Array:
-  """A global array holding `lazy`; this process reads (once) each slice its devices hold."""
+  """A global array holding `lazy`; this process reads only the slices its devices hold.
+
+  The devices' slices are read as their bounding box, once (a stored chunk is decoded once
+  however many local devices share it), unless the box is over twice the slices' total; then
+  slice by slice. Either way each read is cast to `dtype` on its own.
+  """
+  indices = [tuple(s.indices(n)[:2] for s, n in zip(index, lazy.shape))
+             for index in sharding.addressable_devices_indices_map(lazy.shape).values()]
+  distinct = set(indices)
+  box = tuple((min(i[d][0] for i in distinct), max(i[d][1] for i in distinct))
+              for d in range(len(lazy.shape)))
+  union = sum(math.prod(b - a for a, b in i) for i in distinct)
   slices = {}
+  if math.prod(b - a for a, b in box) <= 2 * union:
+    data = np.ascontiguousarray(
+        lazy.read(tuple(slice(a, b) for a, b in box)).astype(dtype, copy=False))
+    for i in distinct:
+      slices[i] = data[tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(i, box))]
+  else:
+    for i in distinct:
+      slices[i] = np.ascontiguousarray(
+          lazy.read(tuple(slice(a, b) for a, b in i)).astype(dtype, copy=False))
 
   def read(index: tuple[slice, ...]) -> np.ndarray:
-    key = tuple((s.start, s.stop, s.step) for s in index)
-    if key not in slices:  # Devices holding the same slice (replicas) share one read.
-      slices[key] = np.ascontiguousarray(lazy.read(index).astype(dtype, copy=False))
-    return slices[key]
+    return slices[tuple(s.indices(n)[:2] for s, n in zip(index, lazy.shape))]
 
   return jax.make_array_from_callback(lazy.shape, sharding, read)
 
