@@ -1,6 +1,11 @@
 """t5align/memory.py: the per-device estimate by hand, and the refusal of runs that cannot fit."""
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -72,3 +77,22 @@ def test_auto_attention_and_sharding_make_xxl_fit_and_small_runs_pass():
   est = memory.estimate(auto, length=32768, batch_size=8, params_dtype='bfloat16',
                         model_shards=16, data_shards=2)
   assert est.attention_impl == 'blockwise' and est.total < 16 * 2**30
+
+
+def test_eval_cli_refuses_before_compiling(tmp_path):
+  pytest.importorskip('seqio')
+  root = pathlib.Path(__file__).resolve().parents[1]
+  model = root / 't5align' / 'assets' / 'retrieval_t5'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', T5ALIGN_VOCABULARY=str(model / 'sentencepiece.model'),
+             PYTHONPATH=os.pathsep.join([str(root), os.environ.get('PYTHONPATH', '')]))
+  out = subprocess.run(
+      [sys.executable, '-m', 't5align.eval', '--gin_file=gin/runs/eval.gin',
+       '--gin_file=gin/models/retrieval_small.gin', f'--gin.CHECKPOINT_PATH={model}/checkpoint_2400',
+       f'--gin.EVAL_OUTPUT_DIR={tmp_path}', '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
+       '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
+       '--gin.BATCH_SIZE=100000000'],  # 10^8 rows of ~2k tokens: terabytes of activations.
+      cwd=root, env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode != 0
+  assert 'DoesNotFitError' in out.stderr and 'BATCH_SIZE (now 100000000) lower' in out.stderr, (
+      out.stderr[-3000:])
+  assert not list(tmp_path.rglob('predictions.jsonl'))  # Nothing ran.
