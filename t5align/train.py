@@ -352,9 +352,10 @@ def train(*,
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
   cfg = model.config
-  if fileio.is_remote(model_dir):
-    raise ValueError(f'MODEL_DIR={model_dir}: training writes local checkpoints; use a local '
-                     'folder (copy the exported model to a bucket afterwards).')
+  for name, folder in (('MODEL_DIR', model_dir), ('EXPORT_DIR', export_dir)):
+    if folder and fileio.is_remote(folder):
+      raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
+                       'folder (copy the exported model to a bucket afterwards).')
   fileio.makedirs(model_dir)
   start = time.time()
   vocab_path = os.path.join(model_dir, VOCAB_FILE)

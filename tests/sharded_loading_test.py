@@ -43,9 +43,13 @@ def _env(**extra: str) -> dict[str, str]:
   return dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=path, **extra)
 
 
-def test_sharded_load_equals_unsharded_load_on_8_devices():
+def test_sharded_load_equals_unsharded_load_on_8_devices(tmp_path):
+  from t5align import checkpoints  # pylint: disable=g-import-not-at-top
   paths = [str(TESTDATA / name / fmt / 'checkpoint_0')
            for name in ('t5_1_1_tiny', 't5_1_0_tiny') for fmt in ('legacy', 'orbax')]
+  # Arrays of at most 4 KiB inline in the msgpack (sliced from host memory), the rest zarr.
+  params = checkpoints.read_params(paths[0])
+  paths.append(checkpoints.save_t5x_checkpoint(params, str(tmp_path), 0, inline_max_bytes=4096))
   out = subprocess.run(
       [sys.executable, '-c', _EQUALITY_SCRIPT, *paths], cwd=REPO_ROOT, capture_output=True,
       text=True, timeout=300,
