@@ -3,7 +3,8 @@
 Every reader returns the T5X 'params' tree (t5x/examples/t5/network.py names, kernels `[in, out]`)
 as a nested dict of numpy arrays in the stored dtype. `load_params` adds format detection, an
 explicit dtype policy and a strict check against `network.param_shapes(config)` that raises one
-`CheckpointMismatchError` naming every missing, unexpected and mis-shaped parameter.
+`CheckpointMismatchError` naming every missing, unexpected and mis-shaped parameter. With a
+`mesh`, `load_params` returns sharded `jax.Array`s and reads T5X checkpoints per device slice.
 
 Paths inside the tree are '/'-joined (`encoder/layers_0/attention/query/kernel`).
 """
