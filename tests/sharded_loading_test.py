@@ -157,5 +157,5 @@ def test_sharded_load_peak_rss_per_process_is_a_fraction_of_the_model(tmp_path):
     # e.g. half the 98 MB embedding; these Orbax ones 8 MiB) and allocator slack. At this size
     # that is ~0.46x (legacy) / ~0.15x (Orbax); at full base size (944 MiB) 0.26x / 0.23x.
     chunk = {'legacy': 49_348_608, 'orbax': 8 * 2**20}[fmt]
-    assert growth <= own + 2 * chunk + 32 * 2**20, (fmt, pid, growth / size)
-    assert growth <= 0.55 * size, (fmt, pid, growth / size)
+    assert growth <= own + 2 * chunk + 48 * 2**20, (fmt, pid, growth / size)
+    assert growth <= 0.6 * size, (fmt, pid, growth / size)
