@@ -15,6 +15,7 @@ import pytest
 from t5align import attention
 from t5align import calibration
 from t5align import network
+from t5align import partitioning
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TAUS = ('1.00', '0.80', '0.60')
@@ -70,16 +71,16 @@ _MESH_SCRIPT = textwrap.dedent('''
     import jax
     sys.path.insert(0, 'tests')
     from conftest import _load
-    from t5align import calibration
+    from t5align import calibration, partitioning
     config, params, ref = _load('t5_1_1_tiny')
     tokens = np.concatenate([ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]])
     taus = [1.0, 0.9, 0.8, 0.7, 0.6]  # Padded to 8 on the 'tau' axis.
-    mesh = calibration.make_mesh(4, 2)
+    mesh = partitioning.calibration_mesh(4, 2)
     one = calibration.encoder_attention_stats(params, config, tokens, taus)
     sharded = calibration.encoder_attention_stats(params, config, tokens, taus, mesh=mesh)
     tau = calibration.calibrate(params, config, calibration.cut_to_length(tokens, 81),
                                 'pmax_bisect', reference_length=32, mesh=mesh).tau
-    placed = calibration.place_params(params, mesh)
+    placed = partitioning.place_params(params, config, mesh)
     layer0 = [calibration.layer0_sorted_logits(p, config, tokens[1:], chunk=32)
               for p in (params, placed)]
     print(json.dumps({'devices': jax.device_count(), 'layer0': [v.tolist() for v in layer0], 'one': one.layer_pmax.tolist(),
@@ -303,4 +304,4 @@ def test_bad_inputs_raise_clear_errors(tiny):
   with pytest.raises(ValueError, match='>= 2'):
     calibration.log_length_tau(1, 512)
   with pytest.raises(ValueError, match='needs 16 devices'):
-    calibration.make_mesh(8, 2, devices=jax.devices())
+    partitioning.calibration_mesh(8, 2)
