@@ -9,6 +9,7 @@ With one process each helper reduces to the plain single-host operation.
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable, TypeVar
 
@@ -94,6 +95,23 @@ def broadcast(value: Any) -> Any:
   if jax.process_count() == 1:
     return value
   return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(value))
+
+
+def broadcast_json(value: Any) -> Any:
+  """Process 0's JSON-able `value` on every process (the others' `value` is ignored)."""
+  if jax.process_count() == 1:
+    return value
+  data = np.frombuffer(json.dumps(value).encode('utf-8') if is_writer() else b'', np.uint8)
+  size = int(broadcast(np.int64(data.size)))
+  buffer = np.zeros(size, np.uint8)
+  if is_writer():
+    buffer[:] = data
+  return json.loads(bytes(broadcast(buffer)).decode('utf-8'))
+
+
+def read_on_writer(fn: Callable[[], T], what: str) -> T:
+  """`fn()` run on process 0 (e.g. reading a results file), its JSON-able result everywhere."""
+  return broadcast_json(on_writer(fn, what))
 
 
 def on_writer(fn: Callable[[], T], what: str) -> T | None:
