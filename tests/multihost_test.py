@@ -39,7 +39,7 @@ def _free_port() -> int:
 class Processes:
   """Two processes of one `python -m ...` command, each in its own process group."""
 
-  def __init__(self, args: list[str], logs: pathlib.Path):
+  def __init__(self, args: list[str], logs: pathlib.Path, cache: pathlib.Path):
     port = _free_port()
     logs.mkdir(parents=True, exist_ok=True)
     self.logs = [logs / f'process{i}.log' for i in range(2)]
@@ -48,7 +48,11 @@ class Processes:
       env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='2',
                  JAX_PROCESS_ID=str(i), JAX_PLATFORMS='cpu',
                  XLA_FLAGS='--xla_force_host_platform_device_count=4',
-                 T5ALIGN_VOCABULARY=str(VOCABULARY), PYTHONPATH=str(REPO_ROOT))
+                 T5ALIGN_VOCABULARY=str(VOCABULARY), PYTHONPATH=str(REPO_ROOT),
+                 # A restart reuses the first run's compiled programs (saves time, not a check).
+                 JAX_COMPILATION_CACHE_DIR=str(cache),
+                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+                 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
       with open(self.logs[i], 'wb') as log:
         self.procs.append(subprocess.Popen([sys.executable, '-m', *args], cwd=REPO_ROOT, env=env,
                                            stdout=log, stderr=subprocess.STDOUT,
@@ -80,11 +84,11 @@ class Processes:
 
 
 @pytest.fixture
-def processes():
+def processes(tmp_path):
   started = []
 
   def start(args, logs):
-    started.append(Processes(args, logs))
+    started.append(Processes(args, logs, tmp_path / 'jax_cache'))
     return started[-1]
 
   yield start
@@ -189,3 +193,54 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
   np.testing.assert_allclose(b.target, a.target, rtol=1e-6)
   np.testing.assert_allclose(two.calibrations['prop1'][0].tau, one.calibrations['prop1'][0].tau,
                              rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The environment checks of `initialize` and the one-process forms of the helpers.
+
+
+@pytest.mark.parametrize('env, expected', [
+    ({}, (1, '')),
+    ({'TPU_WORKER_HOSTNAMES': 'host0'}, (1, '')),
+    ({'TPU_WORKER_HOSTNAMES': 'host0,host1,host2,host3'}, (4, 'TPU_WORKER_HOSTNAMES')),
+    ({'SLURM_NTASKS': '8'}, (8, 'SLURM_NTASKS')),
+    ({'JAX_NUM_PROCESSES': '2', 'TPU_WORKER_HOSTNAMES': 'a,b,c,d'}, (2, 'JAX_NUM_PROCESSES')),
+])
+def test_process_count_from_environment(monkeypatch, env, expected):
+  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  for name in ('JAX_NUM_PROCESSES', 'TPU_PROCESS_ADDRESSES', 'TPU_WORKER_HOSTNAMES',
+               'SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE'):
+    monkeypatch.delenv(name, raising=False)
+  for name, value in env.items():
+    monkeypatch.setenv(name, value)
+  assert multihost._env_process_count() == expected  # pylint: disable=protected-access
+
+
+def test_initialize_names_missing_settings(monkeypatch):
+  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('JAX_NUM_PROCESSES', '2')
+  monkeypatch.delenv('JAX_COORDINATOR_ADDRESS', raising=False)
+  monkeypatch.setenv('JAX_PROCESS_ID', '0')
+  with pytest.raises(ValueError, match='needs JAX_COORDINATOR_ADDRESS'):
+    multihost.initialize()
+  monkeypatch.setenv('JAX_COORDINATOR_ADDRESS', '127.0.0.1:1')
+  monkeypatch.setenv('JAX_PROCESS_ID', '2')
+  with pytest.raises(ValueError, match=r'JAX_PROCESS_ID=2 must be in 0\.\.1'):
+    multihost.initialize()
+  monkeypatch.delenv('JAX_NUM_PROCESSES')
+  assert not multihost.initialize()  # One process: nothing to do.
+
+
+def test_one_process_helpers():
+  import jax  # pylint: disable=g-import-not-at-top
+  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  sharding = partitioning.batch_sharding(partitioning.eval_mesh(1), 2)
+  np.testing.assert_array_equal(multihost.process_rows(sharding, 4), [0, 1, 2, 3])
+  x = np.arange(8, dtype=np.int32).reshape(4, 2)
+  placed = multihost.global_batch(x, sharding, 4)
+  assert isinstance(placed, jax.Array) and placed.sharding == sharding
+  np.testing.assert_array_equal(multihost.gather(placed), x)
+  assert multihost.is_writer() and multihost.broadcast_json({'a': [1]}) == {'a': [1]}
+  assert multihost.on_writer(lambda: 3, 'three') == 3
+  multihost.barrier('one process')
