@@ -114,7 +114,8 @@ def _eval_args(out: pathlib.Path, num_partitions: int) -> list[str]:
 
 
 def _records(path: pathlib.Path) -> list[dict]:
-  return [json.loads(line) for line in path.read_text().splitlines()]
+  """The complete (newline-ended) records of a prediction log."""
+  return [json.loads(line) for line in path.read_text().split('\n')[:-1]]
 
 
 def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, monkeypatch,
@@ -168,7 +169,8 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
   args = ['--gin_file=gin/calibrate.gin', f'--gin.CHECKPOINT_PATH={CHECKPOINT}',
           f'--gin.TEXT_FILE={corpus}', f'--gin.VOCABULARY_PATH={VOCABULARY}',
           '--gin.LENGTHS=(512,)', '--gin.REFERENCE_LENGTH=256', '--gin.NUM_SAMPLES=2',
-          "--gin.STRATEGIES=('pmax', 'prop1')"]
+          "--gin.STRATEGIES=('pmax',)",
+          '--gin_bindings=calibrate.run.grid = (1.0, 0.95, 0.9, 0.85)']
   from t5align import calibrate  # pylint: disable=g-import-not-at-top
   from t5align import schedule  # pylint: disable=g-import-not-at-top
   one_path = tmp_path / 'one' / 'schedule.json'
@@ -191,8 +193,7 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
   assert a.tau == b.tau
   np.testing.assert_allclose(b.details['values'], a.details['values'], rtol=1e-6)
   np.testing.assert_allclose(b.target, a.target, rtol=1e-6)
-  np.testing.assert_allclose(two.calibrations['prop1'][0].tau, one.calibrations['prop1'][0].tau,
-                             rtol=1e-6)
+  assert not a.clamped  # The chosen tau lies inside the grid: a real choice, made the same way.
 
 
 # ---------------------------------------------------------------------------------------------
