@@ -88,6 +88,9 @@ def calibration_mesh(tau: int = 1, data: int = 1, model: int = 1,
                      devices: Sequence[Any] | None = None) -> Mesh:
   """('tau', 'data', 'model'); `devices` default to the first tau * data * model devices."""
   need = tau * data * model
+  if devices is None and jax.process_count() > 1 and need != jax.device_count():
+    raise ValueError(f'mesh tau={tau} x data={data} x model={model} uses {need} devices; with '
+                     f'{jax.process_count()} processes it must use all {jax.device_count()}.')
   if devices is None and need != len(jax.devices()):
     devices = jax.devices()
     if need > len(devices):
