@@ -32,12 +32,16 @@ _CLUSTER_SIZE_VARS = (
 
 def _env_process_count() -> tuple[int, str]:
   """(processes the environment announces, the variable saying so); (1, '') when none does."""
-  if os.environ.get('JAX_NUM_PROCESSES'):
-    return int(os.environ['JAX_NUM_PROCESSES']), 'JAX_NUM_PROCESSES'
-  for name, count in _CLUSTER_SIZE_VARS:
+  for name, count in (('JAX_NUM_PROCESSES', int), *_CLUSTER_SIZE_VARS):
     value = os.environ.get(name, '').strip()
-    if value and count(value) > 1:
-      return count(value), name
+    if not value:
+      continue
+    try:
+      n = count(value)
+    except ValueError as e:
+      raise ValueError(f'{name}={value!r} is not a process count.') from e
+    if name == 'JAX_NUM_PROCESSES' or n > 1:
+      return (n, name) if n > 1 else (1, '')
   return 1, ''
 
 

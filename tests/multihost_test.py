@@ -228,7 +228,10 @@ def test_initialize_names_missing_settings(monkeypatch):
   monkeypatch.setenv('JAX_PROCESS_ID', '2')
   with pytest.raises(ValueError, match=r'JAX_PROCESS_ID=2 must be in 0\.\.1'):
     multihost.initialize()
-  monkeypatch.delenv('JAX_NUM_PROCESSES')
+  monkeypatch.setenv('JAX_NUM_PROCESSES', 'two')
+  with pytest.raises(ValueError, match="JAX_NUM_PROCESSES='two' is not a process count"):
+    multihost.initialize()
+  monkeypatch.setenv('JAX_NUM_PROCESSES', '1')
   assert not multihost.initialize()  # One process: nothing to do.
 
 
