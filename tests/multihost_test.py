@@ -47,7 +47,8 @@ class Processes:
     for i in range(2):
       env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='2',
                  JAX_PROCESS_ID=str(i), JAX_PLATFORMS='cpu',
-                 XLA_FLAGS='--xla_force_host_platform_device_count=4',
+                 XLA_FLAGS='--xla_force_host_platform_device_count=4 '
+                           '--xla_backend_optimization_level=0',  # Compiles faster.
                  T5ALIGN_VOCABULARY=str(VOCABULARY), PYTHONPATH=str(REPO_ROOT),
                  # A restart reuses the first run's compiled programs (saves time, not a check).
                  JAX_COMPILATION_CACHE_DIR=str(cache),
