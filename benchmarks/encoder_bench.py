@@ -77,14 +77,22 @@ def _random_params(config, dtype):
 def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
   common.configure_pallas(spec)
   dtype = jnp.dtype(spec['dtype'])
   config = network.T5Config(**MODELS[spec['model']], dtype=dtype, dropout_rate=0.0,
                             mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'])
-  params = _random_params(config, dtype)
+  # Parameters sharded over 'model' across every device (one device: as plain jit), traced
+  # under the logical axis rules, as calibration runs it (taus over 'tau', here of size 1).
+  mesh = partitioning.calibration_mesh(1, 1, jax.device_count())
+  params = partitioning.place_params(_random_params(config, dtype), config, mesh)
   model = network.Transformer(config)
-  tokens = jax.random.randint(jax.random.PRNGKey(1), (1, spec['length']), 2, config.vocab_size)
+  tokens = partitioning.global_array(
+      jax.random.randint(jax.random.PRNGKey(1), (1, spec['length']), 2, config.vocab_size),
+      partitioning.replicated(mesh))
 
   def stats(params, tokens, tau):
     _, state = model.apply({'params': params}, tokens, method=model.encode, enable_dropout=False,
@@ -93,18 +101,19 @@ def _jax_worker(spec: dict) -> dict:
         network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))
 
   if spec['kind'] == 'forward':
-    fn = jax.jit(lambda p, t: model.apply({'params': p}, t, method=model.encode,
-                                          enable_dropout=False))
+    fn = partitioning.partition(lambda p, t: model.apply({'params': p}, t, method=model.encode,
+                                                         enable_dropout=False), mesh)
     call = lambda: fn(params, tokens)
   else:
-    fn = jax.jit(jax.vmap(stats, in_axes=(None, None, 0)))
-    taus = jnp.asarray(TAUS, jnp.float32)
+    fn = partitioning.partition(
+        jax.vmap(stats, in_axes=(None, None, 0), spmd_axis_name='tau'), mesh)
+    taus = partitioning.global_array(np.asarray(TAUS, np.float32), NamedSharding(mesh, P('tau')))
     call = lambda: fn(params, tokens, taus)
   result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'])
   if spec['kind'] == 'calibration':
     result['pmax'] = [round(float(x), 5) for x in out['pmax']]
     result['entropy'] = [round(float(x), 4) for x in out['entropy']]
-  return {**result, 'device': str(jax.devices()[0].device_kind)}
+  return {**result, 'device': str(jax.devices()[0].device_kind), 'mesh': dict(mesh.shape)}
 
 
 def _torch_worker(spec: dict) -> dict:

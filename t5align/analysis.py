@@ -17,6 +17,7 @@ import numpy as np
 from t5align import attention
 from t5align import calibration
 from t5align import fileio
+from t5align import partitioning
 
 
 def pyplot():
@@ -84,7 +85,7 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
   all_lengths = [reference_length] + sorted(int(L) for L in set(lengths) if L != reference_length)
   for L in all_lengths[1:]:
     calibration.check_lengths(L, reference_length)
-  params = calibration.place_params(params, stats_kwargs.get('mesh'))
+  params = partitioning.place_params(params, config, stats_kwargs.get('mesh'))
   memo = memo if memo is not None else calibration.Memo()
   numbers = {'reference_length': reference_length, 'lengths': all_lengths, 'grid': grid,
              'statistics': {}, 'layer0': {}}

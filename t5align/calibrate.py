@@ -15,11 +15,13 @@ import time
 from typing import Any, Sequence
 
 import gin
+import jax
 import numpy as np
 
 from t5align import calibration
 from t5align import gin_cli
 from t5align import memory
+from t5align import multihost
 from t5align import schedule as schedule_lib
 
 if __name__ == '__main__':
@@ -104,7 +106,7 @@ def run(
     config: Any = None,
     dtype: str = 'float32',
     attention_impl: str | None = None,
-    mesh_shape: tuple[int, int] | None = None,
+    mesh_shape: tuple[int, ...] | None = None,
     batch_size: int | None = None,
     tau_batch_size: int | None = None,
     grid: Sequence[float] = calibration.PAPER_GRID,
@@ -129,7 +131,9 @@ def run(
     dtype: parameter and activation dtype ('float32' or 'bfloat16'); statistics stay float32.
     attention_impl: encoder attention implementation ('blockwise' keeps long inputs in memory);
       the config's if None.
-    mesh_shape: (tau, data) device mesh, e.g. (4, 2); one device if None.
+    mesh_shape: (tau, data, model) device mesh, e.g. (4, 2, 1); (tau, data) means model = 1.
+      None: one device, or with several processes every device along 'data'. Parameters
+      shard over 'model', candidate taus over 'tau', samples over 'data'.
     batch_size: examples per encoder call.
     tau_batch_size: candidate temperatures per encoder call.
     grid: Algorithm 1's grid.
@@ -149,7 +153,10 @@ def run(
     raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
   start = time.time()
   print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
-  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype))
+  mesh = _mesh(mesh_shape)
+  # With a mesh, read sharded: each process reads only the slices its devices hold.
+  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype),
+                                           mesh=mesh)
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
   if text_file is not None:
@@ -158,8 +165,9 @@ def run(
   else:
     stream = seqio_task_stream(seqio_task, seqio_split)
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
+  # Every process draws the same samples (same seed); on a mesh each copies to its devices
+  # only the rows of its 'data' shards (partitioning.global_array).
   tokens = sample_windows(stream, num_samples, max(lengths), seed)
-  mesh = calibration.make_mesh(*mesh_shape) if mesh_shape else None
   memory.check_fits(config, length=max(lengths), batch_size=batch_size or num_samples,
                     params_dtype=dtype, mesh=mesh, taus=tau_batch_size or len(grid))
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
@@ -169,24 +177,46 @@ def run(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
                   'attention_impl': config.attention_impl, **source,
+                  'process_count': jax.process_count(), 'device_count': jax.device_count(),
                   'created_unix': int(time.time())},
-      progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
+      progress=(lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None,
+      mesh=mesh, batch_size=batch_size,
       tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
-  schedule.save(output_path)
-  print(schedule.table())
-  print(f'wrote {output_path}', file=sys.stderr)
+  # Every process computed the same schedule; process 0 writes it, the others wait for that.
+  multihost.on_writer(lambda: schedule.save(output_path), f'writing {output_path}')
+  if multihost.is_writer():
+    print(schedule.table())
+    print(f'wrote {output_path}', file=sys.stderr)
+  multihost.barrier('t5align.calibrate:schedule')
   if analysis_dir:
     from t5align import analysis  # pylint: disable=g-import-not-at-top
     numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
                                grid=grid, mesh=mesh, batch_size=batch_size,
                                tau_batch_size=tau_batch_size, memo=memo)
-    analysis.write_analysis(numbers, analysis_dir, schedule)
-    print(analysis.dispersion_table(numbers))
-    print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
+    multihost.on_writer(lambda: analysis.write_analysis(numbers, analysis_dir, schedule),
+                        f'writing {analysis_dir}')
+    if multihost.is_writer():
+      print(analysis.dispersion_table(numbers))
+      print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
+    multihost.barrier('t5align.calibrate:analysis')
   return schedule
 
 
+def _mesh(mesh_shape: Sequence[int] | None) -> Any:
+  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device."""
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  if not mesh_shape:
+    if jax.process_count() == 1:
+      return None
+    return partitioning.calibration_mesh(1, jax.device_count(), 1)
+  shape = tuple(int(s) for s in mesh_shape)
+  if len(shape) not in (2, 3):
+    raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
+  return partitioning.calibration_mesh(*shape)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+  multihost.initialize()  # First: before anything starts a JAX backend.
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
   run()

@@ -23,16 +23,16 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t5align import attention
 from t5align import network
+from t5align import partitioning
 
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
 STATISTICS = ('pmax', 'entropy')
 STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_layer',
               'entropy_per_layer', 'log_length', 'prop1', 'prop2')
-MESH_AXES = ('tau', 'data')
 
 
 class AttentionStats(NamedTuple):
@@ -122,23 +122,14 @@ def cut_to_length(tokens: Any, length: int, eos_id: int | None = 1) -> np.ndarra
 # Statistics over candidate temperatures (vmapped, optionally sharded).
 
 
-def make_mesh(tau: int, data: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
-  """A ('tau', 'data') mesh with Auto axis types over the first `tau * data` devices."""
-  devices = list(jax.devices() if devices is None else devices)
-  if tau * data > len(devices):
-    raise ValueError(f'mesh {tau}x{data} needs {tau * data} devices; {len(devices)} available.')
-  grid = np.asarray(devices[:tau * data]).reshape(tau, data)
-  return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto, AxisType.Auto))
-
-
-def place_params(params: Any, mesh: Mesh | None = None) -> Any:
-  """Puts params on device once (replicated over `mesh`), so repeated calls copy nothing."""
-  return jax.device_put(params, NamedSharding(mesh, P()) if mesh is not None else None)
-
-
 @functools.lru_cache(maxsize=32)
 def _stats_fn(config: network.T5Config, mesh: Mesh | None) -> Callable:
-  """jit(vmap over taus) of per-example, per-layer row-statistic sums (summed over heads)."""
+  """jit(vmap over taus) of per-example, per-layer row-statistic sums (summed over heads).
+
+  With a ('tau', 'data', 'model') mesh: parameters sharded over 'model' by their logical axes,
+  examples over 'data', candidate taus over 'tau' (`spmd_axis_name`, so the layers' activation
+  constraints gain the 'tau' axis too); the small sums come back replicated.
+  """
   model = network.Transformer(config)
   n = config.num_encoder_layers
 
@@ -152,12 +143,23 @@ def _stats_fn(config: network.T5Config, mesh: Mesh | None) -> Callable:
             'entropy_sum': jnp.sum(sums['entropy_sum'], axis=2).T,
             'rows': sums['rows']}  # [b]
 
-  fn = jax.vmap(one_tau, in_axes=(None, None, 0))
   if mesh is None:
-    return jax.jit(fn)
-  return jax.jit(fn, in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P('data')),
-                                   NamedSharding(mesh, P('tau'))),
-                 out_shardings=NamedSharding(mesh, P()))
+    return jax.jit(jax.vmap(one_tau, in_axes=(None, None, 0)))
+  fn = jax.vmap(one_tau, in_axes=(None, None, 0), spmd_axis_name='tau')
+  return partitioning.partition(
+      fn, mesh, in_shardings=(partitioning.param_shardings(config, mesh),
+                              partitioning.batch_sharding(mesh, 2), _tau_sharding(mesh)),
+      out_shardings=partitioning.replicated(mesh))
+
+
+def _tau_sharding(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P('tau', None))
+
+
+def _params_mesh(params: Any) -> Mesh | None:
+  """The mesh `params` were placed on by `partitioning.place_params`, if any."""
+  sharding = getattr(jax.tree.leaves(params)[0], 'sharding', None)
+  return sharding.mesh if isinstance(sharding, NamedSharding) else None
 
 
 def _pad_rows(x: np.ndarray, size: int, fill: np.ndarray | float) -> np.ndarray:
@@ -192,9 +194,10 @@ def encoder_attention_stats(
 ) -> AttentionStats:
   """Mean encoder row P_max and entropy for every candidate temperature.
 
-  One jit-compiled call vmaps the encoder over the candidates. With `mesh` (axes 'tau', 'data';
-  see `make_mesh`) the candidates shard over 'tau' (padded with 1.0 to the axis size) and the
-  batch over 'data' (padded with weight-0 copies of a row); results equal one device's. Examples
+  One jit-compiled call vmaps the encoder over the candidates. With `mesh` (axes 'tau', 'data',
+  'model'; see `partitioning.calibration_mesh`) the parameters shard over 'model', the
+  candidates over 'tau' (padded with 1.0 to the axis size) and the batch over 'data' (padded
+  with weight-0 copies of a row); results equal one device's. Examples
   are run in groups of equal non-pad length (`length_groups`), one compilation per length.
 
   Args:
@@ -218,7 +221,7 @@ def encoder_attention_stats(
   taus = np.broadcast_to(taus.reshape(len(taus), -1), (len(taus), n))
   fn = _stats_fn(config, mesh)
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
-  params = place_params(params, mesh)  # No copy when already placed.
+  params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
   tb = -(-(tau_batch_size or len(taus)) // tau_axis) * tau_axis
   sums = np.zeros((2, len(taus), n))
   rows = 0.0
@@ -230,7 +233,13 @@ def encoder_attention_stats(
       batch = _pad_rows(batch, bb, batch[0])
       for t0 in range(0, len(taus), tb):
         k = min(tb, len(taus) - t0)
-        out = jax.device_get(fn(params, batch, _pad_rows(taus[t0:t0 + tb], tb, 1.0)))
+        candidates = _pad_rows(taus[t0:t0 + tb], tb, 1.0)
+        if mesh is not None:  # Global arrays; each process copies only its devices' slices.
+          args = (partitioning.global_array(batch, partitioning.batch_sharding(mesh, 2)),
+                  partitioning.global_array(candidates, _tau_sharding(mesh)))
+        else:
+          args = (batch, candidates)
+        out = jax.device_get(fn(params, *args))
         if t0 == 0:
           rows += float(np.dot(out['rows'][0], weight))
         for i, key in enumerate(('pmax_sum', 'entropy_sum')):
@@ -354,7 +363,7 @@ def summarize_logit_vector(vector: Any) -> LogitSummary:
 
 
 @functools.lru_cache(maxsize=16)
-def _sorted_logits_fn(config: network.T5Config, chunk: int) -> Callable:
+def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -> Callable:
   model = network.Transformer(config)
 
   def fn(params, tokens):
@@ -387,7 +396,12 @@ def _sorted_logits_fn(config: network.T5Config, chunk: int) -> Callable:
     n_valid = jnp.sum(valid, axis=1)  # [b]
     return total / jnp.maximum(n_valid * h, 1)[:, None], n_valid  # [b, l], [b]
 
-  return jax.jit(fn)
+  if mesh is None:
+    return jax.jit(fn)
+  return partitioning.partition(
+      fn, mesh, in_shardings=(partitioning.param_shardings(config, mesh),
+                              partitioning.replicated(mesh)),
+      out_shardings=partitioning.replicated(mesh))
 
 
 def layer0_sorted_logits(params: Any, config: network.T5Config, tokens: Any,
@@ -404,7 +418,10 @@ def layer0_sorted_logits(params: Any, config: network.T5Config, tokens: Any,
   """
   tokens = check_tokens(tokens)
   chunk = max(1, min(chunk, tokens.shape[1]))
-  per_example, n_valid = jax.device_get(_sorted_logits_fn(config, chunk)(params, tokens))
+  mesh = _params_mesh(params)  # Parameters placed on a mesh stay there.
+  if mesh is not None:
+    tokens = partitioning.global_array(tokens, partitioning.replicated(mesh))
+  per_example, n_valid = jax.device_get(_sorted_logits_fn(config, chunk, mesh)(params, tokens))
   per_example, n_valid = np.asarray(per_example, np.float64), np.asarray(n_valid)
   keep = n_valid > 0
   per_example, n_valid = per_example[keep], n_valid[keep]
@@ -543,7 +560,7 @@ def calibrate(
     bracket: tau interval of the continuous search.
     tol: bracket width at which the continuous search stops.
     points: taus per search round (default: the mesh's 'tau' size, else 2).
-    mesh: optional ('tau', 'data') mesh for `encoder_attention_stats`.
+    mesh: optional ('tau', 'data', 'model') mesh for `encoder_attention_stats`.
     batch_size: examples per call.
     tau_batch_size: candidate taus per call.
     eos_id: id that ends a row cut to L_tr (None: leave cut rows as they are).
@@ -565,6 +582,7 @@ def calibrate(
     reference_tokens = cut_to_length(tokens, reference_length, eos_id)
   common = dict(strategy=strategy, length=length, reference_length=reference_length)
   memo = memo if memo is not None else Memo()
+  params = partitioning.place_params(params, config, mesh)
   if strategy == 'log_length':
     return Calibration(tau=log_length_tau(length, reference_length), **common)
   if search == 'closed_form':
@@ -584,7 +602,6 @@ def calibrate(
                        f'sigma_ex={ext.sigma:.4g}, P_tr={ref.pmax:.4g}).')
     return Calibration(tau=float(tau), clamped=clamped, details={
         'reference': ref._asdict(), 'extrapolation': ext._asdict()}, **common)
-  params = place_params(params, mesh)
   stats_kwargs = dict(mesh=mesh, batch_size=batch_size, tau_batch_size=tau_batch_size)
   if points is None:
     # Two taus per round (trisection) share one compiled shape with the bracket's two ends.

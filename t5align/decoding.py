@@ -1,7 +1,5 @@
-"""Greedy decoding with t5x's key/value cache, jit-compiled, stopping at EOS."""
+"""Greedy decoding with t5x's key/value cache, stopping at EOS (`greedy`; jitted: `greedy_decode`)."""
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +9,7 @@ from t5align import network
 Array = jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=('model', 'max_decode_length', 'eos_id'))
-def greedy_decode(
+def greedy(
     model: network.Transformer,
     params: dict,
     encoder_input_tokens: Array,
@@ -21,7 +18,10 @@ def greedy_decode(
     eos_id: int = 1,
     temperature: Array | float | None = None,
 ) -> Array:
-  """Greedy (argmax) decoding.
+  """Greedy (argmax) decoding; traceable (`greedy_decode` is its jit, for one device).
+
+  Callers that shard it jit it themselves, e.g. `evaluation.partitioned_greedy_decode` under a
+  mesh and the logical axis rules (`partitioning.partition`).
 
   The encoder runs once (with `temperature`, see `network.layer_temperatures`); the decoder then
   runs one position at a time over t5x's 'cache' collection. Decoding starts from token 0 and a
@@ -77,3 +77,6 @@ def greedy_decode(
   state = (jnp.array(0), cache, jnp.zeros((batch, 1), jnp.int32), full,
            jnp.zeros((batch,), bool))
   return jax.lax.while_loop(cond, body, state)[3]
+
+
+greedy_decode = jax.jit(greedy, static_argnames=('model', 'max_decode_length', 'eos_id'))

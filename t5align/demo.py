@@ -19,12 +19,15 @@ import sys
 import time
 from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
+from t5align import multihost
 from t5align import network
+from t5align import partitioning
 from t5align import report
 from t5align import schedule as schedule_lib
 from t5align import train
@@ -41,7 +44,8 @@ EVAL_SEED = 2000
 
 
 def _log(message: str, start: float) -> None:
-  print(f'[{time.time() - start:7.1f}s] {message}', file=sys.stderr, flush=True)
+  if multihost.is_writer():
+    print(f'[{time.time() - start:7.1f}s] {message}', file=sys.stderr, flush=True)
 
 
 def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATION_SEED
@@ -70,25 +74,32 @@ class Results:
   def __init__(self, path: str, settings: Mapping[str, Any]):
     self.path = path
     settings = json.loads(json.dumps(settings))
-    self.data = {'settings': settings, 'accuracy': {}}
-    if fileio.exists(path):
-      with fileio.open(path, encoding='utf-8') as f:
-        old = json.load(f)
-      if old.get('settings') != settings:
-        raise ValueError(f'{path} holds a run with other settings ({old.get("settings")}); use '
-                         f'another --output_dir or delete it.')
-      self.data = old
+    self.data = multihost.read_on_writer(lambda: self._read(settings), f'reading {path}')
+
+  def _read(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+    if not fileio.exists(self.path):
+      return {'settings': settings, 'accuracy': {}}
+    with fileio.open(self.path, encoding='utf-8') as f:
+      old = json.load(f)
+    if old.get('settings') != settings:
+      raise ValueError(f'{self.path} holds a run with other settings ({old.get("settings")}); '
+                       'use another --output_dir or delete it.')
+    return old
+
+  def _save(self) -> None:
+    multihost.on_writer(lambda: fileio.write_json_atomic(self.path, self.data, sort_keys=False),
+                        f'writing {self.path}')
 
   def get(self, row: str, task: str, length: int) -> float | None:
     return self.data['accuracy'].get(row, {}).get(task, {}).get(str(length))
 
   def put(self, row: str, task: str, length: int, value: float) -> None:
     self.data['accuracy'].setdefault(row, {}).setdefault(task, {})[str(length)] = value
-    fileio.write_json_atomic(self.path, self.data, sort_keys=False)
+    self._save()
 
   def put_section(self, key: str, value: Any) -> None:
     self.data[key] = value
-    fileio.write_json_atomic(self.path, self.data, sort_keys=False)
+    self._save()
 
 
 def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
@@ -182,7 +193,11 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   lengths = sorted(lengths or [reference_length * k for k in (2, 4, 8, 16)])
   eval_lengths = [reference_length, *lengths]
   rows = ['tau=1', *(s for s in strategies if s in EVALUATED)]
-  fileio.makedirs(output_dir)
+  multihost.on_writer(lambda: fileio.makedirs(output_dir), f'creating {output_dir}')
+  # Several devices (or processes): calibration examples split over 'data'. Evaluation runs
+  # on every process's first device with host parameters (the model is small).
+  mesh = (partitioning.calibration_mesh(1, jax.device_count(), 1) if jax.device_count() > 1
+          else None)
   results = Results(os.path.join(output_dir, 'results.json'), {
       'model_dir': os.path.abspath(model_dir), 'reference_length': reference_length,
       'lengths': lengths, 'strategies': list(strategies), 'num_examples': num_examples,
@@ -194,8 +209,11 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   schedule_path = os.path.join(output_dir, 'schedule.json')
   tokens = calibration_tokens(vocab, lengths[-1], num_samples)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
-  if fileio.exists(schedule_path):
-    schedule = schedule_lib.load_schedule(schedule_path)
+  saved = multihost.read_on_writer(
+      lambda: schedule_lib.load_schedule(schedule_path).to_dict()
+      if fileio.exists(schedule_path) else None, f'reading {schedule_path}')
+  if saved is not None:
+    schedule = schedule_lib.TemperatureSchedule.from_dict(saved)
     _log(f'reusing {schedule_path}', start)
   else:
     schedule = schedule_lib.build_schedule(
@@ -204,10 +222,11 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
                     'source': f'held-out prompts of {", ".join(train_data.TASKS)}'},
         progress=lambda d, t, c: _log(f'calibrated {d}/{t}: {c.strategy} @ {c.length} -> '
                                       f'tau {np.round(c.tau, 3).tolist()}', start),
-        memo=memo)
-    schedule.save(schedule_path)
+        mesh=mesh, memo=memo)
+    multihost.on_writer(lambda: schedule.save(schedule_path), f'writing {schedule_path}')
   temperatures = schedule.table()
-  print(temperatures)
+  if multihost.is_writer():
+    print(temperatures)
 
   model = network.Transformer(config)
   for L in eval_lengths:
@@ -230,18 +249,24 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
            ', '.join(f'{k} {v:.0f}%' for k, v in acc.items()), start)
 
   numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
-                             memo=memo)
-  analysis.write_analysis(numbers, output_dir, schedule)
+                             mesh=mesh, memo=memo)
+  multihost.on_writer(lambda: analysis.write_analysis(numbers, output_dir, schedule),
+                      f'writing the analysis to {output_dir}')
   dispersion = analysis.dispersion_table(numbers)
   one = list(numbers['grid']).index(1.0)
   results.put_section('dispersion', {
       str(L): {k: numbers['statistics'][str(L)][k][one] for k in ('pmax', 'entropy')}
       for L in numbers['lengths']})
-  plot_accuracy(results.data, rows, eval_lengths, os.path.join(output_dir, 'accuracy.png'))
   notes = observations(results.data, rows, eval_lengths, reference_length)
-  write_report(output_dir, results.data, rows, eval_lengths, temperatures, dispersion, notes,
-               time.time() - start)
-  _log(f'wrote {output_dir}/report.md', start)
+
+  def write():
+    plot_accuracy(results.data, rows, eval_lengths, os.path.join(output_dir, 'accuracy.png'))
+    write_report(output_dir, results.data, rows, eval_lengths, temperatures, dispersion, notes,
+                 time.time() - start)
+    _log(f'wrote {output_dir}/report.md', start)
+
+  multihost.on_writer(write, f'writing {output_dir}/report.md')
+  multihost.barrier('t5align.demo:done')
   return results.data
 
 
@@ -272,6 +297,7 @@ def write_report(output_dir: str, results: Mapping[str, Any], rows: Sequence[str
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  multihost.initialize()  # First: before anything starts a JAX backend.
   parser = argparse.ArgumentParser(prog='python -m t5align.demo', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--output_dir', default='demo_output')

@@ -17,6 +17,11 @@ recorded and finishes the rest. Generation tasks use greedy decoding; the LM tas
 targets. The model runs on a ('data', 'model') mesh over all devices (NUM_PARTITIONS along
 'model', parameters sharded by their logical axes, batches split along 'data').
 
+Several processes (a TPU pod's hosts; JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
+JAX_PROCESS_ID elsewhere, see `t5align.multihost`) run the same command: the mesh spans every
+process's devices, each process places only its rows of each batch, predictions are gathered,
+and process 0 alone writes the task folders (resume included).
+
 seqio is imported inside functions only; the library part is `t5align.evaluation`.
 """
 from __future__ import annotations
@@ -27,16 +32,18 @@ import os
 import sys
 from typing import Any, Mapping, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from t5align import checkpoints
-from t5align import decoding
 from t5align import evaluation
 from t5align import fileio
-from t5align import memory
 from t5align import gin_cli
+from t5align import memory
+from t5align import multihost
 from t5align import network
+from t5align import partitioning
 
 DEFAULT_MAX_DECODE_LENGTH = 64
 
@@ -103,6 +110,8 @@ def evaluate(*,
              show_progress: bool = True) -> dict[str, dict[str, Any]]:
   """Runs every task of `mixture_or_task_name`; returns {task: metrics} of finished tasks.
 
+  With several processes, only process 0 writes files and returns metrics (the others: {}).
+
   Args:
     model: the network (gin: @network.Transformer() from a gin/models file); its config is
       checked against the checkpoint. None infers the config from the checkpoint.
@@ -130,15 +139,18 @@ def evaluate(*,
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
   from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
 
+  mesh = partitioning.eval_mesh(num_partitions)
+  # Read sharded: each process reads only the slices its devices hold (T5X formats).
   params, config = checkpoints.load_params(checkpoint_path, None if model is None else model.config,
-                                           dtype=jnp.dtype(params_dtype))
+                                           dtype=jnp.dtype(params_dtype), mesh=mesh)
   model = network.Transformer(config)
   temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
-  mesh = evaluation.make_mesh(num_partitions)
-  params = evaluation.shard_params(config, params, mesh)
   data_size = mesh.shape['data']
   batch_size = -(-batch_size // data_size) * data_size
   model_name = model_name or _model_name(checkpoint_path)
+  rows_sharding = partitioning.batch_sharding(mesh, 2)
+  my_rows = multihost.process_rows(rows_sharding, batch_size)  # This process's rows of a batch.
+  show_progress = show_progress and multihost.is_writer()
 
   results = {}
   tasks = [t for name in str(mixture_or_task_name).split(',') if name.strip()
@@ -161,13 +173,16 @@ def evaluate(*,
     memory.check_fits(config, length=max(len(ex['inputs']) for ex in examples),
                       batch_size=batch_size, params_dtype=params_dtype, mesh=mesh)
     folder = os.path.join(output_dir, task.name)
-    evaluation.check_run(folder, {
+    # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
+    # support; a folder written before then reads as a different run (start a new folder).
+    settings = {
         'task': task.name, 'split': split, 'checkpoint': str(checkpoint_path),
         'num_examples': len(examples), 'mode': 'score' if scored else 'greedy',
         'max_decode_length': None if scored else steps, 'params_dtype': params_dtype,
         'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
-        **temp.describe()})
-    log = evaluation.PredictionLog(os.path.join(folder, 'predictions.jsonl'))
+        'process_count': jax.process_count(), 'device_count': jax.device_count(),
+        'mesh': dict(mesh.shape), **temp.describe()}
+    log = SharedLog.open(folder, settings, len(examples))
 
     def target_text(ex):
       if 'targets_pretokenized' in ex:
@@ -177,23 +192,25 @@ def evaluate(*,
     def process(batch, task=task, spec=spec, scored=scored, steps=steps, eos_id=eos_id,
                 vocab=vocab, target_text=target_text, batch_size=batch_size):
       # Always `batch_size` rows (all-padding rows at the end), so shapes repeat across batches.
+      # Every process pads the whole batch (cheap host work: the width is the longest row's,
+      # and process 0's records need every row's tau), then places only its own rows.
       size = batch_size
       tokens = evaluation.pad_batch(evaluation.pad_tokens([ex['inputs'] for ex in batch]), size)
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
-      inputs = evaluation.shard_batch(tokens, mesh)
+      place = lambda x: multihost.global_batch(x[my_rows], rows_sharding, size)
       records = []
       if scored:
         targets = evaluation.pad_batch(evaluation.pad_tokens([ex['targets'] for ex in batch]),
                                        size)
-        ll = np.asarray(evaluation.score_batch(model, params, inputs,
-                                               evaluation.shard_batch(targets, mesh), taus))
+        ll = multihost.gather(evaluation.partitioned_score(model, mesh)(
+            params, place(tokens), place(targets), place(taus)))
         for j, ex in enumerate(batch):
           records.append({'log_likelihood': float(ll[j]),
                           'num_target_tokens': int(np.sum(targets[j] > 0))})
       else:
-        out = np.asarray(decoding.greedy_decode(model, params, inputs, max_decode_length=steps,
-                                                eos_id=eos_id, temperature=taus))
+        out = multihost.gather(evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id)(
+            params, place(tokens), place(taus)))
         for j, ex in enumerate(batch):
           prediction = vocab.decode(evaluation.strip_eos(out[j], eos_id))
           record = {'prediction': prediction}
@@ -209,10 +226,48 @@ def evaluate(*,
 
     evaluation.run_examples(examples, log, process, batch_size=batch_size, desc=task.name,
                             show_progress=show_progress)
-    results[task.name] = _write_metrics(task, spec, examples, log, folder, scored, target_text,
-                                        model_name=model_name, temp=temp,
-                                        checkpoint_path=checkpoint_path)
+    metrics = multihost.on_writer(
+        lambda: _write_metrics(task, spec, examples, log.log, folder, scored, target_text,
+                               model_name=model_name, temp=temp, checkpoint_path=checkpoint_path),
+        f'writing {folder}/metrics.json')
+    if metrics is not None:
+      results[task.name] = metrics
+    multihost.barrier(f't5align.eval:{task.name}')
   return results
+
+
+class SharedLog:
+  """The prediction log as every process sees it: process 0 owns the file, all know the indices.
+
+  Resume: process 0 alone opens (and, after a kill, repairs) predictions.jsonl and broadcasts
+  which examples it holds, so every process skips the same ones and the global batches agree.
+  Reading the file on every host instead would need every host to see the output folder, and
+  two processes could both cut a torn last line. Appends happen on process 0 only.
+  """
+
+  def __init__(self, log: evaluation.PredictionLog | None, done: np.ndarray):
+    self.log = log  # On process 0; None elsewhere.
+    self.done = set(int(i) for i in np.flatnonzero(done))
+
+  @classmethod
+  def open(cls, folder: str, settings: Mapping[str, Any], num_examples: int) -> SharedLog:
+    """Checks or writes run.json and opens predictions.jsonl (process 0), then broadcasts."""
+    def open_log():
+      evaluation.check_run(folder, settings)
+      return evaluation.PredictionLog(os.path.join(folder, 'predictions.jsonl'))
+
+    log = multihost.on_writer(open_log, f'opening {folder}')
+    done = np.zeros(num_examples, np.int32)
+    if log is not None:
+      done[[i for i in log.records if 0 <= i < num_examples]] = 1
+    return cls(log, multihost.broadcast(done))
+
+  def __contains__(self, index: int) -> bool:
+    return index in self.done
+
+  def append(self, records: Sequence[Mapping[str, Any]]) -> None:
+    multihost.on_writer(lambda: self.log.append(records), 'appending predictions')
+    self.done.update(int(r['index']) for r in records)
 
 
 def _write_metrics(task, spec, examples, log, folder, scored, target_text, *, model_name, temp,
@@ -248,6 +303,7 @@ def _write_metrics(task, spec, examples, log, folder, scored, target_text, *, mo
 
 
 def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
+  multihost.initialize()  # First: before anything starts a JAX backend.
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.eval',
                     description=__doc__,
                     example_file='gin/runs/eval.gin plus a gin/models file')

@@ -1,4 +1,4 @@
-"""Evaluation library (no seqio): resumable prediction logs, temperatures, mesh, decode and score.
+"""Evaluation library (no seqio): resumable prediction logs, temperatures, partitioned decode and score.
 
 `t5align.eval` feeds it seqio examples; everything here works on numpy token lists, so it is
 tested without seqio. Files of a task folder:
@@ -21,9 +21,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
 
+from t5align import decoding
 from t5align import network
+from t5align import partitioning
 # Imported here, not lazily: it registers a gin configurable, which gin refuses after its config
 # is locked (t5x.eval locks it before the model first runs).
 from t5align import fileio
@@ -225,66 +227,15 @@ class Progress:
 
 
 # ---------------------------------------------------------------------------------------------
-# Mesh and parameters.
-
-# t5x's standard logical axis rules for a ('data', 'model') mesh.
-LOGICAL_RULES = {'vocab': 'model', 'mlp': 'model', 'heads': 'model', 'joined_kv': 'model',
-                 'kv': None, 'embed': None, 'relpos_buckets': None}
+# Scoring (teacher forcing) and decoding, one device or partitioned over a ('data', 'model') mesh.
 
 
-def make_mesh(num_partitions: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
-  """A ('data', 'model') mesh over all devices, `num_partitions` of them along 'model'."""
-  devices = list(jax.devices() if devices is None else devices)
-  if num_partitions < 1 or len(devices) % num_partitions:
-    raise ValueError(f'num_partitions={num_partitions} must divide the {len(devices)} devices.')
-  grid = np.asarray(devices).reshape(len(devices) // num_partitions, num_partitions)
-  return Mesh(grid, ('data', 'model'), axis_types=(AxisType.Auto, AxisType.Auto))
-
-
-def param_specs(config: network.T5Config, params: Mapping[str, Any],
-                mesh: Mesh) -> Any:
-  """PartitionSpecs for `params` from the model's logical axes (t5x rules; indivisible dims and
-  axes without a rule stay replicated)."""
-  axes = jax.eval_shape(lambda: network.init_variables(config, jax.random.PRNGKey(0)))
-  axes = axes['params_axes']
-  model_size = mesh.shape['model']
-
-  def spec(path, leaf):
-    node = axes
-    for key in path[:-1]:
-      node = node[key.key]
-    names = node[f'{path[-1].key}_axes'].names
-    dims = []
-    for name, size in zip(names, np.shape(leaf)):
-      axis = LOGICAL_RULES.get(name)
-      dims.append(axis if axis and size % model_size == 0 and model_size > 1 else None)
-    return P(*dims)
-
-  return jax.tree_util.tree_map_with_path(spec, params)
-
-
-def shard_params(config: network.T5Config, params: Any, mesh: Mesh) -> Any:
-  """Places `params` on the mesh, sharded along 'model' by logical axes."""
-  specs = param_specs(config, params, mesh)
-  return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), params, specs)
-
-
-def shard_batch(x: np.ndarray, mesh: Mesh) -> jax.Array:
-  """Splits axis 0 over 'data' (its size must divide evenly: see `pad_batch`)."""
-  return jax.device_put(x, NamedSharding(mesh, P('data', *([None] * (x.ndim - 1)))))
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring (teacher forcing).
-
-
-@functools.partial(jax.jit, static_argnames=('model',))
-def score_batch(model: network.Transformer, params: Any, inputs: jax.Array, targets: jax.Array,
-                temperature: jax.Array | None = None) -> jax.Array:
-  """Sum of target-token log-likelihoods per example.
+def score(model: network.Transformer, params: Any, inputs: jax.Array, targets: jax.Array,
+          temperature: jax.Array | None = None) -> jax.Array:
+  """Sum of target-token log-likelihoods per example (traceable; `score_batch` is its jit).
 
   Args:
-    model: the Transformer (static).
+    model: the Transformer.
     params: its 'params'.
     inputs: int `[b, k]` encoder tokens (0 = padding).
     targets: int `[b, l]` target tokens (0 = padding, not scored).
@@ -301,6 +252,44 @@ def score_batch(model: network.Transformer, params: Any, inputs: jax.Array, targ
   logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   token_ll = jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
   return jnp.sum(jnp.where(targets > 0, token_ll, 0.0), axis=-1)
+
+
+score_batch = jax.jit(score, static_argnames=('model',))
+
+
+def _batch_shardings(mesh: Mesh, *ndims: int) -> tuple:
+  return tuple(partitioning.batch_sharding(mesh, n) for n in ndims)
+
+
+@functools.lru_cache(maxsize=32)
+def partitioned_score(model: network.Transformer, mesh: Mesh) -> Callable:
+  """`(params, inputs [b, k], targets [b, l], taus [b, 1|n]) -> [b]` on `mesh`.
+
+  Parameters sharded over 'model' (`partitioning.param_shardings`), every batch argument and
+  the result over 'data'; traced under the logical axis rules, so activations follow them.
+  """
+  return partitioning.partition(
+      functools.partial(score, model), mesh,
+      in_shardings=(partitioning.param_shardings(model.config, mesh),
+                    *_batch_shardings(mesh, 2, 2, 2)),
+      out_shardings=partitioning.batch_sharding(mesh, 1))
+
+
+@functools.lru_cache(maxsize=32)
+def partitioned_greedy_decode(model: network.Transformer, mesh: Mesh, max_decode_length: int,
+                              eos_id: int) -> Callable:
+  """`(params, inputs [b, k], taus [b, 1|n]) -> tokens [b, max_decode_length]` on `mesh`.
+
+  `decoding.greedy` with the shardings of `partitioned_score`.
+  """
+  def fn(params, inputs, taus):
+    return decoding.greedy(model, params, inputs, max_decode_length=max_decode_length,
+                           eos_id=eos_id, temperature=taus)
+
+  return partitioning.partition(
+      fn, mesh, in_shardings=(partitioning.param_shardings(model.config, mesh),
+                              *_batch_shardings(mesh, 2, 2)),
+      out_shardings=partitioning.batch_sharding(mesh, 2))
 
 
 # ---------------------------------------------------------------------------------------------

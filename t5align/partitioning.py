@@ -88,7 +88,10 @@ def calibration_mesh(tau: int = 1, data: int = 1, model: int = 1,
                      devices: Sequence[Any] | None = None) -> Mesh:
   """('tau', 'data', 'model'); `devices` default to the first tau * data * model devices."""
   need = tau * data * model
-  if devices is None:
+  if devices is None and jax.process_count() > 1 and need != jax.device_count():
+    raise ValueError(f'mesh tau={tau} x data={data} x model={model} uses {need} devices; with '
+                     f'{jax.process_count()} processes it must use all {jax.device_count()}.')
+  if devices is None and need != len(jax.devices()):
     devices = jax.devices()
     if need > len(devices):
       raise ValueError(f'mesh tau={tau} x data={data} x model={model} needs {need} devices; '
@@ -122,14 +125,49 @@ def spec_for(names: Sequence[str], shape: Sequence[int], mesh: Mesh,
   return P(*dims)
 
 
+@functools.lru_cache(maxsize=64)
 def param_shardings(config: network.T5Config, mesh: Mesh,
                     rules: LogicalRules | None = None) -> Any:
-  """NamedShardings for the model's `params` tree (the T5X layout) on `mesh`."""
-  rules = standard_logical_axis_rules() if rules is None else rules
+  """NamedShardings for the model's `params` tree (the T5X layout) on `mesh` (cached)."""
+  rules = standard_logical_axis_rules() if rules is None else tuple(rules)
   names = logical_param_axes(config)
   shapes = network.param_shapes(config)
   return jax.tree.map(lambda n, s: NamedSharding(mesh, spec_for(n, s.shape, mesh, rules)),
                       names, shapes, is_leaf=lambda x: isinstance(x, tuple))
+
+
+def place_params(params: Any, config: network.T5Config, mesh: Mesh | None,
+                 rules: LogicalRules | None = None) -> Any:
+  """Puts a `params` tree (or a subtree of the T5X layout, e.g. encoder only) on `mesh`.
+
+  Each array is sharded by its logical axes (`param_shardings`). Host arrays become global
+  `jax.Array`s through `global_array`, so every process may hold the same numpy tree; arrays
+  already placed with that sharding are not copied. `mesh=None`: the default device.
+  """
+  if mesh is None:
+    return jax.device_put(params)
+  full = param_shardings(config, mesh, rules)
+
+  def place(path, x):
+    node = full
+    for key in path:
+      node = node[key.key]
+    return global_array(x, node)
+
+  return jax.tree_util.tree_map_with_path(place, params)
+
+
+def global_array(x: Any, sharding: NamedSharding) -> jax.Array:
+  """A global `jax.Array` of `x` (the whole value, the same on every process) with `sharding`.
+
+  Each process copies only the slices its own devices hold, so this works with several
+  processes, where `jax.device_put` of host data to non-addressable devices does not.
+  """
+  if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable or
+                                   jax.process_count() == 1):
+    return jax.device_put(x, sharding)  # No copy when the sharding is already `sharding`.
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
 
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:

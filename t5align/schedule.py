@@ -27,6 +27,7 @@ import numpy as np
 
 from t5align import calibration
 from t5align import fileio
+from t5align import partitioning
 
 FORMAT = 't5align.temperature_schedule.v1'
 _LABELS = {'pmax': 'w/ P_max', 'entropy': 'w/ H', 'log_length': 'w/ log_Lex L_tr',
@@ -235,7 +236,7 @@ def build_schedule(
     calibration.check_lengths(L, reference_length)
   for s in strategies:
     calibration.parse_strategy(s)
-  params = calibration.place_params(params, calibrate_kwargs.get('mesh'))
+  params = partitioning.place_params(params, config, calibrate_kwargs.get('mesh'))
   calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or calibration.Memo()
   cals = {s: [] for s in strategies}
   total = len(lengths) * len(strategies)

@@ -1,12 +1,6 @@
-"""Calibration tests: statistics vs t5x fixtures, vmap vs loop, mesh vs one device, searches,
+"""Calibration tests: statistics vs t5x fixtures, vmap vs loop, searches,
 closed forms on Gaussian logits, and input validation."""
 from __future__ import annotations
-
-import os
-import pathlib
-import subprocess
-import sys
-import textwrap
 
 import jax
 import numpy as np
@@ -15,8 +9,8 @@ import pytest
 from t5align import attention
 from t5align import calibration
 from t5align import network
+from t5align import partitioning
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TAUS = ('1.00', '0.80', '0.60')
 L_EX, L_TR = 81, 32  # Fixture rows cut to 81 tokens are both unpadded.
 
@@ -64,48 +58,7 @@ def test_vmap_over_taus_equals_python_loop(tiny):
   np.testing.assert_allclose(scalar.layer_pmax[0], stats.layer_pmax[1], rtol=1e-6)
 
 
-_MESH_SCRIPT = textwrap.dedent('''
-    import json, sys
-    import numpy as np
-    import jax
-    sys.path.insert(0, 'tests')
-    from conftest import _load
-    from t5align import calibration
-    config, params, ref = _load('t5_1_1_tiny')
-    tokens = np.concatenate([ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]])
-    taus = [1.0, 0.9, 0.8, 0.7, 0.6]  # Padded to 8 on the 'tau' axis.
-    mesh = calibration.make_mesh(4, 2)
-    one = calibration.encoder_attention_stats(params, config, tokens, taus)
-    sharded = calibration.encoder_attention_stats(params, config, tokens, taus, mesh=mesh)
-    tau = calibration.calibrate(params, config, calibration.cut_to_length(tokens, 81),
-                                'pmax_bisect', reference_length=32, mesh=mesh).tau
-    placed = calibration.place_params(params, mesh)
-    layer0 = [calibration.layer0_sorted_logits(p, config, tokens[1:], chunk=32)
-              for p in (params, placed)]
-    print(json.dumps({'devices': jax.device_count(), 'layer0': [v.tolist() for v in layer0], 'one': one.layer_pmax.tolist(),
-                      'sharded': sharded.layer_pmax.tolist(), 'one_h': one.entropy.tolist(),
-                      'sharded_h': sharded.entropy.tolist(), 'rows': [one.rows, sharded.rows],
-                      'bisect_mesh': tau}))
-''')
-
-
-def test_eight_fake_devices_equal_one_device(tiny):
-  config, params, ref = tiny
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu', PYTHONPATH=str(REPO_ROOT))
-  out = subprocess.run([sys.executable, '-c', _MESH_SCRIPT], cwd=REPO_ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stderr[-3000:]
-  result = __import__('json').loads(out.stdout.strip().splitlines()[-1])
-  assert result['devices'] == 8
-  assert result['rows'][0] == result['rows'][1]
-  np.testing.assert_allclose(result['sharded'], result['one'], rtol=1e-6)
-  np.testing.assert_allclose(result['sharded_h'], result['one_h'], rtol=1e-6)
-  np.testing.assert_allclose(*result['layer0'], rtol=1e-6, atol=1e-6)
-  # The mesh search (4 taus per round) lands where the one-device search does (to tol).
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
-  single = calibration.calibrate(params, config, tokens, 'pmax_bisect', reference_length=L_TR)
-  assert abs(result['bisect_mesh'] - single.tau) <= 2e-3
+# Meshes (8 simulated devices) against one device: tests/partitioning_test.py.
 
 
 @pytest.mark.parametrize('statistic', calibration.STATISTICS)
@@ -303,4 +256,4 @@ def test_bad_inputs_raise_clear_errors(tiny):
   with pytest.raises(ValueError, match='>= 2'):
     calibration.log_length_tau(1, 512)
   with pytest.raises(ValueError, match='needs 16 devices'):
-    calibration.make_mesh(8, 2, devices=jax.devices())
+    partitioning.calibration_mesh(8, 2)

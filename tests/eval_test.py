@@ -6,6 +6,7 @@ midway, and reruns it: every example must end up recorded exactly once.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -24,6 +25,7 @@ from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
+from t5align import partitioning
 from t5align import report
 from t5align import schedule
 
@@ -143,19 +145,22 @@ def tiny(load_t5x_fixture):
 
 def test_param_specs_shard_along_model_axis(tiny):
   config, params = tiny
-  mesh = evaluation.make_mesh(1)
-  specs = evaluation.param_specs(config, params, mesh)
-  assert all(s == jax.sharding.PartitionSpec(None, None) or s == jax.sharding.PartitionSpec(None)
-             for s in jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)))
+  shardings = partitioning.param_shardings(config, partitioning.eval_mesh(1))
+  assert jax.tree.structure(shardings) == jax.tree.structure(params)
+  assert all(all(d is None for d in s.spec) for s in jax.tree.leaves(shardings))
 
   class FakeMesh:
     shape = {'data': 1, 'model': 2}
 
-  specs = evaluation.param_specs(config, params, FakeMesh())
-  assert specs['encoder']['layers_0']['mlp']['wi_0']['kernel'] == jax.sharding.PartitionSpec(
-      None, 'model')
-  assert specs['token_embedder']['embedding'] == jax.sharding.PartitionSpec('model', None)
-  assert specs['encoder']['encoder_norm']['scale'] == jax.sharding.PartitionSpec(None)
+  names, shapes = partitioning.logical_param_axes(config), network.param_shapes(config)
+  spec = lambda *path: partitioning.spec_for(
+      functools.reduce(lambda n, k: n[k], path, names),
+      functools.reduce(lambda n, k: n[k], path, shapes).shape, FakeMesh(),
+      partitioning.standard_logical_axis_rules())
+  P = jax.sharding.PartitionSpec
+  assert spec('encoder', 'layers_0', 'mlp', 'wi_0', 'kernel') == P(None, 'model')
+  assert spec('token_embedder', 'embedding') == P('model', None)
+  assert spec('encoder', 'encoder_norm', 'scale') == P(None)
 
 
 def test_score_batch_matches_log_softmax(tiny):

@@ -1,0 +1,169 @@
+"""Several processes (TPU pod hosts, or CPU processes on one machine) running one program.
+
+Entry points call `initialize()` before anything touches a JAX backend. Every process then runs
+the same code on the same global arrays; the helpers here cover what differs per process:
+  - which rows of a global batch it supplies (`process_rows`, `global_batch`),
+  - bringing small results back to every host (`gather`, `broadcast`),
+  - writing files from process 0 only (`is_writer`, `on_writer`), then `barrier`.
+With one process each helper reduces to the plain single-host operation.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, TypeVar
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+
+T = TypeVar('T')
+
+# Environment variables that say a multi-host TPU, SLURM or Open MPI job is running (what
+# jax._src.clusters checks), with the value that counts its processes or hosts.
+_CLUSTER_SIZE_VARS = (
+    ('TPU_PROCESS_ADDRESSES', lambda v: len(v.split(','))),
+    ('TPU_WORKER_HOSTNAMES', lambda v: len(v.split(','))),
+    ('SLURM_NTASKS', int),
+    ('OMPI_COMM_WORLD_SIZE', int),
+)
+
+
+def _env_process_count() -> tuple[int, str]:
+  """(processes the environment announces, the variable saying so); (1, '') when none does."""
+  for name, count in (('JAX_NUM_PROCESSES', int), *_CLUSTER_SIZE_VARS):
+    value = os.environ.get(name, '').strip()
+    if not value:
+      continue
+    try:
+      n = count(value)
+    except ValueError as e:
+      raise ValueError(f'{name}={value!r} is not a process count.') from e
+    if name == 'JAX_NUM_PROCESSES' or n > 1:
+      return (n, name) if n > 1 else (1, '')
+  return 1, ''
+
+
+def initialize() -> bool:
+  """Calls `jax.distributed.initialize` when the environment says there are several processes.
+
+  - JAX_NUM_PROCESSES > 1: JAX_COORDINATOR_ADDRESS (host:port of process 0) and JAX_PROCESS_ID
+    are required; they are passed explicitly.
+  - TPU pods (TPU_WORKER_HOSTNAMES / TPU_PROCESS_ADDRESSES with several hosts), SLURM and Open MPI
+    jobs with several tasks, or T5ALIGN_DISTRIBUTED=1 (e.g. a Cloud TPU VM pod whose hosts
+    are known only to the metadata server): jax's own cluster detection fills in everything.
+  CPU collectives across processes use gloo, selected before initializing.
+
+  Returns:
+    True if this call (or an earlier one) initialized several processes.
+  """
+  if jax.distributed.is_initialized():
+    return jax.process_count() > 1
+  count, source = _env_process_count()
+  forced = os.environ.get('T5ALIGN_DISTRIBUTED', '') == '1'
+  if count <= 1 and not forced:
+    return False
+  # Cross-process collectives of the CPU backend (only it reads this option; TPU and GPU
+  # backends have their own), so it is set whatever the platform.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  if source == 'JAX_NUM_PROCESSES':
+    missing = [v for v in ('JAX_COORDINATOR_ADDRESS', 'JAX_PROCESS_ID') if not os.environ.get(v)]
+    if missing:
+      raise ValueError(f'JAX_NUM_PROCESSES={count} needs {" and ".join(missing)} as well '
+                       '(host:port of process 0, and this process\'s id in 0..n-1).')
+    process_id = int(os.environ['JAX_PROCESS_ID'])
+    if not 0 <= process_id < count:
+      raise ValueError(f'JAX_PROCESS_ID={process_id} must be in 0..{count - 1} '
+                       f'(JAX_NUM_PROCESSES={count}).')
+    jax.distributed.initialize(os.environ['JAX_COORDINATOR_ADDRESS'], num_processes=count,
+                               process_id=process_id)
+  else:
+    jax.distributed.initialize()
+  return jax.process_count() > 1
+
+
+def is_writer() -> bool:
+  """True on the process that writes output files (process 0)."""
+  return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+  """Waits until every process reaches the barrier called `name`."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def broadcast(value: Any) -> Any:
+  """Process 0's `value` (a pytree of numpy arrays / scalars of equal shapes everywhere)."""
+  if jax.process_count() == 1:
+    return value
+  return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(value))
+
+
+def broadcast_json(value: Any) -> Any:
+  """Process 0's JSON-able `value` on every process (the others' `value` is ignored)."""
+  if jax.process_count() == 1:
+    return value
+  data = np.frombuffer(json.dumps(value).encode('utf-8') if is_writer() else b'', np.uint8)
+  size = int(broadcast(np.int64(data.size)))
+  buffer = np.zeros(size, np.uint8)
+  if is_writer():
+    buffer[:] = data
+  return json.loads(bytes(broadcast(buffer)).decode('utf-8'))
+
+
+def read_on_writer(fn: Callable[[], T], what: str) -> T:
+  """`fn()` run on process 0 (e.g. reading a results file), its JSON-able result everywhere."""
+  return broadcast_json(on_writer(fn, what))
+
+
+def on_writer(fn: Callable[[], T], what: str) -> T | None:
+  """Runs `fn` on process 0 only; every process raises if it failed there.
+
+  Without this, an error on process 0 (say, a results folder of a different run) would leave
+  the other processes waiting in their next collective. Returns `fn()` on process 0, else None.
+  """
+  if jax.process_count() == 1:
+    return fn()
+  result, error = None, None
+  if is_writer():
+    try:
+      result = fn()
+    except Exception as e:  # pylint: disable=broad-except  (re-raised below, on every process)
+      error = e
+  failed = bool(broadcast(np.int32(error is not None)))
+  if error is not None:
+    raise error
+  if failed:
+    raise RuntimeError(f'{what} failed on process 0; its log says why.')
+  return result
+
+
+def process_rows(sharding: NamedSharding, num_rows: int) -> np.ndarray:
+  """Indices of the rows of a `[num_rows, ...]` global array that this process supplies.
+
+  Rows are split over the mesh axis that `sharding` maps axis 0 to ('data'); a process whose
+  devices span several data shards supplies all of them, in order. With data=1, or one process,
+  every process supplies every row.
+  """
+  slices = sharding.addressable_devices_indices_map((num_rows,)).values()
+  rows = set()
+  for index in slices:
+    rows.update(range(num_rows)[index[0]])
+  return np.array(sorted(rows), np.int64)
+
+
+def global_batch(local: np.ndarray, sharding: NamedSharding, num_rows: int) -> jax.Array:
+  """The `[num_rows, ...]` global array whose rows `process_rows(sharding, num_rows)` are `local`."""
+  shape = (num_rows, *local.shape[1:])
+  if jax.process_count() == 1:
+    return jax.device_put(local, sharding)
+  return jax.make_array_from_process_local_data(sharding, local, shape)
+
+
+def gather(x: Any) -> Any:
+  """Numpy copies of (possibly sharded, multi-process) `jax.Array`s, whole, on every process."""
+  if jax.process_count() == 1:
+    return jax.device_get(x)
+  return multihost_utils.process_allgather(x, tiled=True)
