@@ -150,6 +150,9 @@ def evaluate(*,
   model_name = model_name or _model_name(checkpoint_path)
   rows_sharding = partitioning.batch_sharding(mesh, 2)
   my_rows = multihost.process_rows(rows_sharding, batch_size)  # This process's rows of a batch.
+  # Processes feeding the same rows form a group; each group reads only its share of the
+  # examples (seqio ShardInfo: example i belongs to group i % groups).
+  groups, group = multihost.data_groups(rows_sharding, batch_size)
   show_progress = show_progress and multihost.is_writer()
 
   results = {}
@@ -162,27 +165,38 @@ def evaluate(*,
     steps = max_decode_length or (spec.max_decode_length if spec else DEFAULT_MAX_DECODE_LENGTH)
     vocab = task.output_features['targets'].vocabulary
     eos_id = vocab.eos_id
-    dataset = task.get_dataset(sequence_length=None, split=split, shuffle=False)
-    examples = []
-    for i, ex in enumerate(dataset.as_numpy_iterator()):
-      if num_examples is not None and i >= num_examples:
+    shard = seqio.ShardInfo(index=group, num_shards=groups) if groups > 1 else None
+    dataset = task.get_dataset(sequence_length=None, split=split, shuffle=False,
+                               shard_info=shard)
+    examples = []  # This group's share, with global indices.
+    for j, ex in enumerate(dataset.as_numpy_iterator()):
+      index = group + groups * j
+      if num_examples is not None and index >= num_examples:
         break
-      examples.append({**ex, 'index': i})
-    if not examples:
+      examples.append({**ex, 'index': index})
+    # [processes, 3]: group, examples, longest input; a group's processes report the same.
+    shares = np.asarray(multihost.gather(np.array(
+        [[group, len(examples), max([len(ex['inputs']) for ex in examples] + [0])]],
+        np.int64))).reshape(-1, 3)
+    total = int(sum({int(g): int(n) for g, n, _ in shares}.values()))
+    if not total:
       raise ValueError(f'{task.name} ({split}) has no examples.')
-    memory.check_fits(config, length=max(len(ex['inputs']) for ex in examples),
-                      batch_size=batch_size, params_dtype=params_dtype, mesh=mesh)
+    if groups > 1:
+      print(f'{task.name}: process {jax.process_index()} reads {len(examples)} of {total} '
+            f'examples (share {group} of {groups})', file=sys.stderr, flush=True)
+    memory.check_fits(config, length=int(shares[:, 2].max()), batch_size=batch_size,
+                      params_dtype=params_dtype, mesh=mesh)
     folder = os.path.join(output_dir, task.name)
     # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
     # support; a folder written before then reads as a different run (start a new folder).
     settings = {
         'task': task.name, 'split': split, 'checkpoint': str(checkpoint_path),
-        'num_examples': len(examples), 'mode': 'score' if scored else 'greedy',
+        'num_examples': total, 'mode': 'score' if scored else 'greedy',
         'max_decode_length': None if scored else steps, 'params_dtype': params_dtype,
         'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
         'process_count': jax.process_count(), 'device_count': jax.device_count(),
         'mesh': dict(mesh.shape), **temp.describe()}
-    log = SharedLog.open(folder, settings, len(examples))
+    log = SharedLog.open(folder, settings, total)
 
     def target_text(ex):
       if 'targets_pretokenized' in ex:
@@ -191,29 +205,34 @@ def evaluate(*,
 
     def process(batch, task=task, spec=spec, scored=scored, steps=steps, eos_id=eos_id,
                 vocab=vocab, target_text=target_text, batch_size=batch_size):
-      # Always `batch_size` rows (all-padding rows at the end), so shapes repeat across batches.
-      # Every process pads the whole batch (cheap host work: the width is the longest row's,
-      # and process 0's records need every row's tau), then places only its own rows.
-      size = batch_size
-      tokens = evaluation.pad_batch(evaluation.pad_tokens([ex['inputs'] for ex in batch]), size)
+      # This process's rows of one global batch of `batch_size` rows (all-padding rows fill
+      # it, so shapes repeat across batches); every process pads to the same width.
+      rows = len(my_rows)
+      width = _global_width([ex['inputs'] for ex in batch])
+      place = lambda x: multihost.global_batch(x, rows_sharding, batch_size)
+      tokens = evaluation.pad_batch(evaluation.pad_tokens([ex['inputs'] for ex in batch],
+                                                          min_length=width), rows)
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
-      place = lambda x: multihost.global_batch(x[my_rows], rows_sharding, size)
       records = []
       if scored:
-        targets = evaluation.pad_batch(evaluation.pad_tokens([ex['targets'] for ex in batch]),
-                                       size)
+        targets = evaluation.pad_batch(evaluation.pad_tokens(
+            [ex['targets'] for ex in batch],
+            min_length=_global_width([ex['targets'] for ex in batch])), rows)
         ll = multihost.gather(evaluation.partitioned_score(model, mesh)(
-            params, place(tokens), place(targets), place(taus)))
+            params, place(tokens), place(targets), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           records.append({'log_likelihood': float(ll[j]),
                           'num_target_tokens': int(np.sum(targets[j] > 0))})
       else:
         out = multihost.gather(evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id)(
-            params, place(tokens), place(taus)))
+            params, place(tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           prediction = vocab.decode(evaluation.strip_eos(out[j], eos_id))
           record = {'prediction': prediction}
+          processed = task.postprocess_fn(prediction, example=ex, is_target=False)
+          if processed != prediction:
+            record['postprocessed_prediction'] = processed
           if spec is not None:
             target = task.postprocess_fn(target_text(ex), example=ex, is_target=True)
             record['scores'] = task_metrics.score_example(spec.family, target, prediction)
@@ -221,19 +240,28 @@ def evaluate(*,
       for j, ex in enumerate(batch):
         records[j].update({'index': int(ex['index']), 'id': _text(ex.get('id', ex['index'])),
                            'input_length': int(np.sum(np.asarray(ex['inputs']) > 0)),
-                           'target': target_text(ex), 'tau': taus[j].tolist()})
+                           'target': target_text(ex), 'tau': taus[j].tolist(),
+                           'postprocessed_target': task.postprocess_fn(
+                               target_text(ex), example=ex, is_target=True)})
       return records
 
-    evaluation.run_examples(examples, log, process, batch_size=batch_size, desc=task.name,
-                            show_progress=show_progress)
+    evaluation.run_examples(examples, log, process, batch_size=len(my_rows), desc=task.name,
+                            show_progress=show_progress, total=total,
+                            collect=multihost.gather_json)
     metrics = multihost.on_writer(
-        lambda: _write_metrics(task, spec, examples, log.log, folder, scored, target_text,
+        lambda: _write_metrics(task, spec, total, log.log, folder, scored,
                                model_name=model_name, temp=temp, checkpoint_path=checkpoint_path),
         f'writing {folder}/metrics.json')
     if metrics is not None:
       results[task.name] = metrics
     multihost.barrier(f't5align.eval:{task.name}')
   return results
+
+
+def _global_width(rows: Sequence[Sequence[int]], multiple: int = 128) -> int:
+  """The padded width (a multiple of `multiple`) of the longest row over every process."""
+  longest = max([len(r) for r in rows] + [1])
+  return int(np.asarray(multihost.gather(np.array([-(-longest // multiple) * multiple]))).max())
 
 
 class SharedLog:
@@ -265,29 +293,35 @@ class SharedLog:
   def __contains__(self, index: int) -> bool:
     return index in self.done
 
+  def __len__(self) -> int:
+    return len(self.done)
+
   def append(self, records: Sequence[Mapping[str, Any]]) -> None:
     multihost.on_writer(lambda: self.log.append(records), 'appending predictions')
     self.done.update(int(r['index']) for r in records)
 
 
-def _write_metrics(task, spec, examples, log, folder, scored, target_text, *, model_name, temp,
+def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
                    checkpoint_path) -> dict[str, Any]:
-  """Metrics of a finished task from its log, with the task's own seqio metric functions."""
-  records = [log.records[int(ex['index'])] for ex in examples]
-  targets = [task.postprocess_fn(target_text(ex), example=ex, is_target=True) for ex in examples]
+  """Metrics of a finished task from its log, with the task's own seqio metric functions.
+
+  Records carry the postprocessed target (and prediction), made where the example was read,
+  so the writing process needs no example of another process's share.
+  """
+  records = [log.records[i] for i in range(total)]
+  targets = [r['postprocessed_target'] for r in records]
   values: dict[str, Any] = {}
   if scored:
     scores = np.array([r['log_likelihood'] for r in records])
     for fn in task.score_metric_fns:
       values.update(fn(targets, scores))
   else:
-    predictions = [task.postprocess_fn(r['prediction'], example=ex, is_target=False)
-                   for r, ex in zip(records, examples)]
+    predictions = [r.get('postprocessed_prediction', r['prediction']) for r in records]
     for fn in task.predict_metric_fns:
       values.update(fn(targets, predictions))
   result = {
       'task': task.name, 'model': model_name, 'label': temp.label,
-      'checkpoint': str(checkpoint_path), 'num_examples': len(examples),
+      'checkpoint': str(checkpoint_path), 'num_examples': total,
       'metrics': {k: _plain(v) for k, v in values.items()},
       'family': spec.family if spec else None, 'table': spec.table if spec else 'other',
       'group': spec.group if spec else task.name, 'column': spec.column if spec else 'all',

@@ -296,28 +296,39 @@ def partitioned_greedy_decode(model: network.Transformer, mesh: Mesh, max_decode
 # The resumable loop.
 
 
-def run_examples(examples: Sequence[Mapping[str, Any]], log: PredictionLog,
+def run_examples(examples: Sequence[Mapping[str, Any]], log: Any,
                  process: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]], *,
-                 batch_size: int, desc: str = '', show_progress: bool = True) -> None:
+                 batch_size: int, desc: str = '', show_progress: bool = True,
+                 total: int | None = None,
+                 collect: Callable[[list[Any]], list[Any]] = list) -> None:
   """Runs `process` on batches of the examples that `log` lacks and appends its records.
 
   Args:
-    examples: dicts with an int 'index' (unique).
-    log: where records go; examples whose index it holds are skipped.
-    process: batch of examples -> one record (with the same 'index') per example.
+    examples: dicts with an int 'index' (unique); with several processes, this one's share.
+    log: where records go (`PredictionLog`, or anything with `in`, `len` and `append`);
+      examples whose index it holds are skipped.
+    process: batch of examples -> one record (with the same 'index') per example. With several
+      processes every one calls it equally often; a process out of examples passes [].
     batch_size: examples per call.
     desc: progress label.
     show_progress: draw the progress bar.
+    total: examples over all processes (default: len(examples)), for the progress bar.
+    collect: this process's records -> every process's (`multihost.gather_json`); a record
+      made by several processes (same index) is kept once.
   """
   todo = [e for e in examples if int(e['index']) not in log]
-  progress = Progress(len(examples), desc, len(examples) - len(todo)) if show_progress else None
-  for batch in chunks(todo, batch_size):
+  total = len(examples) if total is None else total
+  steps = max(collect([-(-len(todo) // batch_size)]))  # The same count on every process.
+  progress = Progress(total, desc, len(log)) if show_progress else None
+  for step in range(steps):
+    batch = todo[step * batch_size:(step + 1) * batch_size]
     records = process(batch)
     if sorted(int(r['index']) for r in records) != sorted(int(e['index']) for e in batch):
       raise ValueError('process() must return one record per example, with its index.')
-    log.append(records)
+    unique = list({int(r['index']): r for r in reversed(collect(records))}.values())[::-1]
+    log.append(sorted(unique, key=lambda r: int(r['index'])))
     if progress:
-      progress.update(len(batch))
+      progress.update(len(unique))
   if progress:
     progress.close()
 

@@ -167,3 +167,33 @@ def gather(x: Any) -> Any:
   if jax.process_count() == 1:
     return jax.device_get(x)
   return multihost_utils.process_allgather(x, tiled=True)
+
+
+def data_groups(sharding: NamedSharding, num_rows: int) -> tuple[int, int]:
+  """(number of distinct row sets, this process's) for a `[num_rows, ...]` global batch.
+
+  Processes that supply the same rows (they share the data shards: 'data' does not span them)
+  form one group and must feed identical rows; each group reads its own share of the examples.
+  With one process: (1, 0).
+  """
+  mine = process_rows(sharding, num_rows)
+  if jax.process_count() == 1:
+    return 1, 0
+  everyone = np.asarray(gather(mine[None])).reshape(jax.process_count(), -1)
+  groups = sorted({tuple(int(r) for r in rows) for rows in everyone})
+  return len(groups), groups.index(tuple(int(r) for r in mine))
+
+
+def gather_json(values: list[Any]) -> list[Any]:
+  """Every process's JSON-able list, concatenated in process order, on every process."""
+  if jax.process_count() == 1:
+    return list(values)
+  data = np.frombuffer(json.dumps(values).encode('utf-8'), np.uint8)
+  sizes = np.asarray(gather(np.array([data.size], np.int64)))
+  buffer = np.zeros(int(sizes.max()), np.uint8)
+  buffer[:data.size] = data
+  everyone = np.asarray(gather(buffer[None])).reshape(len(sizes), -1)
+  out = []
+  for row, size in zip(everyone, sizes):
+    out.extend(json.loads(bytes(row[:int(size)]).decode('utf-8')))
+  return out

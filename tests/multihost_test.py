@@ -146,7 +146,12 @@ def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, m
   assert 4 <= len(before) < NUM_EXAMPLES, run.tails()
   assert not (folder / 'metrics.json').exists()
 
-  processes(args, tmp_path / 'logs2').wait()  # Restart both.
+  restart = processes(args, tmp_path / 'logs2')
+  restart.wait()  # Restart both.
+  # Each process read (and tokenized) only its half of the examples.
+  for i, log in enumerate(restart.logs):
+    assert (f'{task}: process {i} reads {NUM_EXAMPLES // 2} of {NUM_EXAMPLES} examples '
+            f'(share {i} of 2)') in log.read_text(), restart.tails()
   after = _records(predictions)
   assert sorted(r['index'] for r in after) == list(range(NUM_EXAMPLES))  # Each exactly once.
   assert after[:len(before)] == before  # Nothing redone.
