@@ -20,6 +20,8 @@ import numpy as np
 from t5align import calibration
 from t5align import gin_cli
 from t5align import memory
+from t5align import outputs
+from t5align import validate
 from t5align import schedule as schedule_lib
 
 if __name__ == '__main__':
@@ -54,8 +56,8 @@ def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
   if not vocabulary_path:
     raise ValueError('VOCABULARY_PATH (a SentencePiece model) is required with TEXT_FILE.')
   sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
-  with open(path, encoding='utf-8') as f:
-    lines = [line.strip() for line in f if line.strip()]
+  with open(path, 'rb') as f:
+    lines = [line.strip() for line in outputs.decode_lines(f.read(), path) if line.strip()]
   if not lines:
     raise ValueError(f'text file {path} is empty.')
   return np.concatenate([np.asarray(ids, np.int32) for ids in sp.encode(lines)])
@@ -88,6 +90,7 @@ def _progress(done: int, total: int, c: calibration.Calibration, start: float) -
 
 
 @gin.configurable(module='t5align.calibrate')
+@outputs.claims('output_path', 'OUTPUT_PATH', is_file=True)
 def run(
     checkpoint_path: str | None = None,
     output_path: str | None = None,
@@ -147,6 +150,8 @@ def run(
                      '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
   if (text_file is None) == (seqio_task is None):
     raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
+  validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
+                        tau_batch_size=tau_batch_size, dtype=dtype)
   start = time.time()
   print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
   params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype))

@@ -25,6 +25,7 @@ from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
+from t5align import outputs
 from t5align import report
 from t5align import schedule as schedule_lib
 from t5align import train
@@ -156,6 +157,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
   plt.close(fig)
 
 
+@outputs.claims('output_dir', '--output_dir')
 def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
         lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
         num_examples: int = 20, num_samples: int = 1, batch_size: int = 20,

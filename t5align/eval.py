@@ -37,6 +37,8 @@ from t5align import fileio
 from t5align import memory
 from t5align import gin_cli
 from t5align import network
+from t5align import outputs
+from t5align import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
 
@@ -84,6 +86,7 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   return evaluation.Temperature(constant=temperature, label=label or '')
 
 
+@outputs.claims('output_dir', 'EVAL_OUTPUT_DIR')
 def evaluate(*,
              model: network.Transformer | None = None,
              checkpoint_path: str | None = None,
@@ -125,6 +128,9 @@ def evaluate(*,
   """
   gin_cli.require('evaluate', checkpoint_path=checkpoint_path,
                   mixture_or_task_name=mixture_or_task_name, output_dir=output_dir)
+  validate.run_settings(batch_size=batch_size, num_partitions=num_partitions,
+                        num_examples=num_examples, max_decode_length=max_decode_length,
+                        params_dtype=params_dtype)
   import seqio  # pylint: disable=g-import-not-at-top
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
