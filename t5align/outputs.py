@@ -203,7 +203,9 @@ def repair_jsonl(path: fileio.PathLike) -> bytes:
 
 def decode_lines(raw: bytes, path: str) -> list[str]:
   """`raw`'s lines as text; a line that is not UTF-8 raises, naming the file and line."""
-  lines = raw.split(b'\n')[:-1] if raw.endswith(b'\n') else raw.split(b'\n')
+  lines = raw.split(b'\n')
+  if not lines[-1]:
+    lines.pop()  # After the last newline (or an empty file): no line.
   out = []
   for number, line in enumerate(lines, start=1):
     try:

@@ -32,8 +32,8 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
   as_f32 = taus.astype(np.float32)
   bad = taus[~(np.isfinite(taus) & (taus > 0) & np.isfinite(as_f32) & (as_f32 >= _F32_TINY))]
   if bad.size:
-    raise ValueError(f'{name} must be finite, > 0 and representable in float32 (between '
-                     f'{_F32_TINY:.3g} and {float(np.finfo(np.float32).max):.3g}); got '
+    raise ValueError(f'{name} must be finite and > 0, in float32 too (from {_F32_TINY:.3g} to '
+                     f'{float(np.finfo(np.float32).max):.3g}); got '
                      f'{bad.tolist()}' + (f' in {taus.tolist()}' if taus.size > 1 else '') + '.')
   return taus
 
