@@ -55,11 +55,11 @@ def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   if not vocabulary_path:
     raise ValueError('VOCABULARY_PATH (a SentencePiece model) is required with TEXT_FILE.')
-  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
   with open(path, 'rb') as f:
     lines = [line.strip() for line in outputs.decode_lines(f.read(), path) if line.strip()]
   if not lines:
     raise ValueError(f'text file {path} is empty.')
+  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
   return np.concatenate([np.asarray(ids, np.int32) for ids in sp.encode(lines)])
 
 

@@ -74,7 +74,12 @@ def test_write_json_atomic_and_check_run(tmp_path):
   assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
   evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
   evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
-  with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.8, 0\.7\)"):
+  # No result yet (the first run failed before its first batch): a corrected rerun may start.
+  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  assert json.loads((tmp_path / 'run.json').read_text())['temperature'] == 0.9
+  evaluation.PredictionLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
+  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.9, 0\.7\)"):
     evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
 
 
