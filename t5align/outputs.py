@@ -127,7 +127,7 @@ def check_writable(path: fileio.PathLike, *, is_file: bool = False, name: str = 
     with tempfile.TemporaryFile(dir=folder):
       pass
   except OSError as e:
-    raise PermissionError(f'{name} {path}: cannot write in {folder} ({e.strerror}).') from e
+    raise OSError(e.errno, f'{name} {path}: cannot write in {folder} ({e.strerror})') from e
 
 
 def remove_stale_tmp(folder: fileio.PathLike, depth: int = 2) -> list[str]:

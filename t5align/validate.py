@@ -29,7 +29,8 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
     if type(e).__module__.startswith('jax'):
       return values
     raise ValueError(f'{name} must be numbers; got {values!r}.') from e
-  as_f32 = taus.astype(np.float32)
+  with np.errstate(over='ignore'):
+    as_f32 = taus.astype(np.float32)  # inf where float32 overflows.
   bad = taus[~(np.isfinite(taus) & (taus > 0) & np.isfinite(as_f32) & (as_f32 >= _F32_TINY))]
   if bad.size:
     raise ValueError(f'{name} must be finite and > 0, in float32 too (from {_F32_TINY:.3g} to '
