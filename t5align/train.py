@@ -44,6 +44,7 @@ from t5align import gin_cli
 from t5align import network
 from t5align import outputs
 from t5align import train_data
+from t5align import validate
 from t5align import vocab as vocab_lib
 
 Array = jax.Array
@@ -353,6 +354,7 @@ def train(*,
     training loop over all segments), 'eval_wall_s'}.
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
+  validate.run_settings(batch_size=batch_size, eval_batch_size=eval_batch_size)
   cfg = model.config
   for name, folder in (('MODEL_DIR', model_dir), ('EXPORT_DIR', export_dir)):
     if folder and fileio.is_remote(folder):
