@@ -113,6 +113,7 @@ def run(
     grid: Sequence[float] = calibration.PAPER_GRID,
     tol: float = 1e-3,
     analysis_dir: str | None = None,
+    check_finite: bool = True,
 ) -> schedule_lib.TemperatureSchedule:
   """Loads a checkpoint, samples inputs, calibrates, prints the table and writes the schedule.
 
@@ -138,6 +139,7 @@ def run(
     grid: Algorithm 1's grid.
     tol: tolerance of the continuous searches.
     analysis_dir: if set, also write the analysis figures and numbers there.
+    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
 
   Returns:
     The schedule written to `output_path`.
@@ -154,7 +156,8 @@ def run(
                         tau_batch_size=tau_batch_size, dtype=dtype)
   start = time.time()
   print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
-  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype))
+  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype),
+                                           check_finite=check_finite)
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
   if text_file is not None:

@@ -103,7 +103,8 @@ def evaluate(*,
              split: str = 'test',
              max_decode_length: int | None = None,
              params_dtype: str = 'float32',
-             show_progress: bool = True) -> dict[str, dict[str, Any]]:
+             show_progress: bool = True,
+             check_finite: bool = True) -> dict[str, dict[str, Any]]:
   """Runs every task of `mixture_or_task_name`; returns {task: metrics} of finished tasks.
 
   Args:
@@ -125,6 +126,7 @@ def evaluate(*,
     max_decode_length: decoding steps; default: the task's (t5align tasks) or 64.
     params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
     show_progress: draw a progress bar per task.
+    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
   """
   gin_cli.require('evaluate', checkpoint_path=checkpoint_path,
                   mixture_or_task_name=mixture_or_task_name, output_dir=output_dir)
@@ -137,7 +139,8 @@ def evaluate(*,
   from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
 
   params, config = checkpoints.load_params(checkpoint_path, None if model is None else model.config,
-                                           dtype=jnp.dtype(params_dtype))
+                                           dtype=jnp.dtype(params_dtype),
+                                           check_finite=check_finite)
   model = network.Transformer(config)
   temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
   mesh = evaluation.make_mesh(num_partitions)

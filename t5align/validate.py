@@ -71,12 +71,13 @@ def finite_params(params: Mapping[str, Any], source: str) -> None:
       count = int(jax.numpy.sum(~jax.numpy.isfinite(leaf)))
     else:
       array = np.asarray(leaf)
-      if not np.issubdtype(array.dtype, np.inexact) and array.dtype.kind != 'V':
-        try:
-          array = array.astype(np.float32)
-        except (TypeError, ValueError):
-          continue
-      count = int(np.sum(~np.isfinite(array.astype(np.float32))))
+      if array.dtype.kind in 'iub':
+        continue  # Integers are always finite.
+      try:
+        finite = np.isfinite(array)
+      except TypeError:  # A dtype numpy's isfinite lacks: compare in float32.
+        finite = np.isfinite(array.astype(np.float32))
+      count = int(array.size - np.count_nonzero(finite))
     if count:
       bad.append(f'{name} ({count} of {int(np.prod(np.shape(leaf)))} values)')
   if bad:
