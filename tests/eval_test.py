@@ -24,6 +24,7 @@ from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
+from t5align import outputs
 from t5align import report
 from t5align import schedule
 
@@ -297,6 +298,10 @@ def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
         break
       time.sleep(0.1)
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    # A second run into the same folder while the first runs is refused at once, naming it.
+    with pytest.raises(outputs.OutputLockedError, match=rf'in use by another run \(pid={proc.pid}'):
+      with outputs.claim(out, 'EVAL_OUTPUT_DIR'):
+        pass
     os.killpg(proc.pid, signal.SIGKILL)  # Mid-run: some passkey examples done, lines not begun.
   finally:
     proc.wait()

@@ -316,14 +316,26 @@ def test_result_files_follow_the_umask(umask, mode, tmp_path):
   assert (tmp_path / 'predictions.jsonl').stat().st_mode & 0o777 == mode
 
 
-def test_torn_train_log_is_repaired_on_resume(tmp_path):
+def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_path, monkeypatch):
   log = tmp_path / 'train_log.jsonl'
   log.write_text('{"step": 20, "loss": 2.0, "step_s": 0.5, "token_accuracy": 0.1}\n'
                  '{"step": 40, "loss": 1.')
+  (tmp_path / 'checkpoint_40.tmp-k3j').mkdir()  # A kill while writing checkpoint_40.
   with pytest.raises(ValueError, match=rf'{log}:2: not a JSON record'):
     train.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
-  assert outputs.repair_jsonl(log) == log.read_bytes()  # train() does this at its start.
+
+  class Started(Exception):
+    pass
+
+  def stop(*unused_args, **unused_kwargs):
+    raise Started()
+
+  monkeypatch.setattr(train.vocab_lib, 'train_sentencepiece', stop)  # Just after the repairs.
+  with pytest.raises(Started):
+    train.train(model=network.Transformer(network.T5Config(vocab_size=8)),
+                model_dir=str(tmp_path))
   assert log.read_text().count('\n') == 1
+  assert not (tmp_path / 'checkpoint_40.tmp-k3j').exists()
   assert train.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
                                                   'loop_s': 10.0}
 
