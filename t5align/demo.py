@@ -73,8 +73,10 @@ class Results:
     settings = json.loads(json.dumps(settings))
     self.data = {'settings': settings, 'accuracy': {}}
     if fileio.exists(path):
-      with fileio.open(path, encoding='utf-8') as f:
-        old = json.load(f)
+      old = outputs.read_json(path, 'demo results')
+      if not isinstance(old, dict) or not isinstance(old.get('accuracy'), dict):
+        raise ValueError(f'demo results {path} lack an "accuracy" object; delete the file to '
+                         'start over.')
       if old.get('settings') != settings:
         raise ValueError(f'{path} holds a run with other settings ({old.get("settings")}); use '
                          f'another --output_dir or delete it.')

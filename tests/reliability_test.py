@@ -217,6 +217,14 @@ def test_corrupt_metrics_json_in_report(content, message, tmp_path):
   assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
 
 
+def test_corrupt_demo_results_json(tmp_path):
+  from t5align import demo  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'results.json'
+  path.write_text('{"settings": {}, "acc')
+  with pytest.raises(ValueError, match=rf'demo results {path}:1: not valid JSON'):
+    demo.Results(str(path), {})
+
+
 # ---------------------------------------------------------------- output folders
 
 _HOLD_LOCK = '''
