@@ -65,7 +65,8 @@ _MACRO_BINDING = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=')
 
 def defined_macros() -> set[str]:
   """Names of the macros gin's current configuration defines."""
-  return {scope for scope, selector in gin.config._CONFIG if selector == 'gin.macro'}  # pylint: disable=protected-access
+  config = gin.config._CONFIG  # pylint: disable=protected-access  (gin has no public listing)
+  return {scope for scope, selector in config if selector == 'gin.macro'}
 
 
 def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str]) -> None:

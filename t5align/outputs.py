@@ -130,14 +130,19 @@ def check_writable(path: fileio.PathLike, *, is_file: bool = False, name: str = 
     raise OSError(e.errno, f'{name} {path}: cannot write in {folder} ({e.strerror})') from e
 
 
-def remove_stale_tmp(folder: fileio.PathLike, depth: int = 2) -> list[str]:
-  """Removes `.NAME.tmp-*` files and `checkpoint_N.tmp-*` folders under `folder` (to `depth`)."""
+def remove_stale_tmp(folder: fileio.PathLike, depth: int = 2,
+                     only: str | None = None) -> list[str]:
+  """Removes `.NAME.tmp-*` files and `checkpoint_N.tmp-*` folders under `folder` (to `depth`).
+
+  With `only`, just the temporary files of the file `only` in `folder` (`.only.tmp-*`): a folder
+  shared with others may hold their live temporary files.
+  """
   removed = []
   folder = os.fspath(folder)
   if fileio.is_remote(folder) or not os.path.isdir(folder):
     return removed
   for entry in os.scandir(folder):
-    if _TMP.match(entry.name):
+    if (entry.name.startswith(f'.{only}.tmp-') if only else _TMP.match(entry.name)):
       if entry.is_dir(follow_symlinks=False):
         shutil.rmtree(entry.path, ignore_errors=True)
       else:
@@ -160,8 +165,12 @@ def claim(path: fileio.PathLike | None, what: str, *,
     return
   check_writable(path, is_file=is_file, name=what)
   with FolderLock(lock_path(path, is_file=is_file), f'{what} {os.fspath(path)}') as lock:
-    folder = os.path.dirname(os.path.abspath(os.fspath(path))) if is_file else path
-    for leftover in remove_stale_tmp(folder, depth=1 if is_file else 2):
+    if is_file:
+      path = os.path.abspath(os.fspath(path))
+      leftovers = remove_stale_tmp(os.path.dirname(path), 1, only=os.path.basename(path))
+    else:
+      leftovers = remove_stale_tmp(path)
+    for leftover in leftovers:
       print(f'removed {leftover} (left by an interrupted run)', file=sys.stderr)
     yield lock
 

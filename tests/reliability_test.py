@@ -146,8 +146,8 @@ def test_nan_weights_are_refused_naming_parameter_and_checkpoint(layout, tmp_pat
   else:
     path = pathlib.Path(checkpoints.save_t5x_checkpoint(
         params, str(tmp_path), 1, inline_max_bytes=0 if layout == 'zarr' else 1 << 30))
-  with pytest.raises(ValueError, match=rf'checkpoint {path} has non-finite values .* '
-                                       r'encoder/layers_0/attention/query/kernel \(1 of 64 values\)'):
+  with pytest.raises(ValueError, match=rf'checkpoint {path} has non-finite values .* encoder/'
+                                       r'layers_0/attention/query/kernel \(1 of 64 values\)'):
     checkpoints.load_params(str(path), config)
   loaded, _ = checkpoints.load_params(str(path), config, check_finite=False)  # The opt-out.
   assert np.isnan(loaded['encoder']['layers_0']['attention']['query']['kernel'][1, 2])
@@ -309,6 +309,13 @@ def test_stale_tmp_files_and_checkpoint_folders_are_removed_at_start(tmp_path):
     pass
   assert all(p.exists() for p in keep)
   assert not any(p.exists() for p in stale) and not (tmp_path / 'checkpoint_7.tmp-k3j').exists()
+  # An output file's folder may be shared: only that file's own leftovers go.
+  mine, theirs = tmp_path / '.schedule.json.tmp-1', tmp_path / '.other.json.tmp-2'
+  mine.write_text('x')
+  theirs.write_text('x')
+  with outputs.claim(tmp_path / 'schedule.json', 'OUTPUT_PATH', is_file=True):
+    pass
+  assert not mine.exists() and theirs.exists()
 
 
 @pytest.mark.parametrize('umask, mode', [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
