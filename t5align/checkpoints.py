@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import math
 import os
 import posixpath
@@ -28,6 +27,7 @@ import numpy as np
 import tensorstore as ts
 
 from t5align import network
+from t5align import outputs
 from t5align import validate
 
 Params = dict[str, Any]
@@ -586,7 +586,7 @@ def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
       return hf_flax_to_state_dict(_restore_msgpack(location))
     if not filename.endswith('.index.json'):
       return _load_weight_file(location)
-    index = _read_json(location)
+    index = outputs.read_json(location, 'HF weight index', CheckpointReadError)
     if not isinstance(index, dict) or not isinstance(index.get('weight_map'), dict):
       raise CheckpointReadError(f'{location}: no "weight_map" object.')
     shards = sorted(set(index['weight_map'].values()))
@@ -594,22 +594,9 @@ def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
   raise FileNotFoundError(f'No HF weight file ({", ".join(_HF_WEIGHT_FILES)}) in {path}')
 
 
-def _read_json(location: str) -> Any:
-  """A JSON file; errors name the file (and line)."""
-  with open(location, 'rb') as f:  # FileNotFoundError names the file.
-    raw = f.read()
-  try:
-    return json.loads(raw.decode('utf-8'))
-  except UnicodeDecodeError as e:
-    raise CheckpointReadError(f'{location}: not UTF-8 text ({e}).') from e
-  except json.JSONDecodeError as e:
-    raise CheckpointReadError(f'{location}:{e.lineno}: not valid JSON ({e.msg}, column '
-                              f'{e.colno}).') from e
-
-
 def _hf_config(path: str) -> dict[str, Any]:
   location = os.path.join(path, 'config.json')
-  config = _read_json(location)
+  config = outputs.read_json(location, 'HF config', CheckpointReadError)
   if not isinstance(config, dict):
     raise CheckpointReadError(f'{location}: expected a JSON object; got {type(config).__name__}.')
   return config

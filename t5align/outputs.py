@@ -224,14 +224,15 @@ def decode_lines(raw: bytes, path: str) -> list[str]:
   return out
 
 
-def read_json(path: fileio.PathLike, what: str = 'JSON file') -> Any:
-  """A JSON file's value; an unreadable, non-UTF-8 or invalid file raises naming it (and line)."""
+def read_json(path: fileio.PathLike, what: str = 'JSON file',
+              error: type[ValueError] = ValueError) -> Any:
+  """A JSON file's value; a non-UTF-8 or invalid file raises `error` naming it (and line)."""
   path = os.fspath(path)
   raw = fileio.read_bytes(path)
   try:
     return json.loads(raw.decode('utf-8'))
   except UnicodeDecodeError as e:
-    raise ValueError(f'{what} {path}: not UTF-8 text ({e.reason} at byte {e.start}).') from e
+    raise error(f'{what} {path}: not UTF-8 text ({e.reason} at byte {e.start}).') from e
   except json.JSONDecodeError as e:
-    raise ValueError(f'{what} {path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}); '
-                     'is it truncated?') from e
+    raise error(f'{what} {path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}); '
+                'is it truncated?') from e

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from t5align import calibration
 from t5align import fileio
+from t5align import outputs
 from t5align import validate
 
 FORMAT = 't5align.temperature_schedule.v1'
@@ -215,14 +215,7 @@ def load_schedule(path: str = gin.REQUIRED, strategy: str | None = None) -> Temp
   """Reads a schedule JSON file; `strategy` selects the strategy applied (default: saved one)."""
   if not fileio.exists(path):
     raise FileNotFoundError(f'temperature schedule {path} does not exist.')
-  text = fileio.read_bytes(path)
-  try:
-    data = json.loads(text.decode('utf-8'))
-  except UnicodeDecodeError as e:
-    raise ValueError(f'temperature schedule {path}: not UTF-8 text ({e}).') from e
-  except json.JSONDecodeError as e:
-    raise ValueError(f'temperature schedule {path}:{e.lineno}: not valid JSON ({e.msg}, column '
-                     f'{e.colno}).') from e
+  data = outputs.read_json(path, 'temperature schedule')
   schedule = TemperatureSchedule.from_dict(data, source=f'temperature schedule {path}')
   return schedule.with_strategy(strategy) if strategy else schedule
 

@@ -168,7 +168,7 @@ def test_invalid_hf_config(tmp_path):
   save_file({'shared.weight': np.zeros((4, 2), np.float32)}, str(tmp_path / 'model.safetensors'))
   (tmp_path / 'config.json').write_text('{"d_model": 8,\n oops}')
   with pytest.raises(checkpoints.CheckpointReadError,
-                     match=rf'{tmp_path / "config.json"}:2: not valid JSON'):
+                     match=rf'HF config {tmp_path / "config.json"}:2: not valid JSON'):
     checkpoints.load_params(str(tmp_path))
 
 
