@@ -22,7 +22,9 @@ from t5align import calibration
 from t5align import gin_cli
 from t5align import memory
 from t5align import multihost
+from t5align import outputs
 from t5align import schedule as schedule_lib
+from t5align import validate
 
 if __name__ == '__main__':
   # `python -m t5align.calibrate`: gin files' `from t5align import calibrate` must find this
@@ -55,11 +57,11 @@ def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   if not vocabulary_path:
     raise ValueError('VOCABULARY_PATH (a SentencePiece model) is required with TEXT_FILE.')
-  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
-  with open(path, encoding='utf-8') as f:
-    lines = [line.strip() for line in f if line.strip()]
+  with open(path, 'rb') as f:
+    lines = [line.strip() for line in outputs.decode_lines(f.read(), path) if line.strip()]
   if not lines:
     raise ValueError(f'text file {path} is empty.')
+  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
   return np.concatenate([np.asarray(ids, np.int32) for ids in sp.encode(lines)])
 
 
@@ -90,6 +92,7 @@ def _progress(done: int, total: int, c: calibration.Calibration, start: float) -
 
 
 @gin.configurable(module='t5align.calibrate')
+@outputs.claims('output_path', 'OUTPUT_PATH', is_file=True)
 def run(
     checkpoint_path: str | None = None,
     output_path: str | None = None,
@@ -112,6 +115,7 @@ def run(
     grid: Sequence[float] = calibration.PAPER_GRID,
     tol: float = 1e-3,
     analysis_dir: str | None = None,
+    check_finite: bool = True,
 ) -> schedule_lib.TemperatureSchedule:
   """Loads a checkpoint, samples inputs, calibrates, prints the table and writes the schedule.
 
@@ -139,6 +143,7 @@ def run(
     grid: Algorithm 1's grid.
     tol: tolerance of the continuous searches.
     analysis_dir: if set, also write the analysis figures and numbers there.
+    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
 
   Returns:
     The schedule written to `output_path`.
@@ -151,12 +156,14 @@ def run(
                      '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
   if (text_file is None) == (seqio_task is None):
     raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
+  validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
+                        tau_batch_size=tau_batch_size, dtype=dtype)
   start = time.time()
   print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
   mesh = _mesh(mesh_shape)
   # With a mesh, read sharded: each process reads only the slices its devices hold.
   params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype),
-                                           mesh=mesh)
+                                           mesh=mesh, check_finite=check_finite)
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
   if text_file is not None:

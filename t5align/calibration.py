@@ -28,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from t5align import attention
 from t5align import network
 from t5align import partitioning
+from t5align import validate
 
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
 STATISTICS = ('pmax', 'entropy')
@@ -70,17 +71,15 @@ class Calibration:
 
 
 def check_taus(temperatures: Any, name: str = 'temperatures') -> np.ndarray:
-  """float64 `[t]` or `[t, n]` temperatures; raises ValueError unless non-empty, finite, > 0."""
+  """float64 `[t]` or `[t, n]` temperatures; ValueError unless non-empty and valid (see
+  `validate.temperatures`)."""
   taus = np.asarray(temperatures, dtype=np.float64)
   if taus.ndim == 0:
     taus = taus[None]
   if taus.ndim > 2 or taus.shape[0] == 0:
     raise ValueError(f'{name} must be a non-empty [t] or [t, layers] array; got shape '
                      f'{taus.shape}.')
-  bad = taus[~(np.isfinite(taus) & (taus > 0))]
-  if bad.size:
-    raise ValueError(f'{name} must be finite and > 0; got {bad.tolist()}.')
-  return taus
+  return validate.temperatures(taus, name)
 
 
 def check_tokens(tokens: Any, name: str = 'tokens') -> np.ndarray:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import math
 import os
 import posixpath
@@ -28,6 +27,8 @@ import numpy as np
 import tensorstore as ts
 
 from t5align import network
+from t5align import outputs
+from t5align import validate
 
 Params = dict[str, Any]
 
@@ -347,6 +348,10 @@ def _orbax_params_metadata(path: str) -> tuple[str, str, Any]:
     raise CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
   tree = getattr(metadata, 'item_metadata', metadata)
   tree = getattr(tree, 'tree', tree)
+  if not isinstance(tree, Mapping):
+    raise CheckpointReadError(
+        f'Cannot read Orbax checkpoint {state_dir}: its metadata lists no arrays (got '
+        f'{type(tree).__name__}); is manifest.ocdbt or _METADATA missing or truncated?')
   key = next((k for k in ('target', 'params') if k in tree), None)
   if key is None:
     raise CheckpointReadError(f'{state_dir} holds no "target" or "params" (keys: {list(tree)})')
@@ -581,15 +586,20 @@ def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
       return hf_flax_to_state_dict(_restore_msgpack(location))
     if not filename.endswith('.index.json'):
       return _load_weight_file(location)
-    with open(location) as f:
-      shards = sorted(set(json.load(f)['weight_map'].values()))
+    index = outputs.read_json(location, 'HF weight index', CheckpointReadError)
+    if not isinstance(index, dict) or not isinstance(index.get('weight_map'), dict):
+      raise CheckpointReadError(f'{location}: no "weight_map" object.')
+    shards = sorted(set(index['weight_map'].values()))
     return {k: v for s in shards for k, v in _load_weight_file(os.path.join(path, s)).items()}
   raise FileNotFoundError(f'No HF weight file ({", ".join(_HF_WEIGHT_FILES)}) in {path}')
 
 
 def _hf_config(path: str) -> dict[str, Any]:
-  with open(os.path.join(path, 'config.json')) as f:  # FileNotFoundError names the file.
-    return json.load(f)
+  location = os.path.join(path, 'config.json')
+  config = outputs.read_json(location, 'HF config', CheckpointReadError)
+  if not isinstance(config, dict):
+    raise CheckpointReadError(f'{location}: expected a JSON object; got {type(config).__name__}.')
+  return config
 
 
 def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -605,6 +615,11 @@ def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
   if buckets != (32, 128) or act is None:
     raise ValueError(f'HF config has feed_forward_proj={proj!r}, relative attention (buckets, '
                      f'max distance)={buckets}; T5X supports {sorted(_HF_ACTIVATIONS)}, (32, 128)')
+  epsilon = hf_config.get('layer_norm_epsilon', 1e-6)
+  if epsilon != 1e-6:
+    raise ValueError(f'HF config has layer_norm_epsilon={epsilon!r}; T5X (and t5align) layer '
+                     'norms use 1e-6, so this model would run with other numbers than it was '
+                     'trained with.')
   return {'mlp_activations': (act, 'linear') if proj.startswith('gated-') else (act,)}
 
 
@@ -620,9 +635,15 @@ def read_mesh_tf_checkpoint(path: str) -> Params:
   except ImportError as e:
     raise ImportError('Reading Mesh-TF checkpoints needs tensorflow (pip install tensorflow); '
                       'other formats do not.') from e
-  reader = tf.train.load_checkpoint(str(path))
-  names = [n for n in reader.get_variable_to_shape_map() if not _is_mesh_tf_optimizer_variable(n)]
-  return params_from_mesh_tf({n: reader.get_tensor(n) for n in names})
+  try:
+    reader = tf.train.load_checkpoint(str(path))
+    names = [n for n in reader.get_variable_to_shape_map()
+             if not _is_mesh_tf_optimizer_variable(n)]
+    arrays = {n: reader.get_tensor(n) for n in names}
+  except Exception as e:  # tensorflow raises DataLossError, NotFoundError, ... on bad files.
+    raise CheckpointReadError(f'Cannot read Mesh-TF checkpoint {path} (its .index or .data '
+                              f'files): {type(e).__name__}: {str(e).strip()[:300]}') from e
+  return params_from_mesh_tf(arrays)
 
 
 # ---------------------------------------------------------------- detection and loading
@@ -640,6 +661,10 @@ def detect_format(path: str) -> str:
   listing = os.listdir(path) if os.path.isdir(path) else []
   if os.path.exists(path + '.index') or any(name.endswith('.index') for name in listing):
     return 'mesh_tf'
+  if os.path.isfile(path) and os.path.basename(path) != 'checkpoint':
+    raise ValueError(f'{path} is a file, not a checkpoint: give a T5X checkpoint_N folder (or '
+                     'its `checkpoint` file), an Orbax checkpoint folder, a HuggingFace folder '
+                     'or a Mesh-TF checkpoint prefix.')
   if os.path.isfile(path) or os.path.isfile(os.path.join(path, 'checkpoint')):
     return 't5x'
   if os.path.exists(os.path.join(_orbax_state_dir(path), '_METADATA')):
@@ -763,6 +788,7 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
                 source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES,
                 mesh: jax.sharding.Mesh | None = None,
                 rules: Any = None,
+                check_finite: bool = True,
                 ) -> tuple[Params, network.T5Config]:
   """Reads a checkpoint of any supported format, checks it strictly and casts it.
 
@@ -784,6 +810,8 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
     source_dtypes: stored dtypes accepted for the cast; others raise (e.g. add 'float64').
     mesh: place (and for T5X read) the parameters sharded over this mesh; None: numpy on host.
     rules: logical axis rules for the shardings; None: `partitioning.standard_logical_axis_rules()`.
+    check_finite: refuse parameters holding NaN or inf (after the cast), naming each one
+      (`validate.finite_params`); a corrupt chunk would otherwise give silently empty outputs.
 
   Returns:
     `(params, config)`: the T5X params tree in `dtype` (numpy arrays, or `jax.Array`s with
@@ -795,16 +823,28 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
     CheckpointMismatchError: listing every missing, unexpected and mis-shaped parameter.
     CheckpointDtypeError: listing parameters stored in a dtype outside `source_dtypes`.
   """
+  validate.float_dtype(dtype, 'dtype (PARAMS_DTYPE)')
   format = detect_format(path) if format == 'auto' else format
   if mesh is not None and format in ('t5x', 't5x_orbax'):
-    return _load_sharded(str(path), format, config, dtype, source_dtypes, mesh, rules)
-  params = read_params(path, format=format)
-  hints = hf_config_hints(_hf_config(str(path))) if format == 'hf' else {}
-  config = _checked_config(params, config, str(path), hints)
-  params = cast_params(params, dtype, source_dtypes=source_dtypes)
-  if mesh is not None:
-    from t5align import partitioning  # pylint: disable=g-import-not-at-top
-    params = jax.device_put(params, partitioning.param_shardings(config, mesh, rules))
+    params, config = _load_sharded(str(path), format, config, dtype, source_dtypes, mesh, rules)
+  else:
+    params = read_params(path, format=format)
+    try:
+      hints = hf_config_hints(_hf_config(str(path))) if format == 'hf' else {}
+    except CheckpointReadError:
+      raise
+    except ValueError as e:
+      raise ValueError(f'{os.path.join(str(path), "config.json")}: {e}') from e
+    config = _checked_config(params, config, str(path), hints)
+    params = cast_params(params, dtype, source_dtypes=source_dtypes)
+    if check_finite:
+      validate.finite_params(params, str(path))
+      check_finite = False
+    if mesh is not None:
+      from t5align import partitioning  # pylint: disable=g-import-not-at-top
+      params = jax.device_put(params, partitioning.param_shardings(config, mesh, rules))
+  if check_finite:
+    validate.finite_params(params, str(path))
   return params, config
 
 

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from t5align import network
+from t5align import validate
 
 Array = jax.Array
 
@@ -39,6 +40,7 @@ def greedy(
   Returns:
     int32 `[b, max_decode_length]` tokens.
   """
+  validate.positive_int(max_decode_length, 'max_decode_length')  # Static: checked at trace time.
   batch = encoder_input_tokens.shape[0]
   variables = {'params': params}
   # [b, k] -> [b, k, e]

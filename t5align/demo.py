@@ -27,6 +27,7 @@ from t5align import evaluation
 from t5align import fileio
 from t5align import multihost
 from t5align import network
+from t5align import outputs
 from t5align import partitioning
 from t5align import report
 from t5align import schedule as schedule_lib
@@ -79,8 +80,10 @@ class Results:
   def _read(self, settings: Mapping[str, Any]) -> dict[str, Any]:
     if not fileio.exists(self.path):
       return {'settings': settings, 'accuracy': {}}
-    with fileio.open(self.path, encoding='utf-8') as f:
-      old = json.load(f)
+    old = outputs.read_json(self.path, 'demo results')
+    if not isinstance(old, dict) or not isinstance(old.get('accuracy'), dict):
+      raise ValueError(f'demo results {self.path} lack an "accuracy" object; delete the file to '
+                       'start over.')
     if old.get('settings') != settings:
       raise ValueError(f'{self.path} holds a run with other settings ({old.get("settings")}); '
                        'use another --output_dir or delete it.')
@@ -167,6 +170,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
   plt.close(fig)
 
 
+@outputs.claims('output_dir', '--output_dir')
 def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
         lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
         num_examples: int = 20, num_samples: int = 1, batch_size: int = 20,

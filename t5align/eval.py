@@ -43,7 +43,9 @@ from t5align import gin_cli
 from t5align import memory
 from t5align import multihost
 from t5align import network
+from t5align import outputs
 from t5align import partitioning
+from t5align import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
 
@@ -91,6 +93,7 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   return evaluation.Temperature(constant=temperature, label=label or '')
 
 
+@outputs.claims('output_dir', 'EVAL_OUTPUT_DIR')
 def evaluate(*,
              model: network.Transformer | None = None,
              checkpoint_path: str | None = None,
@@ -107,7 +110,8 @@ def evaluate(*,
              split: str = 'test',
              max_decode_length: int | None = None,
              params_dtype: str = 'float32',
-             show_progress: bool = True) -> dict[str, dict[str, Any]]:
+             show_progress: bool = True,
+             check_finite: bool = True) -> dict[str, dict[str, Any]]:
   """Runs every task of `mixture_or_task_name`; returns {task: metrics} of finished tasks.
 
   With several processes, only process 0 writes files and returns metrics (the others: {}).
@@ -131,9 +135,13 @@ def evaluate(*,
     max_decode_length: decoding steps; default: the task's (t5align tasks) or 64.
     params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
     show_progress: draw a progress bar per task.
+    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
   """
   gin_cli.require('evaluate', checkpoint_path=checkpoint_path,
                   mixture_or_task_name=mixture_or_task_name, output_dir=output_dir)
+  validate.run_settings(batch_size=batch_size, num_partitions=num_partitions,
+                        num_examples=num_examples, max_decode_length=max_decode_length,
+                        params_dtype=params_dtype)
   import seqio  # pylint: disable=g-import-not-at-top
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
@@ -142,7 +150,8 @@ def evaluate(*,
   mesh = partitioning.eval_mesh(num_partitions)
   # Read sharded: each process reads only the slices its devices hold (T5X formats).
   params, config = checkpoints.load_params(checkpoint_path, None if model is None else model.config,
-                                           dtype=jnp.dtype(params_dtype), mesh=mesh)
+                                           dtype=jnp.dtype(params_dtype), mesh=mesh,
+                                           check_finite=check_finite)
   model = network.Transformer(config)
   temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
   data_size = mesh.shape['data']

@@ -29,6 +29,8 @@ from t5align import partitioning
 # Imported here, not lazily: it registers a gin configurable, which gin refuses after its config
 # is locked (t5x.eval locks it before the model first runs).
 from t5align import fileio
+from t5align import outputs
+from t5align import validate
 from t5align import schedule as schedule_lib
 
 # ---------------------------------------------------------------------------------------------
@@ -47,14 +49,8 @@ class PredictionLog:
     self.path = os.fspath(path)
     self.records: dict[int, dict[str, Any]] = {}
     fileio.makedirs(fileio.dirname(self.path))
-    if not fileio.exists(self.path):
-      return
-    raw = fileio.read_bytes(self.path)
-    keep = raw.rfind(b'\n') + 1  # Bytes up to and including the last newline.
-    if keep < len(raw) and not fileio.is_remote(self.path):
-      with open(self.path, 'r+b') as f:
-        f.truncate(keep)
-    for number, line in enumerate(raw[:keep].decode('utf-8').split('\n')[:-1], start=1):
+    raw = outputs.repair_jsonl(self.path)
+    for number, line in enumerate(outputs.decode_lines(raw, self.path), start=1):
       try:
         record = json.loads(line)
         index = int(record['index'])
@@ -99,12 +95,18 @@ class PredictionLog:
 
 
 def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
-  """Writes run.json, or checks that an earlier run of this folder used the same settings."""
+  """Writes run.json, or checks that an earlier run of this folder used the same settings.
+
+  A run.json whose folder holds no result yet (no prediction record, no metrics.json: the run
+  failed before its first batch) is replaced, so a corrected rerun is not refused.
+  """
   path = fileio.join(folder, 'run.json')
   settings = json.loads(json.dumps(settings, sort_keys=True))
-  if fileio.exists(path):
-    with fileio.open(path, encoding='utf-8') as f:
-      before = json.load(f)
+  predictions = fileio.join(folder, 'predictions.jsonl')
+  has_results = fileio.exists(fileio.join(folder, 'metrics.json')) or (
+      fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
+  if fileio.exists(path) and has_results:
+    before = outputs.read_json(path)
     diff = {k: (before.get(k), settings.get(k)) for k in sorted(set(before) | set(settings))
             if before.get(k) != settings.get(k)}
     if diff:
@@ -146,7 +148,9 @@ class Temperature:
   def taus(self, tokens: np.ndarray) -> np.ndarray:
     """float32 `[b, 1]` or `[b, layers]` temperatures for `[b, l]` encoder tokens."""
     if self.schedule is not None:
-      return np.array(self.schedule.temperatures(tokens), np.float32)
+      taus = np.array(self.schedule.temperatures(tokens), np.float32)
+      validate.temperatures(taus, f'schedule temperatures ({self.schedule.strategy})')
+      return taus
     tau = np.asarray(self.constant, np.float32).reshape(1, -1)
     return np.repeat(tau, tokens.shape[0], axis=0)
 

@@ -62,8 +62,26 @@ def read_bytes(path: PathLike) -> bytes:
     return f.read()
 
 
+def _umask() -> int:
+  """The process umask (read from /proc where possible: setting it to read it is not thread-safe)."""
+  try:
+    with builtins.open('/proc/self/status', encoding='ascii') as f:
+      for line in f:
+        if line.startswith('Umask:'):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError):
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
 def write_atomic(path: PathLike, data: bytes | str) -> None:
-  """Writes `data` to `path` so that readers see the old file or the whole new one, never part."""
+  """Writes `data` to `path` so that readers see the old file or the whole new one, never part.
+
+  The file gets the permissions `open` would give a new file (0666 less the umask), not
+  mkstemp's 0600.
+  """
   data = data.encode('utf-8') if isinstance(data, str) else data
   if is_remote(path):
     makedirs(dirname(path))
@@ -75,6 +93,7 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.tmp-')
   try:
+    os.fchmod(fd, 0o666 & ~_umask())
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
       f.flush()

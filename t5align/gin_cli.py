@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 from typing import Sequence
 
 import gin
@@ -58,12 +60,44 @@ def parse_flags(argv: Sequence[str], *, prog: str, description: str | None = Non
   return args.gin_file, bindings, paths + [os.getcwd(), REPO_ROOT]
 
 
+_MACRO_BINDING = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=')
+
+
+def defined_macros() -> set[str]:
+  """Names of the macros gin's current configuration defines."""
+  config = gin.config._CONFIG  # pylint: disable=protected-access  (gin has no public listing)
+  return {scope for scope, selector in config if selector == 'gin.macro'}
+
+
+def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str]) -> None:
+  """Raises ValueError for a binding `NAME = ...` of a macro the config files never define.
+
+  gin would otherwise define a new macro that nothing reads (a misspelt `--gin.SCHEDULE_PAHT`
+  runs with the default). A macro referenced (`%NAME`) by another binding counts as known.
+  """
+  known = set(known) | {m for b in bindings for m in re.findall(r'%([A-Za-z_][A-Za-z0-9_]*)', b)}
+  for line in bindings:
+    match = _MACRO_BINDING.match(line)
+    if match and match.group(1) not in known:
+      name = match.group(1)
+      close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+      hint = f' Did you mean {" or ".join(close)}?' if close else ''
+      raise ValueError(
+          f'--gin.{name}: no macro {name} in {", ".join(files) or "the gin files"}, so the value '
+          f'would be ignored.{hint} Macros they define: {", ".join(sorted(known)) or "none"}.')
+
+
 def configure(argv: Sequence[str], **kwargs) -> None:
-  """Parses the flags (see `parse_flags`) and applies them to gin's global configuration."""
+  """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
+
+  Every macro a flag sets must be one the gin files define (`check_macros`).
+  """
   files, bindings, paths = parse_flags(argv, **kwargs)
   for path in paths:
     gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(files, bindings)
+  gin.parse_config_files_and_bindings(files, None, finalize_config=False)
+  check_macros(bindings, defined_macros(), files)
+  gin.parse_config_files_and_bindings([], bindings)
 
 
 def require(function: str, **values) -> None:

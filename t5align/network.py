@@ -8,10 +8,10 @@ from flax import linen as nn
 from flax import struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from t5align import attention
 from t5align import layers
+from t5align import validate
 
 Array = jax.Array
 
@@ -51,6 +51,7 @@ class T5Config:
             f'or num_encoder_layers={self.num_encoder_layers}.')
       object.__setattr__(self, 'encoder_attention_temperature', tau)
     check_temperature(tau, 'T5Config.encoder_attention_temperature')
+    validate.float_dtype(self.dtype, 'T5Config.dtype')
     object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
@@ -68,18 +69,12 @@ def encoder_attention_impl(config: T5Config, length: int) -> str:
 
 
 def check_temperature(temperature: Any, name: str = 'temperature') -> None:
-  """Raises ValueError if a concrete temperature has a value <= 0 or not finite.
+  """Raises ValueError unless a concrete temperature is finite, > 0 and a normal float32.
 
   Traced values (inside jit/vmap) cannot be inspected and are let through; callers that trace
-  temperatures (calibration) check them before tracing.
+  temperatures (calibration, schedules) check them on the host before tracing.
   """
-  try:
-    values = np.asarray(temperature, dtype=np.float64)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return
-  bad = values[~(np.isfinite(values) & (values > 0))]
-  if bad.size:
-    raise ValueError(f'{name} must be finite and > 0; got {bad.tolist()} in {values.tolist()}.')
+  validate.temperatures(temperature, name)
 
 
 def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
@@ -357,11 +352,18 @@ def encoder_row_stats(intermediates: dict, num_layers: int) -> dict[str, Array]:
 def mean_row_stats(stats: dict[str, Array]) -> dict[str, Array]:
   """Means over heads and every non-pad query row of the batch (each row weighs the same).
 
+  A batch without any non-pad row has nothing to average: concrete stats raise ValueError; traced
+  ones (inside jit, where nothing can be raised) give 0 rather than NaN (0/0).
+
   Returns:
     {'layer_pmax': `[n]`, 'layer_entropy': `[n]`, 'pmax': `[]`, 'entropy': `[]`}.
   """
   heads = stats['pmax_sum'].shape[-1]
-  denom = jnp.sum(stats['rows']) * heads
+  rows = jnp.sum(stats['rows'])
+  if not isinstance(rows, jax.core.Tracer) and int(rows) == 0:
+    raise ValueError('mean_row_stats: the batch has no non-pad query row (every input token is '
+                     'padding); there is no attention row to average.')
+  denom = jnp.maximum(rows, 1) * heads
   layer_pmax = jnp.sum(stats['pmax_sum'], axis=(1, 2)) / denom
   layer_entropy = jnp.sum(stats['entropy_sum'], axis=(1, 2)) / denom
   return {'layer_pmax': layer_pmax, 'layer_entropy': layer_entropy,

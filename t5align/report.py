@@ -12,13 +12,13 @@ key retrieval. Cells without a result are '-'.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 from t5align import evaluation
+from t5align import outputs
 
 TITLES = {
     'lm': 'Language modeling (perplexity, lower is better; Table 3)',
@@ -36,10 +36,18 @@ PER_GROUP_AVERAGE = ('mdqa', 'mdqa_oracle', 'kv')
 
 
 def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
+  """Every metrics.json under `folders`; a corrupt or incomplete one raises, naming it."""
   results = []
   for path in evaluation.iter_metrics_files(folders):
-    with open(path, encoding='utf-8') as f:
-      result = json.load(f)
+    result = outputs.read_json(path, 'metrics file')
+    if not isinstance(result, dict):
+      raise ValueError(f'metrics file {path}: expected a JSON object; got '
+                       f'{type(result).__name__}.')
+    missing = [k for k in ('group', 'column', 'metrics') if k not in result]
+    if missing or not isinstance(result.get('metrics'), dict):
+      raise ValueError(f'metrics file {path} is incomplete: it lacks '
+                       f'{", ".join(missing) or "a metrics object"} (written by an older or '
+                       'interrupted t5align.eval?).')
     result['path'] = path
     results.append(result)
   return results

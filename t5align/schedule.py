@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from typing import Any, Callable, Mapping, Sequence
 
@@ -27,7 +26,9 @@ import numpy as np
 
 from t5align import calibration
 from t5align import fileio
+from t5align import outputs
 from t5align import partitioning
+from t5align import validate
 
 FORMAT = 't5align.temperature_schedule.v1'
 _LABELS = {'pmax': 'w/ P_max', 'entropy': 'w/ H', 'log_length': 'w/ log_Lex L_tr',
@@ -67,6 +68,8 @@ class TemperatureSchedule:
       raise ValueError('a schedule needs at least one strategy.')
     cals = {}
     for name, items in self.calibrations.items():
+      validate.schedule_lengths([c.length for c in items], self.reference_length,
+                                f'strategy {name!r}')
       items = tuple(sorted(items, key=lambda c: c.length))
       lengths = [c.length for c in items]
       if not items or len(set(lengths)) != len(lengths):
@@ -139,23 +142,47 @@ class TemperatureSchedule:
     })
 
   @classmethod
-  def from_dict(cls, data: Mapping[str, Any]) -> TemperatureSchedule:
-    if data.get('format') != FORMAT:
-      raise ValueError(f'not a temperature schedule (format {data.get("format")!r}, expected '
+  def from_dict(cls, data: Mapping[str, Any], source: str = 'schedule') -> TemperatureSchedule:
+    """The schedule of a `to_dict` mapping; errors name `source` (the file) and the key at fault."""
+    def need(mapping, key, kind, where):
+      if not isinstance(mapping, Mapping) or key not in mapping:
+        raise ValueError(f'{source}: {where} has no key {key!r}.')
+      if not isinstance(mapping[key], kind) or isinstance(mapping[key], bool) and kind is not bool:
+        names = kind.__name__ if isinstance(kind, type) else '/'.join(k.__name__ for k in kind)
+        raise ValueError(f'{source}: {where}[{key!r}] must be {names}; got {mapping[key]!r}.')
+      return mapping[key]
+
+    if not isinstance(data, Mapping) or data.get('format') != FORMAT:
+      found = data.get('format') if isinstance(data, Mapping) else type(data).__name__
+      raise ValueError(f'{source}: not a temperature schedule (format {found!r}, expected '
                        f'{FORMAT!r}).')
     fields = {f.name for f in dataclasses.fields(calibration.Calibration)}
 
-    def make(item):
+    def make(item, where):
+      need(item, 'strategy', str, where)
+      need(item, 'length', int, where)
+      need(item, 'reference_length', int, where)
+      need(item, 'tau', (int, float, list), where)
       item = {k: v for k, v in item.items() if k in fields}
       for key in ('tau', 'target', 'achieved'):
         if isinstance(item.get(key), list):
           item[key] = tuple(item[key])
       return calibration.Calibration(**item)
 
-    return cls(reference_length=int(data['reference_length']), strategy=data['strategy'],
-               calibrations={k: tuple(make(c) for c in v)
-                             for k, v in data['calibrations'].items()},
-               provenance=data.get('provenance', {}))
+    cals = need(data, 'calibrations', dict, 'the file')
+    items = {}
+    for name, value in cals.items():
+      if not isinstance(value, list):
+        raise ValueError(f'{source}: calibrations[{name!r}] must be a list; got {value!r}.')
+      items[name] = tuple(make(c, f'calibrations[{name!r}][{i}]') for i, c in enumerate(value))
+    try:
+      return cls(reference_length=need(data, 'reference_length', int, 'the file'),
+                 strategy=need(data, 'strategy', str, 'the file'), calibrations=items,
+                 provenance=data.get('provenance', {}))
+    except ValueError as e:
+      if str(e).startswith(source):
+        raise
+      raise ValueError(f'{source}: {e}') from e
 
   def save(self, path: str) -> None:
     """Writes JSON atomically (a temporary file in the same folder, then os.replace)."""
@@ -189,8 +216,8 @@ def load_schedule(path: str = gin.REQUIRED, strategy: str | None = None) -> Temp
   """Reads a schedule JSON file; `strategy` selects the strategy applied (default: saved one)."""
   if not fileio.exists(path):
     raise FileNotFoundError(f'temperature schedule {path} does not exist.')
-  with fileio.open(path) as f:
-    schedule = TemperatureSchedule.from_dict(json.load(f))
+  data = outputs.read_json(path, 'temperature schedule')
+  schedule = TemperatureSchedule.from_dict(data, source=f'temperature schedule {path}')
   return schedule.with_strategy(strategy) if strategy else schedule
 
 

@@ -42,7 +42,9 @@ from t5align import decoding
 from t5align import fileio
 from t5align import gin_cli
 from t5align import network
+from t5align import outputs
 from t5align import train_data
+from t5align import validate
 from t5align import vocab as vocab_lib
 
 Array = jax.Array
@@ -294,6 +296,7 @@ def _log(model_dir: str, record: Mapping[str, Any]) -> None:
     f.write(line + '\n')
 
 
+@outputs.claims('model_dir', 'MODEL_DIR')
 def train(*,
           model: network.Transformer | None = None,
           model_dir: str | None = None,
@@ -351,12 +354,14 @@ def train(*,
     training loop over all segments), 'eval_wall_s'}.
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
+  validate.run_settings(batch_size=batch_size, eval_batch_size=eval_batch_size)
   cfg = model.config
   for name, folder in (('MODEL_DIR', model_dir), ('EXPORT_DIR', export_dir)):
     if folder and fileio.is_remote(folder):
       raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
                        'folder (copy the exported model to a bucket afterwards).')
   fileio.makedirs(model_dir)
+  outputs.repair_jsonl(os.path.join(model_dir, 'train_log.jsonl'))  # A torn line from a kill.
   start = time.time()
   vocab_path = os.path.join(model_dir, VOCAB_FILE)
   if not os.path.exists(vocab_path):

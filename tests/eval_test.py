@@ -25,6 +25,7 @@ from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
+from t5align import outputs
 from t5align import partitioning
 from t5align import report
 from t5align import schedule
@@ -76,7 +77,12 @@ def test_write_json_atomic_and_check_run(tmp_path):
   assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
   evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
   evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
-  with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.8, 0\.7\)"):
+  # No result yet (the first run failed before its first batch): a corrected rerun may start.
+  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  assert json.loads((tmp_path / 'run.json').read_text())['temperature'] == 0.9
+  evaluation.PredictionLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
+  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.9, 0\.7\)"):
     evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
 
 
@@ -297,6 +303,10 @@ def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
         break
       time.sleep(0.1)
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    # A second run into the same folder while the first runs is refused at once, naming it.
+    with pytest.raises(outputs.OutputLockedError, match=rf'in use by another run \(pid={proc.pid}'):
+      with outputs.claim(out, 'EVAL_OUTPUT_DIR'):
+        pass
     os.killpg(proc.pid, signal.SIGKILL)  # Mid-run: some passkey examples done, lines not begun.
   finally:
     proc.wait()

@@ -1,0 +1,238 @@
+"""Output folders and files of a run: an exclusive lock, a writability check, leftovers cleaned.
+
+A run that writes into a folder (eval's EVAL_OUTPUT_DIR, the demo's output, train's MODEL_DIR) or
+a file (calibrate's OUTPUT_PATH) first takes `FolderLock`: `fcntl.flock` on a lock file that holds
+the owner's pid and host. A second run into the same place is refused at once, naming the holder;
+the kernel drops the lock when its process dies, so a killed run never blocks the next one (its
+pid left in the file is reported as a stale lock taken over). Holding the lock, the run removes
+what killed runs leave: `.NAME.tmp-*` files of `fileio.write_atomic` and `checkpoint_N.tmp-*`
+folders of the T5X writer. Only the writing process (JAX process 0) locks; remote (`gs://`)
+outputs are not locked (object stores have no flock).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import inspect
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+from typing import Any, Callable, Iterator
+
+from t5align import fileio
+
+LOCK_NAME = '.t5align.lock'
+_TMP = re.compile(r'^(\..+\.tmp-.+|checkpoint_\d+\.tmp-.+)$')
+
+
+class OutputLockedError(RuntimeError):
+  """Another live run holds the output folder or file."""
+
+
+def _is_writer() -> bool:
+  if 'jax' not in sys.modules:
+    return True
+  return sys.modules['jax'].process_index() == 0
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
+class FolderLock:
+  """An exclusive, non-blocking `flock` on `lock_path`; `release()` (or `with`) gives it back."""
+
+  def __init__(self, lock_path: str, what: str):
+    self.path, self.what = lock_path, what
+    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+    self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+      fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = self._holder()
+      os.close(self._fd)
+      raise OutputLockedError(
+          f'{what} is in use by another run ({holder or "holder unknown"}; lock file '
+          f'{lock_path}). Wait for it to finish or use another output path.') from None
+    previous = self._holder()
+    if previous:
+      self._take_over(previous)
+    os.ftruncate(self._fd, 0)
+    os.write(self._fd, f'pid={os.getpid()} host={socket.gethostname()}\n'.encode())
+    os.fsync(self._fd)
+
+  def _holder(self) -> str:
+    with open(self.path, encoding='utf-8', errors='replace') as f:
+      return f.read().strip()
+
+  def _take_over(self, previous: str) -> None:
+    fields = dict(part.split('=', 1) for part in previous.split() if '=' in part)
+    host, pid = fields.get('host'), fields.get('pid', '')
+    if host == socket.gethostname() or not host:
+      state = 'dead' if pid.isdigit() and not _pid_alive(int(pid)) else 'no longer holding it'
+      print(f'warning: taking over the stale lock of {self.what} ({previous}, {state}).',
+            file=sys.stderr)
+      return
+    os.close(self._fd)
+    raise OutputLockedError(
+        f'{self.what} was locked by a run on another host ({previous}; lock file {self.path}), '
+        'whose liveness cannot be checked from here. If that run is gone, delete the lock file.')
+
+  def release(self) -> None:
+    if self._fd is None:
+      return
+    os.ftruncate(self._fd, 0)  # The file stays: deleting it would race with a new opener.
+    fcntl.flock(self._fd, fcntl.LOCK_UN)
+    os.close(self._fd)
+    self._fd = None
+
+  def __enter__(self) -> FolderLock:
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.release()
+
+
+def lock_path(path: fileio.PathLike, *, is_file: bool = False) -> str:
+  """The lock file of an output folder (inside it) or an output file (beside it)."""
+  path = os.path.abspath(os.fspath(path))
+  if is_file:
+    return os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.lock')
+  return os.path.join(path, LOCK_NAME)
+
+
+def check_writable(path: fileio.PathLike, *, is_file: bool = False, name: str = 'output') -> None:
+  """Raises unless `path` (a folder, or with `is_file` a file) can be written: made if missing."""
+  path = os.fspath(path)
+  if fileio.is_remote(path):
+    return
+  if is_file and os.path.isdir(path):
+    raise IsADirectoryError(f'{name} {path} is a directory; give the path of a file to write.')
+  if not is_file and os.path.exists(path) and not os.path.isdir(path):
+    raise NotADirectoryError(f'{name} {path} is a file; give a folder to write into.')
+  folder = os.path.dirname(os.path.abspath(path)) if is_file else path
+  try:
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:
+    raise OSError(e.errno, f'{name} {path}: cannot write in {folder} ({e.strerror})') from e
+
+
+def remove_stale_tmp(folder: fileio.PathLike, depth: int = 2,
+                     only: str | None = None) -> list[str]:
+  """Removes `.NAME.tmp-*` files and `checkpoint_N.tmp-*` folders under `folder` (to `depth`).
+
+  With `only`, just the temporary files of the file `only` in `folder` (`.only.tmp-*`): a folder
+  shared with others may hold their live temporary files.
+  """
+  removed = []
+  folder = os.fspath(folder)
+  if fileio.is_remote(folder) or not os.path.isdir(folder):
+    return removed
+  for entry in os.scandir(folder):
+    if (entry.name.startswith(f'.{only}.tmp-') if only else _TMP.match(entry.name)):
+      if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+      else:
+        os.remove(entry.path)
+      removed.append(entry.path)
+    elif depth > 1 and entry.is_dir(follow_symlinks=False):
+      removed += remove_stale_tmp(entry.path, depth - 1)
+  return removed
+
+
+@contextlib.contextmanager
+def claim(path: fileio.PathLike | None, what: str, *,
+          is_file: bool = False) -> Iterator[FolderLock | None]:
+  """Checks `path` is writable, locks it (writer process, local paths), cleans leftovers.
+
+  Yields the lock (None on other processes and for remote paths); released on exit.
+  """
+  if path is None or fileio.is_remote(path) or not _is_writer():
+    yield None
+    return
+  check_writable(path, is_file=is_file, name=what)
+  with FolderLock(lock_path(path, is_file=is_file), f'{what} {os.fspath(path)}') as lock:
+    if is_file:
+      path = os.path.abspath(os.fspath(path))
+      leftovers = remove_stale_tmp(os.path.dirname(path), 1, only=os.path.basename(path))
+    else:
+      leftovers = remove_stale_tmp(path)
+    for leftover in leftovers:
+      print(f'removed {leftover} (left by an interrupted run)', file=sys.stderr)
+    yield lock
+
+
+def claims(argument: str, what: str, *, is_file: bool = False) -> Callable[[Callable], Callable]:
+  """Decorator: the call holds `claim(<its argument named argument>, what)` while it runs."""
+  def decorate(fn: Callable) -> Callable:
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+      bound = signature.bind_partial(*args, **kwargs)
+      path = bound.arguments.get(argument, signature.parameters[argument].default)
+      if not isinstance(path, (str, os.PathLike)):
+        return fn(*args, **kwargs)  # Unset: the function itself reports it.
+      with claim(path, what, is_file=is_file):
+        return fn(*args, **kwargs)
+    return wrapper
+  return decorate
+
+
+def repair_jsonl(path: fileio.PathLike) -> bytes:
+  """Cuts a torn last line (no newline: the writer died mid-line) off a local JSONL file.
+
+  Returns the file's bytes up to and including its last newline (b'' if it does not exist).
+  """
+  path = os.fspath(path)
+  if not fileio.exists(path):
+    return b''
+  raw = fileio.read_bytes(path)
+  keep = raw.rfind(b'\n') + 1  # Bytes up to and including the last newline.
+  if keep < len(raw) and not fileio.is_remote(path):
+    print(f'{path}: dropped a torn last line ({len(raw) - keep} bytes, an interrupted write).',
+          file=sys.stderr)
+    with open(path, 'r+b') as f:
+      f.truncate(keep)
+  return raw[:keep]
+
+
+def decode_lines(raw: bytes, path: str) -> list[str]:
+  """`raw`'s lines as text; a line that is not UTF-8 raises, naming the file and line."""
+  lines = raw.split(b'\n')
+  if not lines[-1]:
+    lines.pop()  # After the last newline (or an empty file): no line.
+  out = []
+  for number, line in enumerate(lines, start=1):
+    try:
+      out.append(line.decode('utf-8'))
+    except UnicodeDecodeError as e:
+      raise ValueError(f'{path}:{number}: not UTF-8 text ({e.reason} at byte {e.start}).') from e
+  return out
+
+
+def read_json(path: fileio.PathLike, what: str = 'JSON file',
+              error: type[ValueError] = ValueError) -> Any:
+  """A JSON file's value; a non-UTF-8 or invalid file raises `error` naming it (and line)."""
+  path = os.fspath(path)
+  raw = fileio.read_bytes(path)
+  try:
+    return json.loads(raw.decode('utf-8'))
+  except UnicodeDecodeError as e:
+    raise error(f'{what} {path}: not UTF-8 text ({e.reason} at byte {e.start}).') from e
+  except json.JSONDecodeError as e:
+    raise error(f'{what} {path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}); '
+                'is it truncated?') from e

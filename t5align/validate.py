@@ -1,0 +1,117 @@
+"""Checks of values at the boundary (flags, files, loaded weights), one function per kind.
+
+Each raises a `ValueError` naming the value, where it came from (flag, file, parameter) and what
+is allowed. Everything here runs on the host, on concrete values, before anything enters jit: a
+traced value cannot be checked, so callers validate before tracing.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+# The smallest temperature the float32 softmax can divide by without the logits overflowing for
+# ordinary logit sizes: float32's smallest normal number (1e-50 is 0 in float32, 1e-40 is a
+# subnormal whose reciprocal is inf).
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
+  """float64 array of `values`; raises unless every value is finite, > 0 and a normal float32.
+
+  Traced values (inside jit) cannot be inspected and are returned as they are; check before
+  tracing.
+  """
+  try:
+    taus = np.asarray(values, dtype=np.float64)
+  except Exception as e:  # pylint: disable=broad-except  (tracers raise several jax error types)
+    if type(e).__module__.startswith('jax'):
+      return values
+    raise ValueError(f'{name} must be numbers; got {values!r}.') from e
+  with np.errstate(over='ignore'):
+    as_f32 = taus.astype(np.float32)  # inf where float32 overflows.
+  bad = taus[~(np.isfinite(taus) & (taus > 0) & np.isfinite(as_f32) & (as_f32 >= _F32_TINY))]
+  if bad.size:
+    raise ValueError(f'{name} must be finite and > 0, in float32 too (from {_F32_TINY:.3g} to '
+                     f'{float(np.finfo(np.float32).max):.3g}); got '
+                     f'{bad.tolist()}' + (f' in {taus.tolist()}' if taus.size > 1 else '') + '.')
+  return taus
+
+
+def float_dtype(dtype: Any, name: str = 'dtype') -> np.dtype:
+  """`np.dtype(dtype)` if it is a floating type (float16/32/64, bfloat16), else ValueError."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top  (bfloat16's numpy type)
+  try:
+    out = jnp.dtype(dtype)
+  except TypeError as e:
+    raise ValueError(f'{name}={dtype!r} is not a dtype; use float32 or bfloat16.') from e
+  if not jnp.issubdtype(out, jnp.floating):
+    raise ValueError(f'{name}={dtype!r} is not a floating dtype; the model needs floating '
+                     'parameters (float32 or bfloat16).')
+  return out
+
+
+def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | None:
+  """`value` as an int >= 1 (None passes with `allow_none`); bools, floats, text raise."""
+  if value is None and allow_none:
+    return None
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f'{name} must be a positive integer; got {value!r}.')
+  return int(value)
+
+
+def finite_params(params: Mapping[str, Any], source: str) -> None:
+  """Raises ValueError naming every parameter of `source` that holds NaN or inf (and how many)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  bad = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    name = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
+    if isinstance(leaf, jax.Array):
+      count = int(jax.numpy.sum(~jax.numpy.isfinite(leaf)))
+    else:
+      array = np.asarray(leaf)
+      if array.dtype.kind in 'iub':
+        continue  # Integers are always finite.
+      try:
+        finite = np.isfinite(array)
+      except TypeError:  # A dtype numpy's isfinite lacks: compare in float32.
+        finite = np.isfinite(array.astype(np.float32))
+      count = int(array.size - np.count_nonzero(finite))
+    if count:
+      bad.append(f'{name} ({count} of {int(np.prod(np.shape(leaf)))} values)')
+  if bad:
+    raise ValueError(f'checkpoint {source} has non-finite values (NaN or inf) in '
+                     f'{len(bad)} parameter(s): {"; ".join(bad[:10])}'
+                     + (' ...' if len(bad) > 10 else '') +
+                     '. The file is corrupt or was written from a diverged run; pass '
+                     'check_finite=False to load it anyway.')
+
+
+def schedule_lengths(lengths: Any, reference_length: Any, where: str) -> None:
+  """Raises unless L_tr is a positive int and every calibrated length is an int >= L_tr."""
+  if isinstance(reference_length, bool) or not isinstance(reference_length, int) \
+      or reference_length < 1:
+    raise ValueError(f'{where}: reference_length must be a positive integer; got '
+                     f'{reference_length!r}.')
+  for length in lengths:
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) \
+        or not math.isfinite(length) or length < reference_length:
+      raise ValueError(f'{where}: calibrated length {length!r} is not an integer >= '
+                       f'reference_length (L_tr = {reference_length}); a schedule holds lengths '
+                       'at or beyond its training length.')
+
+
+def run_settings(**settings: Any) -> None:
+  """Checks the run settings an entry point was given (names as their gin macros, upper case).
+
+  batch_size, num_partitions, num_samples: positive ints; num_examples, max_decode_length,
+  tau_batch_size: positive ints or None; params_dtype, dtype: floating dtypes.
+  """
+  optional = ('num_examples', 'max_decode_length', 'tau_batch_size')
+  for key, value in settings.items():
+    flag = key.upper()
+    if key in ('params_dtype', 'dtype'):
+      float_dtype(value, flag)
+    else:
+      positive_int(value, flag, allow_none=key in optional)

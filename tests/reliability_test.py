@@ -1,0 +1,381 @@
+"""Bad input gets a named error, nothing is silently wrong, no work is lost or blocked (issue 16).
+
+One test per case of the README's "What bad input gets" table. None compiles a model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+
+from flax import serialization
+import numpy as np
+import pytest
+
+from t5align import calibrate
+from t5align import checkpoints
+from t5align import evaluation
+from t5align import fileio
+from t5align import gin_cli
+from t5align import network
+from t5align import outputs
+from t5align import report
+from t5align import schedule
+from t5align import train
+from t5align import validate
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+TESTDATA = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_0_tiny'
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT),
+                                                   os.environ.get('PYTHONPATH', '')]))
+
+
+def _copy(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
+  shutil.copytree(src, dst)
+  for root, dirs, files in os.walk(dst):
+    for name in dirs + files:
+      os.chmod(os.path.join(root, name), 0o755)
+  return dst
+
+
+# ---------------------------------------------------------------- temperatures, dtypes, settings
+
+
+@pytest.mark.parametrize('tau', [1e-50, 1e-40, 0.0, -0.5, float('nan'), float('inf'), 1e39])
+def test_temperature_outside_float32_or_nonpositive_is_refused(tau):
+  with pytest.raises(ValueError, match=r'TEMPERATURE must be finite and > 0, in float32'):
+    network.check_temperature(tau, 'TEMPERATURE')
+  with pytest.raises(ValueError, match='must be finite and > 0'):
+    network.T5Config(vocab_size=8, encoder_attention_temperature=tau)
+  validate.temperatures([1e-30, 0.5, 3e38])  # Normal float32 values pass.
+
+
+def test_non_float_dtype_is_refused_before_reading():
+  with pytest.raises(ValueError, match=r"PARAMS_DTYPE\)='int8' is not a floating dtype"):
+    checkpoints.load_params('/no/such/checkpoint', dtype='int8')
+  with pytest.raises(ValueError, match='T5Config.dtype'):
+    network.T5Config(vocab_size=8, dtype='int32')
+
+
+@pytest.mark.parametrize('settings, message', [
+    ({'batch_size': 'abc'}, "BATCH_SIZE must be a positive integer; got 'abc'"),
+    ({'batch_size': 0}, 'BATCH_SIZE must be a positive integer; got 0'),
+    ({'batch_size': -1}, 'BATCH_SIZE must be a positive integer; got -1'),
+    ({'max_decode_length': -3}, 'MAX_DECODE_LENGTH must be a positive integer; got -3'),
+    ({'max_decode_length': 0}, 'MAX_DECODE_LENGTH must be a positive integer; got 0'),
+    ({'params_dtype': 'int8'}, "PARAMS_DTYPE='int8' is not a floating dtype"),
+])
+def test_eval_run_settings_are_checked_first(settings, message, tmp_path):
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=message):
+    t5align_eval.evaluate(checkpoint_path='/no/such', mixture_or_task_name='t',
+                          output_dir=str(tmp_path / 'out'), **settings)
+
+
+def test_mean_row_stats_of_an_all_padding_batch_raises():
+  stats = {'pmax_sum': np.zeros((2, 3, 4)), 'entropy_sum': np.zeros((2, 3, 4)),
+           'rows': np.zeros(3, np.int32)}
+  with pytest.raises(ValueError, match='no non-pad query row'):
+    network.mean_row_stats(stats)
+
+
+# ---------------------------------------------------------------- schedules
+
+
+def _schedule_dict(lengths, reference_length=256, taus=None):
+  taus = taus or [0.9] * len(lengths)
+  return {'format': schedule.FORMAT, 'reference_length': reference_length, 'strategy': 'pmax',
+          'calibrations': {'pmax': [{'strategy': 'pmax', 'length': n, 'tau': t,
+                                     'reference_length': reference_length}
+                                    for n, t in zip(lengths, taus)]}}
+
+
+@pytest.mark.parametrize('lengths', [[0, 512], [-4, 512], [128, 512]])
+def test_schedule_lengths_below_reference_are_refused(lengths, tmp_path):
+  path = tmp_path / 's.json'
+  path.write_text(json.dumps(_schedule_dict(lengths)))
+  with pytest.raises(ValueError, match=rf'{path}: .*calibrated length {lengths[0]} is not an '
+                                       r'integer >= reference_length \(L_tr = 256\)'):
+    schedule.load_schedule(str(path))
+
+
+@pytest.mark.parametrize('content, message', [
+    ('{"format": ', r's.json:1: not valid JSON'),
+    (b'\xff\xfe', 'not UTF-8 text'),
+    (json.dumps({**_schedule_dict([512]), 'reference_length': '256'}),
+     r"\['reference_length'\] must be int; got '256'"),
+    (json.dumps({k: v for k, v in _schedule_dict([512]).items() if k != 'strategy'}),
+     "the file has no key 'strategy'"),
+    (json.dumps({**_schedule_dict([512]), 'calibrations': {'pmax': [{'strategy': 'pmax'}]}}),
+     r"calibrations\['pmax'\]\[0\] has no key 'length'"),
+    (json.dumps(_schedule_dict([512], taus=[1e-50])), 'must be finite and > 0'),
+])
+def test_malformed_schedule_names_file_and_key(content, message, tmp_path):
+  path = tmp_path / 's.json'
+  (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+  with pytest.raises(ValueError, match=message) as e:
+    schedule.load_schedule(str(path))
+  assert str(path) in str(e.value)
+
+
+# ---------------------------------------------------------------- loaded weights
+
+
+def _nan_params(config: network.T5Config) -> dict:
+  rng = np.random.default_rng(0)
+  params = {k: rng.standard_normal(v.shape).astype(np.float32)
+            for k, v in checkpoints.flatten_params(network.param_shapes(config)).items()}
+  params['encoder/layers_0/attention/query/kernel'][1, 2] = np.nan
+  return checkpoints.unflatten_params(params)
+
+
+@pytest.mark.parametrize('layout', ['zarr', 'msgpack', 'orbax'])
+def test_nan_weights_are_refused_naming_parameter_and_checkpoint(layout, tmp_path):
+  config = network.T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, head_dim=4, mlp_dim=16)
+  params = _nan_params(config)
+  if layout == 'orbax':
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    path = tmp_path / 'checkpoint_1'
+    ocp.PyTreeCheckpointer().save(str(path / 'state'),
+                                  args=ocp.args.PyTreeSave({'target': params}))
+  else:
+    path = pathlib.Path(checkpoints.save_t5x_checkpoint(
+        params, str(tmp_path), 1, inline_max_bytes=0 if layout == 'zarr' else 1 << 30))
+  with pytest.raises(ValueError, match=rf'checkpoint {path} has non-finite values .* encoder/'
+                                       r'layers_0/attention/query/kernel \(1 of 64 values\)'):
+    checkpoints.load_params(str(path), config)
+  loaded, _ = checkpoints.load_params(str(path), config, check_finite=False)  # The opt-out.
+  assert np.isnan(loaded['encoder']['layers_0']['attention']['query']['kernel'][1, 2])
+
+
+# ---------------------------------------------------------------- readers name their file
+
+
+def test_plain_file_as_checkpoint(tmp_path):
+  path = tmp_path / 'a_file'
+  path.write_text('x')
+  with pytest.raises(ValueError, match=rf'{path} is a file, not a checkpoint'):
+    checkpoints.load_params(str(path))
+
+
+def test_invalid_hf_config(tmp_path):
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  save_file({'shared.weight': np.zeros((4, 2), np.float32)}, str(tmp_path / 'model.safetensors'))
+  (tmp_path / 'config.json').write_text('{"d_model": 8,\n oops}')
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'HF config {tmp_path / "config.json"}:2: not valid JSON'):
+    checkpoints.load_params(str(tmp_path))
+
+
+def test_hf_layer_norm_epsilon_other_than_t5s_is_refused():
+  with pytest.raises(ValueError, match=r'layer_norm_epsilon=1e-05; T5X .* use 1e-6'):
+    checkpoints.hf_config_hints({'layer_norm_epsilon': 1e-5})
+  assert checkpoints.hf_config_hints({'layer_norm_epsilon': 1e-6}) == {'mlp_activations': ('relu',)}
+
+
+def test_orbax_without_manifest(tmp_path):
+  path = _copy(TESTDATA / 'orbax' / 'checkpoint_0', tmp_path / 'checkpoint_0')
+  os.remove(path / 'state' / 'manifest.ocdbt')
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'Orbax checkpoint {path / "state"}: its metadata lists no arrays'):
+    checkpoints.read_params(str(path))
+
+
+def test_garbage_mesh_tf_index(tmp_path):
+  pytest.importorskip('tensorflow')
+  (tmp_path / 'model.ckpt-1.index').write_bytes(b'garbage' * 10)
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'Cannot read Mesh-TF checkpoint {tmp_path / "model.ckpt-1"}'):
+    checkpoints.read_params(str(tmp_path / 'model.ckpt-1'))
+
+
+def test_non_utf8_calibration_text_and_prediction_line(tmp_path):
+  text = tmp_path / 'corpus.txt'
+  text.write_bytes(b'fine line\nbad \xff line\n')
+  with pytest.raises(ValueError, match=rf'{text}:2: not UTF-8 text'):
+    calibrate.text_file_stream(str(text), 'unused.model')
+  log = tmp_path / 'predictions.jsonl'
+  log.write_bytes(b'{"index": 0}\n{"index": 1, "prediction": "\xff"}\n')
+  with pytest.raises(ValueError, match=rf'{log}:2: not UTF-8 text'):
+    evaluation.PredictionLog(log)
+
+
+@pytest.mark.parametrize('content, message', [
+    ('{"group": "Passkey", "col', r'metrics.json:1: not valid JSON .*truncated'),
+    ('{"group": "Passkey", "metrics": {}}', r'metrics.json is incomplete: it lacks column'),
+])
+def test_corrupt_metrics_json_in_report(content, message, tmp_path):
+  (tmp_path / 'task').mkdir()
+  (tmp_path / 'task' / 'metrics.json').write_text(content)
+  with pytest.raises(ValueError, match=message) as e:
+    report.load_results([tmp_path])
+  assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
+
+
+def test_corrupt_demo_results_json(tmp_path):
+  from t5align import demo  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'results.json'
+  path.write_text('{"settings": {}, "acc')
+  with pytest.raises(ValueError, match=rf'demo results {path}:1: not valid JSON'):
+    demo.Results(str(path), {})
+
+
+# ---------------------------------------------------------------- output folders
+
+_HOLD_LOCK = '''
+import sys, time
+from t5align import outputs
+lock = outputs.FolderLock(outputs.lock_path(sys.argv[1]), 'test')
+print('locked', flush=True)
+time.sleep(120)
+'''
+
+
+def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_path, capsys):
+  out = tmp_path / 'out'
+  with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # In-process: another open handle is refused.
+    with pytest.raises(outputs.OutputLockedError, match=rf'pid={os.getpid()} host='):
+      with outputs.claim(out, 'EVAL_OUTPUT_DIR'):
+        pass
+  child = subprocess.Popen([sys.executable, '-c', _HOLD_LOCK, str(out)], env=ENV,
+                           stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline() == 'locked\n'
+    with pytest.raises(outputs.OutputLockedError,
+                       match=rf'EVAL_OUTPUT_DIR {out} is in use by another run \(pid={child.pid}'):
+      with outputs.claim(out, 'EVAL_OUTPUT_DIR'):
+        pass
+  finally:
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+  with outputs.claim(out, 'EVAL_OUTPUT_DIR') as lock:  # Killed: its lock is stale, taken over.
+    assert lock is not None
+  assert f'taking over the stale lock of EVAL_OUTPUT_DIR {out} (pid={child.pid}' in (
+      capsys.readouterr().err)
+
+
+def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(tmp_path):
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  out = tmp_path / 'out'
+  log = evaluation.PredictionLog(out / 'task' / 'predictions.jsonl')
+  with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # The first run, mid-way.
+    log.append([{'index': 0, 'prediction': 'a'}])
+    before = log.path and pathlib.Path(log.path).read_bytes()
+    with pytest.raises(outputs.OutputLockedError, match='in use by another run'):
+      t5align_eval.evaluate(checkpoint_path='/no/such', mixture_or_task_name='t',
+                            output_dir=str(out))
+    log.append([{'index': 1, 'prediction': 'b'}])
+  assert pathlib.Path(log.path).read_bytes() == before + b'{"index": 1, "prediction": "b"}\n'
+  assert sorted(evaluation.PredictionLog(log.path).records) == [0, 1]
+
+
+def test_calibrate_refuses_a_directory_output_path_before_any_work(tmp_path):
+  (tmp_path / 'schedule.json').mkdir()
+  with pytest.raises(IsADirectoryError, match=rf'OUTPUT_PATH {tmp_path / "schedule.json"} is a '
+                                              'directory'):
+    calibrate.run('/no/such/checkpoint', str(tmp_path / 'schedule.json'), text_file='x')
+
+
+def test_unwritable_output_folder_is_refused(tmp_path):
+  (tmp_path / 'file').write_text('x')
+  with pytest.raises(OSError, match=rf'MODEL_DIR {tmp_path / "file" / "m"}: cannot write'):
+    outputs.check_writable(tmp_path / 'file' / 'm', name='MODEL_DIR')
+  with pytest.raises(NotADirectoryError, match=rf'MODEL_DIR {tmp_path / "file"} is a file'):
+    outputs.check_writable(tmp_path / 'file', name='MODEL_DIR')
+  if os.geteuid() != 0:  # Root writes anywhere.
+    tmp_path.chmod(0o500)
+    try:
+      with pytest.raises(OSError, match=rf'MODEL_DIR {tmp_path / "m"}: cannot write'):
+        outputs.check_writable(tmp_path / 'm', name='MODEL_DIR')
+    finally:
+      tmp_path.chmod(0o700)
+
+
+def test_stale_tmp_files_and_checkpoint_folders_are_removed_at_start(tmp_path):
+  keep = [tmp_path / 'task' / 'metrics.json', tmp_path / 'checkpoint_5' / 'checkpoint',
+          tmp_path / 'tmp-notes.txt']
+  stale = [tmp_path / 'task' / '.metrics.json.tmp-abc12', tmp_path / '.run.json.tmp-x',
+           tmp_path / 'checkpoint_7.tmp-k3j' / 'checkpoint']
+  for path in keep + stale:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('x')
+  with outputs.claim(tmp_path, 'MODEL_DIR'):
+    pass
+  assert all(p.exists() for p in keep)
+  assert not any(p.exists() for p in stale) and not (tmp_path / 'checkpoint_7.tmp-k3j').exists()
+  # An output file's folder may be shared: only that file's own leftovers go.
+  mine, theirs = tmp_path / '.schedule.json.tmp-1', tmp_path / '.other.json.tmp-2'
+  mine.write_text('x')
+  theirs.write_text('x')
+  with outputs.claim(tmp_path / 'schedule.json', 'OUTPUT_PATH', is_file=True):
+    pass
+  assert not mine.exists() and theirs.exists()
+
+
+@pytest.mark.parametrize('umask, mode', [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_result_files_follow_the_umask(umask, mode, tmp_path):
+  old = os.umask(umask)
+  try:
+    fileio.write_json_atomic(tmp_path / 'metrics.json', {'a': 1})
+    with open(tmp_path / 'predictions.jsonl', 'w') as f:  # What a plain open gives.
+      f.write('\n')
+  finally:
+    os.umask(old)
+  assert (tmp_path / 'metrics.json').stat().st_mode & 0o777 == mode
+  assert (tmp_path / 'predictions.jsonl').stat().st_mode & 0o777 == mode
+
+
+def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_path, monkeypatch):
+  log = tmp_path / 'train_log.jsonl'
+  log.write_text('{"step": 20, "loss": 2.0, "step_s": 0.5, "token_accuracy": 0.1}\n'
+                 '{"step": 40, "loss": 1.')
+  (tmp_path / 'checkpoint_40.tmp-k3j').mkdir()  # A kill while writing checkpoint_40.
+  with pytest.raises(ValueError, match=rf'{log}:2: not a JSON record'):
+    train.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
+
+  class Started(Exception):
+    pass
+
+  def stop(*unused_args, **unused_kwargs):
+    raise Started()
+
+  monkeypatch.setattr(train.vocab_lib, 'train_sentencepiece', stop)  # Just after the repairs.
+  with pytest.raises(Started):
+    train.train(model=network.Transformer(network.T5Config(vocab_size=8)),
+                model_dir=str(tmp_path))
+  assert log.read_text().count('\n') == 1
+  assert not (tmp_path / 'checkpoint_40.tmp-k3j').exists()
+  assert train.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
+                                                  'loop_s': 10.0}
+
+
+def test_failed_start_leaves_the_folder_reusable(tmp_path):
+  evaluation.check_run(tmp_path, {'checkpoint': '/wrong/path'})  # Then the run failed.
+  evaluation.check_run(tmp_path, {'checkpoint': '/right/path'})  # The corrected rerun starts.
+  assert json.loads((tmp_path / 'run.json').read_text()) == {'checkpoint': '/right/path'}
+
+
+# ---------------------------------------------------------------- gin command lines
+
+
+def test_misspelt_macro_is_refused_with_the_close_match(tmp_path):
+  config = tmp_path / 'run.gin'
+  config.write_text('SCHEDULE_PATH = None\nSCHEDULE_STRATEGY = None\nBATCH_SIZE = 8\n')
+  import gin  # pylint: disable=g-import-not-at-top
+  try:
+    with pytest.raises(ValueError, match=r'--gin.SCHEDULE_PAHT: no macro SCHEDULE_PAHT in .*'
+                                         r'run.gin.*Did you mean SCHEDULE_PATH'):
+      gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PAHT=x.json'], prog='t')
+    gin.clear_config()
+    # A new macro is fine where another binding reads it.
+    gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PATH=x.json',
+                       '--gin_bindings=NEW = 4', '--gin_bindings=BATCH_SIZE = %NEW'], prog='t')
+    assert gin.query_parameter('%SCHEDULE_PATH') == 'x.json'
+  finally:
+    gin.clear_config()
