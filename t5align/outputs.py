@@ -56,15 +56,24 @@ class FolderLock:
   def __init__(self, lock_path: str, what: str):
     self.path, self.what = lock_path, what
     os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-    self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-      fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      holder = self._holder()
+    while True:
+      self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+      try:
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        holder = self._holder()
+        os.close(self._fd)
+        raise OutputLockedError(
+            f'{what} is in use by another run ({holder or "holder unknown"}; lock file '
+            f'{lock_path}). Wait for it to finish or use another output path.') from None
+      # A releasing holder unlinks the file before unlocking it: if ours is no longer the file
+      # at `lock_path`, we locked an orphan; open the path again.
+      try:
+        if os.stat(lock_path).st_ino == os.fstat(self._fd).st_ino:
+          break
+      except FileNotFoundError:
+        pass
       os.close(self._fd)
-      raise OutputLockedError(
-          f'{what} is in use by another run ({holder or "holder unknown"}; lock file '
-          f'{lock_path}). Wait for it to finish or use another output path.') from None
     previous = self._holder()
     if previous:
       self._take_over(previous)
@@ -92,7 +101,8 @@ class FolderLock:
   def release(self) -> None:
     if self._fd is None:
       return
-    os.ftruncate(self._fd, 0)  # The file stays: deleting it would race with a new opener.
+    # Unlinked while still locked: a run that opened it meanwhile sees an orphan and retries.
+    os.unlink(self.path)
     fcntl.flock(self._fd, fcntl.LOCK_UN)
     os.close(self._fd)
     self._fd = None
