@@ -11,6 +11,7 @@ Paths inside the tree are '/'-joined (`encoder/layers_0/attention/query/kernel`)
 from __future__ import annotations
 
 import copy
+import ctypes
 import functools
 import json
 import math
@@ -895,15 +896,36 @@ def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any
   return jax.make_array_from_callback(lazy.shape, sharding, read)
 
 
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+  try:
+    return ctypes.CDLL(None).malloc_trim  # glibc only.
+  except (OSError, AttributeError):
+    return None
+
+
+def _release_free_heap() -> None:
+  """Hands freed heap memory back to the OS where the C library allows (glibc `malloc_trim`).
+
+  NOTE: glibc raises its mmap threshold to the size of a freed large buffer, so after the first
+  decoded chunk later ones come from the heap and, freed, stay resident (up to two chunks,
+  compressed and decoded) for the rest of the load, while this process's shards pile up.
+  """
+  trim = _malloc_trim()
+  if trim is not None:
+    trim(0)
+
+
 def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
                   config: network.T5Config | None, dtype: Any,
                   source_dtypes: tuple[str, ...], mesh: jax.sharding.Mesh,
                   rules: Any) -> tuple[Params, network.T5Config]:
   """`load_params` with a mesh for T5X legacy and Orbax checkpoints.
 
-  Arrays are read one at a time, those with the largest stored chunks first: at any moment a
-  process holds the shards it has read so far plus one array's read (a decoded chunk and its
-  compressed bytes), and the biggest reads happen while it holds the fewest shards.
+  Arrays are read one at a time, those with the largest stored chunks first, and the freed read
+  buffers handed back to the OS after each: at any moment a process holds the shards it has
+  read so far plus one array's read (a decoded chunk and its compressed bytes), and the biggest
+  reads happen while it holds the fewest shards.
   """
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   if format == 't5x':
@@ -915,6 +937,8 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
   _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
   shardings = flatten_params(partitioning.param_shardings(config, mesh, rules))
   dtype = np.dtype(dtype)
-  order = sorted(stored, key=lambda k: -stored[k].chunk_bytes)
-  arrays = {k: _sharded_array(stored[k], shardings[k], dtype) for k in order}
+  arrays = {}
+  for name in sorted(stored, key=lambda k: -stored[k].chunk_bytes):
+    arrays[name] = _sharded_array(stored[name], shardings[name], dtype)
+    _release_free_heap()
   return unflatten_params({k: arrays[k] for k in stored}), config
