@@ -27,12 +27,6 @@ MODELS = {
     'base': dict(vocab_size=32128, emb_dim=768, num_heads=12, num_encoder_layers=12,
                  num_decoder_layers=12, head_dim=64, mlp_dim=2048,
                  mlp_activations=('gelu', 'linear'), logits_via_embedding=False),
-    # Base's layer stack at a quarter of its vocabulary (base's embedding and head are 20% of
-    # the model; here 6%): 197 M parameters. The largest stored chunk (the 31 MB embedding,
-    # one chunk) is 4% of the model, as base's largest (49 MB) is 5%.
-    'base_layers': dict(vocab_size=8192, emb_dim=768, num_heads=12, num_encoder_layers=12,
-                        num_decoder_layers=12, head_dim=64, mlp_dim=2048,
-                        mlp_activations=('gelu', 'linear'), logits_via_embedding=False),
     # The CI test's model (tests/sharded_loading_test.py): 6+6 layers of width 512, mlp 2048,
     # vocab 4096: 61 M parameters, 243 MB. Its largest stored chunk (the 8.4 MB embedding or
     # head, one chunk in either format) is 3.5% of the model (base: 5% legacy, 10% Orbax default;

@@ -63,13 +63,15 @@ def test_sharded_load_peak_rss_per_process_is_under_0_35x_the_model(tmp_path):
   """Issue 10's bound: each of 8 processes grows by at most 0.35x the float32 model.
 
   A sharded read holds this process's 1/8 plus, while reading one array, one stored chunk
-  (compressed and decoded) and fixed costs (tensorstore, the msgpack). The chunk share is what
-  varies with the model: base size (944 MiB; `python -m benchmarks.load_bench --model base`,
-  0.19-0.25x) takes ~3 min to write and load on 2 cores, too slow for CI; base width with few
-  layers would make one chunk a third of the model, which no real checkpoint has. So this model
-  (`load_bench.MODELS['ci']`, 184 MB) keeps base's proportions: its largest chunk is 9% of it
-  (base: 5% legacy, 10% Orbax default). Orbax is saved with Orbax's defaults (one chunk per
-  array), its worst case. Today's unsharded load grows by 1.1-1.6x.
+  (compressed and decoded) and costs that do not scale with the model (tensorstore, allocator
+  slack: 15-30 MB here). At base size (944 MiB; `python -m benchmarks.load_bench --model base`:
+  0.16-0.23x) writing and loading take ~5 min on 2 busy cores, too slow for CI; base width with
+  few layers would make one chunk a third of the model (no real checkpoint is like that) and
+  a smaller model would be dominated by the fixed costs. So this model
+  (`load_bench.MODELS['ci']`, 232 MiB: width 512, base's mlp 2048, vocab 4096, 6+6 layers) has
+  many small arrays as real ones do: its largest chunk is 3.5% of it (base: 5% legacy, 10%
+  Orbax default). Orbax is saved with Orbax's defaults (one chunk per array). Measured on the
+  2-core machine: 0.20-0.25x legacy, 0.23-0.28x Orbax (the unsharded load of base: 1.5-1.8x).
   """
   from benchmarks import load_bench  # pylint: disable=g-import-not-at-top
   model = load_bench.MODELS['ci']
@@ -81,6 +83,6 @@ def test_sharded_load_peak_rss_per_process_is_under_0_35x_the_model(tmp_path):
                     f"{r['float32_bytes'] / 2**20:.0f} MiB" for r in rows))
     for r in rows:
       size = r['float32_bytes']
-      assert size > 180e6
+      assert size > 240e6
       assert r['own_shard_bytes'] == pytest.approx(size / 8, rel=0.01)  # All sharded 8 ways.
       assert r['peak_rss_growth'] <= 0.35 * size, (fmt, r, r['peak_rss_growth'] / size)
