@@ -11,6 +11,7 @@ Paths inside the tree are '/'-joined (`encoder/layers_0/attention/query/kernel`)
 from __future__ import annotations
 
 import copy
+import ctypes
 import functools
 import math
 import os
@@ -356,20 +357,6 @@ def _orbax_params_metadata(path: str) -> tuple[str, str, Any]:
   if key is None:
     raise CheckpointReadError(f'{state_dir} holds no "target" or "params" (keys: {list(tree)})')
   return state_dir, key, tree[key]
-
-
-def _orbax_read_bytes(metadata: Any, sharding: jax.sharding.Sharding) -> int:
-  """The most bytes Orbax holds to read one of this process's shards: whole chunks, as it counts."""
-  shape = tuple(metadata.shape)
-  chunks = getattr(getattr(metadata, 'storage', None), 'chunk_shape', None) or shape
-  most = 0
-  for index in sharding.addressable_devices_indices_map(shape).values():
-    extent = 1
-    for n, c, part in zip(shape, chunks, index):
-      start, stop, _ = part.indices(n)
-      extent *= (-(-stop // c) - start // c) * c if c else n
-    most = max(most, extent)
-  return most * np.dtype(metadata.dtype).itemsize
 
 
 def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any,
@@ -794,10 +781,10 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
 
   With `mesh`, the parameters come back as `jax.Array`s placed with
   `partitioning.param_shardings(config, mesh, rules)`, and T5X checkpoints are read sharded: each
-  process reads only the slices its own devices hold (legacy zarr arrays through tensorstore
-  slices, inline msgpack arrays sliced in host memory; Orbax through its restore with target
-  shardings), each slice cast to `dtype` as it is read, so no process ever holds a whole float32
-  copy of the model. HuggingFace and Mesh-TF checkpoints are read whole on every host, cast, then
+  process reads only the slices its own devices hold (legacy and Orbax zarr arrays through
+  tensorstore slices, one array at a time; inline msgpack arrays sliced in host memory), each
+  slice cast to `dtype` as it is read, so no process ever holds a whole float32 copy of the
+  model, only its shards plus one stored chunk. HuggingFace and Mesh-TF checkpoints are read whole on every host, cast, then
   placed. The strict checks run on the stored shapes and dtypes before any array is read.
 
   Args:
@@ -852,10 +839,31 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
 
 
 class _LazyArray:
-  """A stored array not read yet: its shape, stored dtype and a reader of `[index]` slices."""
+  """A stored array not read yet: shape, stored dtype, a reader of `[index]` slices, and the
+  bytes one read may decode beyond the slice (its largest stored chunk; 0 when in memory)."""
 
-  def __init__(self, shape: tuple[int, ...], dtype: Any, read: Callable[[tuple], np.ndarray]):
+  def __init__(self, shape: tuple[int, ...], dtype: Any, read: Callable[[tuple], np.ndarray],
+               chunk_bytes: int = 0):
     self.shape, self.dtype, self.read = tuple(shape), np.dtype(dtype), read
+    self.chunk_bytes = chunk_bytes
+
+
+def _lazy_ts_arrays(specs: Mapping[str, dict], where: Mapping[str, dict],
+                    context: ts.Context | None = None) -> dict[str, _LazyArray]:
+  """Opens (metadata only) the tensorstore arrays `specs`; errors name `where[name]`'s kvstore."""
+  context = context or ts.Context()
+  opened = {name: ts.open(spec, open=True, read=True, context=context)
+            for name, spec in specs.items()}
+  lazy = {}
+  for name, future in opened.items():
+    store = _ts_result(name, where[name], future)
+
+    def read(index, name=name, store=store):
+      return np.asarray(_ts_result(name, where[name], store[index].read()))
+
+    chunk = math.prod(store.chunk_layout.read_chunk.shape) * store.dtype.numpy_dtype.itemsize
+    lazy[name] = _LazyArray(store.shape, store.dtype.numpy_dtype, read, chunk)
+  return lazy
 
 
 def _lazy_t5x_arrays(path: str) -> dict[str, _LazyArray]:
@@ -864,20 +872,38 @@ def _lazy_t5x_arrays(path: str) -> dict[str, _LazyArray]:
   target = _t5x_target(_restore_msgpack(msgpack_file), msgpack_file)
   flat = flatten_params(target, is_leaf=_is_ts_spec)
   specs = {k: resolve_ts_spec(v, checkpoint_dir) for k, v in flat.items() if _is_ts_spec(v)}
-  opened = {name: ts.open(spec, open=True, read=True) for name, spec in specs.items()}
-  lazy = {}
+  lazy = _lazy_ts_arrays(specs, specs)
   for name, value in flat.items():
-    if name in opened:
-      store = _ts_result(name, specs[name], opened[name])
-
-      def read(index, name=name, store=store):
-        return np.asarray(_ts_result(name, specs[name], store[index].read()))
-
-      lazy[name] = _LazyArray(store.shape, store.dtype.numpy_dtype, read)
-    else:  # Inline in the msgpack: already in host memory.
+    if name not in lazy:  # Inline in the msgpack: already in host memory.
       array = np.asarray(value)
       lazy[name] = _LazyArray(array.shape, array.dtype, array.__getitem__)
   return lazy
+
+
+def _lazy_orbax_arrays(state_dir: str, item: Any) -> dict[str, _LazyArray]:
+  """The Orbax checkpoint's params (`item`: their metadata) by '/'-path, opened but not read.
+
+  Each array is opened as the zarr (or zarr3) array Orbax wrote, inside the checkpoint's OCDBT
+  key-value store (or its own folder without OCDBT), with Orbax's tensorstore context.
+  """
+  from orbax.checkpoint.serialization import ts_utils  # pylint: disable=g-import-not-at-top
+  flags = json.loads(_read_bytes(_join(state_dir, '_METADATA')))
+  use_ocdbt = flags.get('use_ocdbt', _exists(_join(state_dir, 'manifest.ocdbt')))
+  driver = 'zarr3' if flags.get('use_zarr3', False) else 'zarr'
+  # NOTE: as Orbax reads: older Orbax skipped chunks equal to the fill value (absent = zeros);
+  # newer Orbax writes every chunk, so an absent one is corruption.
+  fill_missing = not flags.get('store_array_data_equal_to_fill_value', False)
+  specs, where = {}, {}
+  for path, metadata in flatten_params(item).items():
+    if use_ocdbt:
+      kvstore = {'driver': 'ocdbt', 'base': kvstore_spec(state_dir + '/'), 'path': metadata.name}
+    else:
+      kvstore = kvstore_spec(_join(state_dir, metadata.name) + '/')
+    specs[path] = {'driver': driver, 'kvstore': kvstore, 'recheck_cached_data': False,
+                   'recheck_cached_metadata': False, 'fill_missing_data_reads': fill_missing}
+    where[path] = {'kvstore': kvstore_spec(_join(state_dir, metadata.name))}
+  context = ts_utils.get_ts_context(use_ocdbt=use_ocdbt)
+  return _lazy_ts_arrays(specs, where, context)
 
 
 def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any) -> jax.Array:
@@ -910,30 +936,49 @@ def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any
   return jax.make_array_from_callback(lazy.shape, sharding, read)
 
 
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+  try:
+    return ctypes.CDLL(None).malloc_trim  # glibc only.
+  except (OSError, AttributeError):
+    return None
+
+
+def _release_free_heap() -> None:
+  """Hands freed heap memory back to the OS where the C library allows (glibc `malloc_trim`).
+
+  NOTE: glibc raises its mmap threshold to the size of a freed large buffer, so after the first
+  decoded chunk later ones come from the heap and, freed, stay resident (up to two chunks,
+  compressed and decoded) for the rest of the load, while this process's shards pile up.
+  """
+  trim = _malloc_trim()
+  if trim is not None:
+    trim(0)
+
+
 def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
                   config: network.T5Config | None, dtype: Any,
                   source_dtypes: tuple[str, ...], mesh: jax.sharding.Mesh,
                   rules: Any) -> tuple[Params, network.T5Config]:
-  """`load_params` with a mesh for T5X legacy and Orbax checkpoints."""
+  """`load_params` with a mesh for T5X legacy and Orbax checkpoints.
+
+  Arrays are read one at a time, those with the largest stored chunks first, and the freed read
+  buffers handed back to the OS after each: at any moment a process holds the shards it has
+  read so far plus one array's read (a decoded chunk and its compressed bytes), and the biggest
+  reads happen while it holds the fewest shards.
+  """
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   if format == 't5x':
     stored = _lazy_t5x_arrays(path)
   else:
-    state_dir, key, item = _orbax_params_metadata(path)
-    stored = flatten_params(item)  # Orbax array metadata: .shape and .dtype.
+    state_dir, _, item = _orbax_params_metadata(path)
+    stored = _lazy_orbax_arrays(state_dir, item)
   config = _checked_config(unflatten_params(stored), config, path, {})
   _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
   shardings = flatten_params(partitioning.param_shardings(config, mesh, rules))
   dtype = np.dtype(dtype)
-  if format == 't5x':
-    return unflatten_params({k: _sharded_array(v, shardings[k], dtype)
-                             for k, v in stored.items()}), config
-
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  restore_args = unflatten_params({
-      k: ocp.ArrayRestoreArgs(sharding=shardings[k], dtype=dtype, global_shape=tuple(v.shape))
-      for k, v in stored.items()})
-  # NOTE: Orbax reads every array at once by default (transiently ~1x the model per process);
-  # one array's chunks at a time (plus smaller ones) keeps each process near its own share.
-  in_flight = max(_orbax_read_bytes(m, shardings[k]) for k, m in stored.items()) + 1
-  return _restore_orbax(state_dir, key, item, restore_args, in_flight), config
+  arrays = {}
+  for name in sorted(stored, key=lambda k: -stored[k].chunk_bytes):
+    arrays[name] = _sharded_array(stored[name], shardings[name], dtype)
+    _release_free_heap()
+  return unflatten_params({k: arrays[k] for k in stored}), config
