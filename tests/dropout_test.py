@@ -78,12 +78,16 @@ def test_attention_dropout_is_t5x_s(impl, monkeypatch):
   x, table, ids, tau = _inputs()
   module = layers.MultiHeadDotProductAttention(
       num_heads=HEADS, head_dim=DEPTH, dropout_rate=RATE, attention_impl=impl)
-  kw = dict(rel_embedding=table, segment_ids=ids, temperature=tau)
-  params = module.init(jax.random.PRNGKey(1), x, x, deterministic=True, **kw)['params']
+  rng = np.random.default_rng(1)
+  kernel = lambda *shape: rng.normal(scale=0.3, size=shape).astype(np.float32)
+  params = {**{n: {'kernel': kernel(EMBED, HEADS * DEPTH)} for n in ('query', 'key', 'value')},
+            'out': {'kernel': kernel(HEADS * DEPTH, EMBED)}}
+  apply = jax.jit(lambda deterministic, rng: module.apply(
+      {'params': params}, x, x, deterministic=deterministic, rngs={'dropout': rng},
+      mutable=['intermediates'], rel_embedding=table, segment_ids=ids, temperature=tau),
+                  static_argnums=0)
   rng = jax.random.PRNGKey(7)
-  (dropped, state), (plain, plain_state) = (
-      module.apply({'params': params}, x, x, deterministic=deterministic, rngs={'dropout': rng},
-                   mutable=['intermediates'], **kw) for deterministic in (False, True))
+  (dropped, state), (plain, plain_state) = apply(False, rng), apply(True, rng)
 
   dropout_key = _RngProbe().apply({}, rngs={'dropout': rng})
   # t5x's draw, written out: bernoulli(keep_prob) over [b, h, 1, k], broadcast over queries.
@@ -105,24 +109,31 @@ def _tiny_config(**kw):
                           mlp_activations=('gelu', 'linear'), dropout_rate=RATE, **kw)
 
 
+def _random_params(config):
+  """Random float32 params shaped like `config`'s (running the init eagerly is slow on CPU)."""
+  rng = np.random.default_rng(0)
+  return jax.tree.map(lambda s: rng.normal(scale=0.5, size=s.shape).astype(np.float32),
+                      network.param_shapes(config))
+
+
 def test_encoder_dropout_same_in_reference_and_blockwise(monkeypatch):
   monkeypatch.setattr(blockwise, 'BLOCK_Q', 16)
   monkeypatch.setattr(blockwise, 'BLOCK_K', 16)
   tokens = np.array(jax.random.randint(jax.random.PRNGKey(2), (BATCH, LENGTH), 1, 64))
   tokens[1, 30:] = 0
-  config = _tiny_config()
-  params = network.init_variables(config, jax.random.PRNGKey(3))['params']
+  params = _random_params(_tiny_config())
   encoded = {}
   for impl in ('reference', 'blockwise'):
     model = network.Transformer(_tiny_config(attention_impl=impl))
-    encoded[impl] = model.apply({'params': params}, tokens, enable_dropout=True,
-                                method=model.encode, rngs={'dropout': jax.random.PRNGKey(4)})
+    encoded[impl] = jax.jit(lambda p, r, model=model: model.apply(
+        {'params': p}, tokens, enable_dropout=True, method=model.encode, rngs={'dropout': r}))(
+            params, jax.random.PRNGKey(4))
   np.testing.assert_allclose(encoded['blockwise'], encoded['reference'], rtol=1e-5, atol=1e-5)
 
 
 def test_pallas_refuses_attention_dropout():
   config = _tiny_config(attention_impl='pallas')
-  params = network.init_variables(_tiny_config(), jax.random.PRNGKey(3))['params']
+  params = _random_params(config)
   model = network.Transformer(config)
   tokens = jnp.ones((1, 16), jnp.int32)
   with pytest.raises(ValueError, match=r"attention_impl='pallas' does not implement attention "
