@@ -293,12 +293,22 @@ def stub_t5x(monkeypatch, tmp_path):
     (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / rel).write_text(text)
   gin.clear_config()
+  # pylint: disable=protected-access
+  registered = set(gin.config._REGISTRY._selector_map)
+  inverse = set(gin.config._INVERSE_REGISTRY)
   for path in (t5align.gin_dir(), str(tmp_path)):
     gin.add_config_file_search_path(path)
   monkeypatch.chdir(tmp_path)
   yield
   gin.clear_config()
-  gin.config._LOCATION_PREFIXES.remove(str(tmp_path))  # pylint: disable=protected-access
+  gin.config._LOCATION_PREFIXES.remove(str(tmp_path))
+  # Forget the configurables the files registered dynamically (the stub t5x's among them), or
+  # later tests would find e.g. `network.T5Config` ambiguous.
+  for selector in set(gin.config._REGISTRY._selector_map) - registered:
+    gin.config._REGISTRY.pop(selector)
+  for fn in set(gin.config._INVERSE_REGISTRY) - inverse:
+    del gin.config._INVERSE_REGISTRY[fn]
+  # pylint: enable=protected-access
 
 
 def _run(files, bindings=(), entry=evaluate):
