@@ -135,6 +135,28 @@ def softmax_with_stats(
   return probs, stats
 
 
+def dropout_multiplier(
+    dropout_rng: Array, dropout_rate: float, probs_shape: tuple[int, ...], dtype: jnp.dtype
+) -> Array:
+  """t5x's attention-dropout multiplier `keep / keep_prob`, `[b, h, 1, k]` in `dtype`.
+
+  Exactly t5x/examples/t5/layers.py's draw: one `jax.random.bernoulli(dropout_rng, 1 - rate,
+  [b, h, 1, k])`, broadcast over the query axis (T5's "broadcast_dropout"), so every
+  implementation that takes the same rng drops the same keys; being `O(b h k)`, long-input
+  implementations slice it per key block instead of drawing per block.
+
+  Args:
+    dropout_rng: PRNG key (the attention module's `make_rng('dropout')`).
+    dropout_rate: probability of dropping an attention weight, in (0, 1).
+    probs_shape: `[b, h, q, k]` shape of the attention probabilities.
+    dtype: dtype of the probabilities the multiplier scales.
+  """
+  keep_prob = 1.0 - dropout_rate
+  keep_shape = tuple(probs_shape[:-2]) + (1,) + tuple(probs_shape[-1:])
+  keep = jax.random.bernoulli(dropout_rng, keep_prob, keep_shape)
+  return keep.astype(dtype) / jnp.asarray(keep_prob, dtype)
+
+
 def dot_product_attention(
     query: Array,
     key: Array,
@@ -175,11 +197,8 @@ def dot_product_attention(
   probs, stats = softmax_with_stats(logits, tau, with_stats)
   probs = probs.astype(dtype)
   if dropout_rng is not None and dropout_rate > 0.0:
-    keep_prob = 1.0 - dropout_rate
-    # T5 broadcasts attention dropout over the query axis.
-    keep_shape = probs.shape[:-2] + (1,) + probs.shape[-1:]
-    keep = jax.random.bernoulli(dropout_rng, keep_prob, keep_shape)
-    probs = probs * (keep.astype(dtype) / jnp.asarray(keep_prob, dtype))
+    # [b, h, 1, k] -> [b, h, q, k]
+    probs = probs * dropout_multiplier(dropout_rng, dropout_rate, probs.shape, dtype)
   # [b, h, q, k] x [b, k, h, d] -> [b, q, h, d]
   return jnp.einsum('bhqk,bkhd->bqhd', probs, value), stats
 
@@ -197,6 +216,8 @@ def self_attention(
     dtype: jnp.dtype = jnp.float32,
     float32_logits: bool = False,
     with_stats: bool = False,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
 ) -> tuple[Array, RowStats | None]:
   """Self-attention with T5 relative bias and padding/segment mask, given by its parts.
 
@@ -215,6 +236,10 @@ def self_attention(
     dtype: computation dtype.
     float32_logits: compute q.k in float32.
     with_stats: also return per-row P_max and entropy.
+    dropout_rng: PRNG key, enables attention dropout (training): the probabilities are multiplied
+      by `dropout_multiplier(dropout_rng, dropout_rate, ...)`, t5x's mask, after the softmax;
+      row statistics are those of the softmax, before dropout.
+    dropout_rate: attention dropout rate.
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -224,12 +249,13 @@ def self_attention(
   return IMPLEMENTATIONS[impl](
       query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
       temperature=temperature, bidirectional=bidirectional, dtype=dtype,
-      float32_logits=float32_logits, with_stats=with_stats)
+      float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
+      dropout_rate=dropout_rate)
 
 
 def _reference_self_attention(
     query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
-    float32_logits, with_stats):
+    float32_logits, with_stats, dropout_rng, dropout_rate):
   length = query.shape[1]
   # [1, h, l, l]
   bias = relative_position_bias(rel_embedding.astype(jnp.float32), length, length, bidirectional)
@@ -242,7 +268,8 @@ def _reference_self_attention(
   bias = jnp.where(mask, 0.0, MASK_VALUE) + bias
   return dot_product_attention(
       query, key, value, bias, temperature=temperature, dtype=dtype,
-      float32_logits=float32_logits, with_stats=with_stats)
+      float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
+      dropout_rate=dropout_rate)
 
 
 def _lazy(module: str):

@@ -7,7 +7,9 @@ block is looked up from the `[heads, 32]` table with `attention.relative_positio
 block's offsets, except on tiles entirely beyond `MAX_DISTANCE` from the diagonal, where it is one
 value per head (a `lax.cond` skips the bucketing there); the padding/segment mask comes from the
 segment ids. Same math as 'reference' (see attention.py):
-`softmax((q.k + relpos_bias + mask_bias) / tau)` in float32.
+`softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
+t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key block, so it drops
+exactly the keys 'reference' (and t5x) drop.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def init_carry(shape: tuple[int, ...], depth: int):
 
 
 def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Array,
-                        p_dtype: jnp.dtype):
+                        p_dtype: jnp.dtype, dropout: Array | None = None):
   """One key block of the online softmax.
 
   Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
@@ -121,6 +123,9 @@ def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Arra
     v: `[..., k, d]` values.
     k_valid: bool `[k]`; False for keys added by internal padding (excluded entirely).
     p_dtype: dtype of the probabilities multiplied with `v`.
+    dropout: optional `[..., 1, k]` float32 attention-dropout multiplier (keep / keep_prob) of
+      the block's keys. It scales what reaches `v` (acc and v_sum), never l or c: the softmax is
+      normalized, and its statistics taken, before dropout, as in 'reference'.
 
   Returns:
     The updated carry.
@@ -136,11 +141,18 @@ def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Arra
   c_old = c + jnp.where(l > 0, m - m_safe, 0.0) * l
   l_new = alpha * l + jnp.sum(p, axis=-1)
   c_new = alpha * c_old + jnp.sum(p * shifted, axis=-1)
+  p_v = p if dropout is None else p * dropout  # [..., q, k]
   # [..., q, k] x [..., k, d] -> [..., q, d]
-  pv = jnp.einsum('...qk,...kd->...qd', p.astype(p_dtype), v, preferred_element_type=jnp.float32)
+  pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
+                  preferred_element_type=jnp.float32)
   acc_new = alpha[..., None] * acc + pv
-  # [..., k, d] -> [..., d]
-  v_sum = v_sum + jnp.sum(jnp.where(k_valid[..., None], v.astype(jnp.float32), 0.0), axis=-2)
+  v_real = jnp.where(k_valid[..., None], v.astype(jnp.float32), 0.0)  # [..., k, d]
+  if dropout is None:
+    # [..., k, d] -> [..., d]
+    v_sum = v_sum + jnp.sum(v_real, axis=-2)
+  else:
+    # [..., 1, k] x [..., k, d] -> [..., d]
+    v_sum = v_sum + jnp.einsum('...k,...kd->...d', dropout[..., 0, :], v_real)
   return m_new, l_new, c_new, acc_new, v_sum
 
 
@@ -161,7 +173,8 @@ def finalize(carry, length: int) -> tuple[Array, Array, Array]:
 
 
 @functools.partial(jax.jit, static_argnames=(
-    'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k'))
+    'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k',
+    'dropout_rate'))
 def blockwise_attention(
     query: Array,
     key: Array,
@@ -176,6 +189,8 @@ def blockwise_attention(
     with_stats: bool = False,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
 ) -> tuple[Array, attention.RowStats | None]:
   """Self-attention with the T5 bias built block by block (see `attention.self_attention`).
 
@@ -192,6 +207,10 @@ def blockwise_attention(
     with_stats: also return per-row P_max and entropy.
     block_q: queries per block (lengths are padded internally to a multiple).
     block_k: keys per block.
+    dropout_rng: PRNG key, enables attention dropout: t5x's `[b, h, 1, l]` mask, drawn once
+      with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
+      sliced per key block.
+    dropout_rate: attention dropout rate.
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -222,20 +241,29 @@ def blockwise_attention(
   k_valid = (np.arange(len_k) < length).reshape(nk, bk)
   k_starts = jnp.arange(nk, dtype=jnp.int32) * bk
   tau4 = tau[:, None, None, None]  # [b or 1, 1, 1, 1]
+  if dropout_rng is not None and dropout_rate > 0.0:
+    # [b, h, 1, l] -> [b, h, 1, len_k] -> [nk, b, h, 1, bk]
+    multiplier = attention.dropout_multiplier(
+        dropout_rng, dropout_rate, (batch, heads, length, length), jnp.float32)
+    multiplier = _pad_axis(multiplier, len_k, 3).reshape(batch, heads, 1, nk, bk)
+    k_dropout = jnp.moveaxis(multiplier, 3, 0)
+  else:
+    k_dropout = None
 
   def one_query_block(args):
     qb, qb_ids, q_start = args  # [b, h, bq, d], [b, bq], []
 
     def step(carry, xs):
-      kb, vb, kb_ids, kb_valid, k_start = xs
+      kb, vb, kb_ids, kb_valid, k_start, kb_dropout = xs
       # [b, h, bq, bk], [b, 1, bq, bk]
       logits, allowed = block_logits(qb, kb, qk_dtype, rel, qb_ids, kb_ids, q_start, k_start,
                                      bidirectional)
       s = logits / tau4
-      return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype), None
+      return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype, kb_dropout), None
 
     init = init_carry((batch, heads, bq), depth)
-    carry, _ = jax.lax.scan(step, init, (k_blocks, v_blocks, k_ids, k_valid, k_starts))
+    carry, _ = jax.lax.scan(
+        step, init, (k_blocks, v_blocks, k_ids, k_valid, k_starts, k_dropout))
     return finalize(carry, length)
 
   q_starts = jnp.arange(nq, dtype=jnp.int32) * bq
@@ -253,9 +281,10 @@ def blockwise_attention(
 
 def self_attention(
     query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
-    float32_logits, with_stats):
+    float32_logits, with_stats, dropout_rng=None, dropout_rate=0.0):
   """`attention.IMPLEMENTATIONS['blockwise']`: `blockwise_attention` with the module's blocks."""
   return blockwise_attention(
       query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
       temperature=temperature, bidirectional=bidirectional, dtype=dtype,
-      float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K)
+      float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K,
+      dropout_rng=dropout_rng, dropout_rate=dropout_rate)

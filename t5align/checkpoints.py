@@ -267,14 +267,52 @@ def _zarr_spec(name: str, array: np.ndarray) -> dict[str, Any]:
   }
 
 
+# t5x adafactor.Adafactor's defaults (t5x/examples/t5/t5_1_1/*.gin keep them): factored second
+# moments for parameters whose two largest dims are >= 128, no momentum (beta1 None).
+ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR = 128
+OPTIMIZER_STATES = ('adafactor', None)
+
+
+def adafactor_param_state(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+  """t5x's `Adafactor.init_param_state` for one parameter: its zero state, as t5x builds it.
+
+  Keys m, v, v_col, v_row, float32; the unused ones are `(1,)` placeholders. Parameters of rank
+  <= 2 use t5x's heuristic (logical factor rules fall back to it there): factored when the
+  second-largest dim is >= ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR, reducing over the two largest dims
+  d1 (second) and d0 (largest): v_row = shape without d0, v_col = shape without d1; otherwise
+  v has the parameter's shape. m stays a placeholder (beta1 None).
+
+  Raises:
+    ValueError: for a parameter of rank > 2 (t5x needs an explicit factor rule there).
+  """
+  shape = tuple(int(n) for n in shape)
+  if len(shape) > 2:
+    raise ValueError(f'Adafactor state for a parameter of rank {len(shape)} {shape} needs an '
+                     'explicit factor rule; t5align parameters are at most 2-D.')
+  state = {k: np.zeros((1,), np.float32) for k in ('m', 'v', 'v_col', 'v_row')}
+  order = np.argsort(shape)  # As t5x: the two largest dims, ties in argsort's order.
+  if len(shape) == 2 and shape[order[-2]] >= ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR:
+    d1, d0 = int(order[-2]), int(order[-1])
+    state['v_row'] = np.zeros(np.delete(shape, d0), np.float32)
+    state['v_col'] = np.zeros(np.delete(shape, d1), np.float32)
+  else:
+    state['v'] = np.zeros(shape, np.float32)
+  return state
+
+
 def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
-                        inline_max_bytes: int = 0) -> str:
+                        inline_max_bytes: int = 0,
+                        optimizer_state: str | None = 'adafactor') -> str:
   """Writes `params` (dtypes kept) as the T5X legacy checkpoint `directory/checkpoint_{step}`.
 
-  The layout is t5x's for an inference state: a msgpack `{'version': 3, 'optimizer': {'target':
-  ..., 'state': {'step': int32}}}` whose leaves are zarr specs (gzip, relative
-  `target.<dotted.path>/` folders) or inline arrays of at most `inline_max_bytes`. No optimizer
-  state. Written to a temporary sibling directory, then renamed into place.
+  The layout is t5x's train state: a msgpack `{'version': 3, 'optimizer': {'target': params,
+  'state': {'step': int32, 'param_states': ...}}}` whose parameter leaves are zarr specs (gzip,
+  relative `target.<dotted.path>/` folders) or inline arrays of at most `inline_max_bytes`.
+  With `optimizer_state='adafactor'`, `param_states` is t5x's freshly initialized Adafactor state
+  (`adafactor_param_state` per parameter; full-shape `v` in `state.param_states.<path>.v/`
+  folders, factored `v_row`/`v_col` and placeholders inline, as t5x writes them), so `t5x.train`
+  can restore the checkpoint and start training from it; with None, no `param_states` (enough for
+  t5x.eval and every reader here). Written to a temporary sibling directory, then renamed.
 
   Returns:
     The path of the new checkpoint_N directory (local only).
@@ -282,6 +320,8 @@ def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
   Raises:
     FileExistsError: if checkpoint_{step} already exists.
   """
+  if optimizer_state not in OPTIMIZER_STATES:
+    raise ValueError(f'optimizer_state={optimizer_state!r}; expected one of {OPTIMIZER_STATES}.')
   if _is_gcs(directory):
     raise NotImplementedError('save_t5x_checkpoint writes local directories only.')
   final_dir = os.path.join(directory, f'checkpoint_{step}')
@@ -291,12 +331,24 @@ def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
   for path, array in flat.items():
     if array.dtype.kind not in 'fiub' and array.dtype != jnp.bfloat16:
       raise TypeError(f'Parameter {path}: cannot save dtype {array.dtype}')
+  states = {}
+  if optimizer_state == 'adafactor':
+    states = {path: adafactor_param_state(array.shape) for path, array in flat.items()}
   os.makedirs(directory, exist_ok=True)
   tmp_dir = tempfile.mkdtemp(prefix=f'checkpoint_{step}.tmp-', dir=directory)
   try:
-    target = _write_arrays(flat, tmp_dir, inline_max_bytes)
-    contents = {'version': 3, 'optimizer': {
-        'state': {'step': np.asarray(step, np.int32)}, 'target': unflatten_params(target)}}
+    to_write = {f'target/{path}': array for path, array in flat.items()}
+    # t5x writes a full-shape v through tensorstore, the rest of the state inline.
+    to_write.update({f'state/param_states/{path}/v': state['v']
+                     for path, state in states.items() if state['v'].shape != (1,)})
+    written = _write_arrays(to_write, tmp_dir, inline_max_bytes)
+    state = {'step': np.asarray(step, np.int32)}
+    if optimizer_state is not None:
+      state['param_states'] = unflatten_params({
+          f'{path}/{k}': written.get(f'state/param_states/{path}/{k}', value)
+          for path, param_state in states.items() for k, value in param_state.items()})
+    target = unflatten_params({path: written[f'target/{path}'] for path in flat})
+    contents = {'version': 3, 'optimizer': {'state': state, 'target': target}}
     with open(os.path.join(tmp_dir, 'checkpoint'), 'wb') as f:
       f.write(serialization.msgpack_serialize(contents))
     os.rename(tmp_dir, final_dir)
@@ -308,23 +360,27 @@ def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
 
 def _write_arrays(flat: Mapping[str, np.ndarray], tmp_dir: str,
                   inline_max_bytes: int) -> dict[str, Any]:
-  """Writes the zarr folders; returns the msgpack leaves (specs or inline arrays) by path."""
-  target, writes = {}, []
+  """Writes the zarr folders; returns the msgpack leaves (specs or inline arrays) by path.
+
+  Paths are the msgpack's below 'optimizer' ('target/...', 'state/param_states/...'); an array
+  goes to the folder named by its dotted path.
+  """
+  leaves, writes = {}, []
   try:
     for path, array in flat.items():
       if array.nbytes <= inline_max_bytes:
-        target[path] = array
+        leaves[path] = array
         continue
-      spec = _zarr_spec('target.' + path.replace('/', '.'), array)
+      spec = _zarr_spec(path.replace('/', '.'), array)
       # resolve_ts_spec keeps only the shape (for reading); writing needs chunks and compressor.
       write_spec = {**resolve_ts_spec(spec, tmp_dir), 'metadata': spec['metadata']}
       writes.append(ts.open(write_spec, create=True).result().write(array))
-      target[path] = spec
+      leaves[path] = spec
   finally:
     errors = [w.exception() for w in writes]  # Waits for every write, also on failure.
   if any(errors):
     raise next(e for e in errors if e)
-  return target
+  return leaves
 
 
 # ---------------------------------------------------------------- T5X Orbax

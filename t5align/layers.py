@@ -202,8 +202,13 @@ class MultiHeadDotProductAttention(nn.Module):
     key = with_sharding_constraint(key, ('batch', 'length', 'heads', 'kv'))
     value = with_sharding_constraint(value, ('batch', 'length', 'heads', 'kv'))
 
+    # As t5x: one 'dropout' rng per call of this module, only when dropout is on.
+    dropout_rng = None
+    if not deterministic and self.dropout_rate > 0.0:
+      dropout_rng = self.make_rng('dropout')
     if rel_embedding is not None:
-      x = self._structured(query, key, value, rel_embedding, segment_ids, temperature)
+      x = self._structured(query, key, value, rel_embedding, segment_ids, temperature,
+                           dropout_rng)
     else:
       if decode:
         key, value, mask, bias = self._update_cache(query, key, value, mask, bias)
@@ -212,9 +217,6 @@ class MultiHeadDotProductAttention(nn.Module):
         attention_bias = jnp.where(mask > 0, 0.0, attention.MASK_VALUE).astype(self.dtype)
       if bias is not None:
         attention_bias = bias if attention_bias is None else attention_bias + bias
-      dropout_rng = None
-      if not deterministic and self.dropout_rate > 0.0:
-        dropout_rng = self.make_rng('dropout')
       x, _ = attention.dot_product_attention(
           query, key, value, attention_bias, dtype=self.dtype, float32_logits=self.float32_logits,
           dropout_rng=dropout_rng, dropout_rate=self.dropout_rate)
@@ -224,8 +226,12 @@ class MultiHeadDotProductAttention(nn.Module):
         features=inputs_q.shape[-1], axis=(-2, -1), kernel_init=self.kernel_init,
         kernel_axes=('joined_kv', 'embed'), dtype=self.dtype, name='out')(x)
 
-  def _structured(self, query, key, value, rel_embedding, segment_ids, temperature):
-    """Encoder self-attention through `attention.self_attention`; sows row statistics."""
+  def _structured(self, query, key, value, rel_embedding, segment_ids, temperature, dropout_rng):
+    """Encoder self-attention through `attention.self_attention`; sows row statistics.
+
+    Attention dropout (when `dropout_rng` is given) is t5x's, in every implementation that
+    supports it ('pallas' refuses it); the sown statistics are the softmax's, before dropout.
+    """
     # NOTE: nothing is sown while initializing, so `init` returns only params (and params_axes),
     # which t5x's train state expects.
     with_stats = self.is_mutable_collection('intermediates') and not self.is_initializing()
@@ -235,7 +241,8 @@ class MultiHeadDotProductAttention(nn.Module):
     x, stats = attention.self_attention(
         query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
         temperature=temperature, impl=self.attention_impl, dtype=self.dtype,
-        float32_logits=self.float32_logits, with_stats=with_stats)
+        float32_logits=self.float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
+        dropout_rate=self.dropout_rate)
     if with_stats:
       # [b, 1, l] valid query rows. Padding rows (uniform by construction) are excluded with a
       # select, not a product, so whatever they hold cannot leak into the sums.

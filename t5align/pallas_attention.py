@@ -208,8 +208,18 @@ def pallas_attention(
 
 def self_attention(
     query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
-    float32_logits, with_stats):
-  """`attention.IMPLEMENTATIONS['pallas']`: `pallas_attention` with the module's blocks."""
+    float32_logits, with_stats, dropout_rng=None, dropout_rate=0.0):
+  """`attention.IMPLEMENTATIONS['pallas']`: `pallas_attention` with the module's blocks.
+
+  The kernel has no attention dropout: a call with dropout on (a `dropout_rng`, i.e. training
+  with `dropout_rate > 0` and dropout enabled) is refused rather than run without it.
+  """
+  if dropout_rng is not None and dropout_rate > 0.0:
+    raise ValueError(
+        f"attention_impl='pallas' does not implement attention dropout, but dropout is on "
+        f'(T5Config.dropout_rate={dropout_rate}, enable_dropout=True / deterministic=False). '
+        "Train with attention_impl='reference' or 'blockwise' (same parameters, t5x's dropout), "
+        'or set dropout_rate=0.0 or enable_dropout=False.')
   return pallas_attention(
       query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
       temperature=temperature, bidirectional=bidirectional, dtype=dtype,

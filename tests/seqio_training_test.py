@@ -1,0 +1,68 @@
+"""The trainable seqio tasks (seqio_tasks.training): train and validation splits, shuffling."""
+from __future__ import annotations
+
+import gin
+import pytest
+
+seqio = pytest.importorskip('seqio')
+
+from seqio_tasks import training  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import vocab as vocab_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+LENGTHS = {'inputs': 256, 'targets': 40}
+
+
+@pytest.fixture(autouse=True)
+def shipped_vocabulary():
+  gin.clear_config()
+  gin.bind_parameter('seqio_tasks.vocabulary_path.path', t5x_gin.shipped_vocabulary())
+  gin.bind_parameter('seqio_tasks.training_options.validation_examples', 2)
+  yield
+  gin.clear_config()
+
+
+def _take(name, split, n, **kw):
+  task = seqio.get_mixture_or_task(name)
+  ds = task.get_dataset(LENGTHS, split=split, num_epochs=1, **kw)
+  return list(ds.take(n).as_numpy_iterator())
+
+
+def test_train_split_is_the_shipped_model_s_training_stream():
+  task = seqio.get_mixture_or_task('t5align_train_retrieval')
+  assert set(task.splits) == {'train', 'validation'}
+  assert task.shuffle_buffer_size == training.SHUFFLE_BUFFER_SIZE
+  examples = _take('t5align_train_retrieval', 'train', 4, shuffle=False, seed=None)
+  # Unshuffled from seed None: examples 0..3 of train_data's stream (seed 0), same tokens.
+  vocab = vocab_lib.Vocabulary(t5x_gin.shipped_vocabulary())
+  mix = train_data.Mix(training.MIXES['train_retrieval'], max_length=256, length_power=2.0)
+  for i, ex in enumerate(examples):
+    expected = train_data.train_example(vocab, mix, 0, i)
+    assert ex['id'].decode() == f'train_retrieval/{i}'
+    assert tuple(ex['inputs']) == expected.input_ids and len(ex['inputs']) <= 256
+    assert tuple(ex['targets']) == expected.target_ids
+
+
+def test_seeded_runs_start_elsewhere_in_the_stream():
+  source = seqio.get_mixture_or_task('t5align_train_kv').source
+  ids = lambda seed: [ex['id'] for ex in source.get_dataset(
+      'train', shuffle=False, seed=seed).take(3).as_numpy_iterator()]
+  assert ids(None) == [b'train_kv/0', b'train_kv/1', b'train_kv/2']
+  assert ids(1) == ids(1) and set(ids(1)).isdisjoint(ids(2))
+
+
+def test_validation_split_and_metric():
+  examples = _take('t5align_train_passkey', 'validation', 10, shuffle=False)
+  # 2 held-out examples per family member: passkey and passkey_decoys.
+  assert [ex['id'].decode() for ex in examples] == [
+      'train_passkey/passkey/0', 'train_passkey/passkey/1',
+      'train_passkey/passkey_decoys/0', 'train_passkey/passkey_decoys/1']
+  task = seqio.get_mixture_or_task('t5align_train_passkey')
+  targets = [task.postprocess_fn(ex['targets_pretokenized'], example=ex, is_target=True)
+             for ex in examples]
+  right = [t['target'] for t in targets]
+  assert training.accuracy(targets, right) == {'accuracy': 100.0}
+  assert training.accuracy(targets, ['0'] * 3 + right[3:]) == {'accuracy': 25.0}
+  with pytest.raises(ValueError, match="splits 'train' and 'validation'; got 'test'"):
+    _take('t5align_train_passkey', 'test', 1, shuffle=False)
