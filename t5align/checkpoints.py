@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import json
 import functools
 import math
 import os
