@@ -125,8 +125,10 @@ def closed_form_curves(numbers: Mapping[str, Any], points: int = 64) -> dict[str
   dense = np.unique(np.concatenate([np.geomspace(measured[0], measured[-1], points), measured]))
   sigma_ex = np.interp(np.log(dense), np.log(measured), sigma)
   L_tr = numbers['reference_length']
+  # P_tr as `calibration.reference_pmax`: layer 0's mean row P_max at L_tr, tau = 1.
+  p_tr = numbers['statistics'][str(L_tr)]['layer_pmax_tau1'][0]
   return {'length': dense.tolist(),
-          'prop1': calibration.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, ref['pmax']).tolist(),
+          'prop1': calibration.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, p_tr).tolist(),
           'prop2': calibration.prop2_tau(L_tr, dense, ref['sigma'], sigma_ex).tolist(),
           'log_length': np.atleast_1d(calibration.log_length_tau(dense, L_tr)).tolist()}
 

@@ -165,7 +165,7 @@ class TemperatureSchedule:
     lengths = sorted({c.length for v in self.calibrations.values() for c in v})
     head = f'{"Strategy":<24}' + ''.join(f'{L:>8}' for L in lengths)
     lines = [f'Temperatures (L_tr = {self.reference_length}; * = target outside the searched '
-             'range)', head, '-' * len(head)]
+             'range, or a closed form clamped to 1)', head, '-' * len(head)]
     for name, items in self.calibrations.items():
       digits = 2 if name in ('pmax', 'entropy', 'log_length') else 3
       by_length = {c.length: c for c in items}
@@ -180,7 +180,9 @@ class TemperatureSchedule:
           cells.append(f'{"-":>8}' if c is None else
                        f'{tau:>{7}.{digits}f}{"*" if c.clamped else " "}')
         lines.append(f'{label:<24}' + ''.join(cells))
-    return '\n'.join(lines)
+    notes = [f'  * {_label(name)} at {c.length}: {c.note}' for name, items in
+             self.calibrations.items() for c in items if c.clamped and c.note]
+    return '\n'.join(lines + notes)
 
 
 @gin.configurable(module='t5align.schedule')

@@ -154,10 +154,10 @@ def test_memo_computes_each_sweep_once_and_changes_nothing(tiny, monkeypatch):
   shared = {s: calibration.calibrate(params, config, tokens, s, reference_length=L_TR, memo=memo)
             for s in strategies}
   assert shared == fresh
-  # P_max and entropy share the L_tr target and the grid sweep; the propositions share the L_tr
-  # and L_ex logit vectors. Without the memo: 4 of each.
+  # P_max, entropy and Prop. 1 (P_tr) share the L_tr target; P_max and entropy the grid sweep;
+  # the propositions share the L_tr and L_ex logit vectors. Without the memo: 5 and 4.
   assert calls == {'encoder_attention_stats': 2, 'layer0_sorted_logits': 2}
-  assert memo.hits == 4
+  assert memo.hits == 5
   # Other tokens or taus are other questions.
   memo.attention_stats(params, config, tokens[:1], [1.0])
   memo.attention_stats(params, config, tokens, [1.0, 0.9])
@@ -214,8 +214,8 @@ def test_closed_forms_align_gaussian_logits(l_tr, l_ex, s_tr, s_ex):
 
   tr, ex = _gaussian_logits(rng, l_tr, s_tr, 4.0), _gaussian_logits(rng, l_ex, s_ex, 4.0)
   ref, ext = summary(tr), summary(ex)
-  tau1 = calibration.prop1_tau(l_tr, l_ex, ref.sigma, ext.sigma, ref.pmax)
-  p_tr = _row_stats(tr, 1.0)[0]
+  p_tr = _row_stats(tr, 1.0)[0]  # P_tr as calibration.reference_pmax: the mean row P_max.
+  tau1 = calibration.prop1_tau(l_tr, l_ex, ref.sigma, ext.sigma, p_tr)
   assert abs(tau1 - _solve(ex, p_tr, 0)) <= 0.015
   np.testing.assert_allclose(_row_stats(ex, tau1)[0], p_tr, rtol=0.06)
 
@@ -234,6 +234,40 @@ def test_prop1_roots_and_no_root():
   closest = calibration.prop1_tau(40, 160, 0.96, 0.99, 0.13, closest=True)
   b = np.log(40) + np.log(0.13) + 0.96**2 / 2
   np.testing.assert_allclose(closest, 0.99**2 / b, rtol=1e-12)  # 2C / B
+
+
+def test_closed_forms_clamped_to_one_and_marked():
+  # L_tr = 40, L_ex = 160, sigma_tr = 0.5, sigma_ex = 1.2, P_tr = 0.03:
+  # B = ln 40 + ln 0.03 + 0.125 = 0.307, A = ln 160 + ln 0.03 = 1.568, C = 0.72;
+  # B^2 - 4AC = -4.42 < 0: no real root, and the closest approach 2C/B = 4.68 > 1.
+  b = np.log(40) + np.log(0.03) + 0.5**2 / 2
+  a, c = np.log(160) + np.log(0.03), 1.2**2 / 2
+  assert b * b - 4 * a * c < 0 and 2 * c / b > 1
+  tau, note, raw = calibration.closed_form_tau('prop1', 40, 160, 0.5, 1.2, 0.03)
+  np.testing.assert_allclose(raw, 2 * c / b, rtol=1e-12)
+  assert tau == 1.0 and 'no real root' in note and 'clamped to 1' in note
+  # A real root below 1 is kept as is, with no note.
+  tau, note, raw = calibration.closed_form_tau('prop1', 512, 2048, 1.3, 1.4, 0.2)
+  assert 0 < tau == raw < 1 and note == ''
+  # Prop. 2 above 1 (sigma_ex much larger than sigma_tr) is clamped too.
+  tau, note, raw = calibration.closed_form_tau('prop2', 512, 1024, 0.5, 3.0)
+  np.testing.assert_allclose(raw, 3.0 / np.sqrt(0.25 + 2 * np.log(2)), rtol=1e-12)
+  assert tau == 1.0 and note.startswith('closed form gave tau=')
+  with pytest.raises(ValueError, match='no closed form'):
+    calibration.closed_form_tau('pmax', 512, 1024, 0.5, 3.0)
+
+
+def test_clamped_calibration_is_marked_in_the_schedule_table():
+  from t5align import schedule
+  cal = calibration.Calibration('prop1', 1024, 512, 1.0, clamped=True,
+                                note='Prop. 1 has no real root; closest approach 2C/B used; '
+                                     'closed form gave tau=9.1 > 1; clamped to 1')
+  table = schedule.TemperatureSchedule(512, {'prop1': (cal,)}, 'prop1').table()
+  assert '1.000*' in table
+  assert 'Prop. 1 (P_max) at 1024: Prop. 1 has no real root' in table
+  loaded = schedule.TemperatureSchedule.from_dict(
+      schedule.TemperatureSchedule(512, {'prop1': (cal,)}, 'prop1').to_dict())
+  assert loaded.calibrations['prop1'][0] == cal
 
 
 def _numpy_layer0_sorted(config, params, tokens):
