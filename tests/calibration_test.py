@@ -19,6 +19,8 @@ from t5align import network
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TAUS = ('1.00', '0.80', '0.60')
 L_EX, L_TR = 81, 32  # Fixture rows cut to 81 tokens are both unpadded.
+# Statistics vs the t5x fixtures: at most 2.0e-7 relative measured (2-core CPU, every tau).
+STATS_RTOL = 5e-7
 
 
 @pytest.fixture(scope='module')
@@ -32,10 +34,10 @@ def test_stats_match_t5x_fixtures(load_t5x_fixture, name):
   stats = calibration.encoder_attention_stats(
       params, config, ref['encoder_input_tokens'], [float(t) for t in TAUS])
   for i, tau in enumerate(TAUS):
-    np.testing.assert_allclose(stats.layer_pmax[i], ref[f'layer_pmax_tau{tau}'], rtol=1e-5)
-    np.testing.assert_allclose(stats.layer_entropy[i], ref[f'layer_entropy_tau{tau}'], rtol=1e-5)
-    np.testing.assert_allclose(stats.pmax[i], ref[f'mean_pmax_tau{tau}'], rtol=1e-5)
-    np.testing.assert_allclose(stats.entropy[i], ref[f'mean_entropy_tau{tau}'], rtol=1e-5)
+    np.testing.assert_allclose(stats.layer_pmax[i], ref[f'layer_pmax_tau{tau}'], rtol=STATS_RTOL)
+    np.testing.assert_allclose(stats.layer_entropy[i], ref[f'layer_entropy_tau{tau}'], rtol=STATS_RTOL)
+    np.testing.assert_allclose(stats.pmax[i], ref[f'mean_pmax_tau{tau}'], rtol=STATS_RTOL)
+    np.testing.assert_allclose(stats.entropy[i], ref[f'mean_entropy_tau{tau}'], rtol=STATS_RTOL)
   assert stats.rows == int(np.sum(ref['encoder_input_tokens'] > 0))
 
 
