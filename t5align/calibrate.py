@@ -79,6 +79,25 @@ def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inpu
   return np.concatenate(pieces)
 
 
+def activation_dtype(config: Any, dtype: str | None) -> str:
+  """The dtype calibration computes in: `dtype`, else `config.dtype`, else 'float32'.
+
+  The temperature found is for the logits the model computes in that dtype, so it must be the
+  dtype evaluation uses (one gin macro, ACTIVATION_DTYPE, sets both); a config and an explicit
+  dtype that disagree raise ValueError.
+  """
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if config is not None and dtype is not None and jnp.dtype(config.dtype) != jnp.dtype(dtype):
+    raise ValueError(f'calibrate.run.dtype={dtype!r} but the model config computes in '
+                     f'{jnp.dtype(config.dtype).name}: calibrate at the dtype evaluation uses '
+                     '(set ACTIVATION_DTYPE once).')
+  if dtype is None:
+    dtype = 'float32' if config is None else jnp.dtype(config.dtype).name
+  if jnp.dtype(dtype) not in (jnp.float32, jnp.bfloat16):
+    raise ValueError(f"dtype={dtype!r}: expected 'float32' or 'bfloat16'.")
+  return jnp.dtype(dtype).name
+
+
 def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
   tau = c.tau if np.ndim(c.tau) == 0 else float(np.mean(c.tau))
   flag = ' (target outside range)' if c.clamped else ''
@@ -101,7 +120,8 @@ def run(
     num_samples: int = 8,
     seed: int = 0,
     config: Any = None,
-    dtype: str = 'float32',
+    dtype: str | None = None,
+    params_dtype: str = 'float32',
     attention_impl: str | None = None,
     mesh_shape: tuple[int, int] | None = None,
     batch_size: int | None = None,
@@ -125,7 +145,13 @@ def run(
     num_samples: documents sampled at the longest length; shorter lengths use them cut.
     seed: sampling seed.
     config: a `network.T5Config` to check the checkpoint against; inferred if None.
-    dtype: parameter and activation dtype ('float32' or 'bfloat16'); statistics stay float32.
+    dtype: activation dtype ('float32' or 'bfloat16'), which must be the one evaluation
+      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE,
+      the macro every gin/models file binds `network.T5Config.dtype` to. None: `config`'s dtype,
+      else float32. Softmax and statistics stay float32 either way.
+    params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
+      default to float32): the layer-norm scales and the relative-position table are used
+      unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
     attention_impl: encoder attention implementation ('blockwise' keeps long inputs in memory);
       the config's if None.
     mesh_shape: (tau, data) device mesh, e.g. (4, 2); one device if None.
@@ -146,9 +172,11 @@ def run(
                      '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
   if (text_file is None) == (seqio_task is None):
     raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
+  dtype = activation_dtype(config, dtype)
   start = time.time()
-  print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
-  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype))
+  print(f'loading {checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
+  params, config = checkpoints.load_params(checkpoint_path, config,
+                                           dtype=jnp.dtype(params_dtype))
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
   if text_file is not None:
@@ -165,6 +193,7 @@ def run(
   schedule = schedule_lib.build_schedule(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
+                  'params_dtype': params_dtype,
                   'attention_impl': config.attention_impl, **source,
                   'created_unix': int(time.time())},
       progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,

@@ -25,6 +25,7 @@ import dataclasses
 import importlib.util  # pylint: disable=unused-import  (gin's file reader needs it loaded)
 import os
 import sys
+import warnings
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
@@ -68,9 +69,13 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   if temperature is not None and schedule_path:
     raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
   if schedule_path:
-    return evaluation.Temperature(
-        schedule=evaluation.schedule_lib.load_schedule(schedule_path, schedule_strategy),
-        label=label or '')
+    schedule = evaluation.schedule_lib.load_schedule(schedule_path, schedule_strategy)
+    calibrated = schedule.provenance.get('dtype')
+    if calibrated and jnp.dtype(calibrated) != jnp.dtype(config.dtype):
+      warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
+                    f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
+                    '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
+    return evaluation.Temperature(schedule=schedule, label=label or '')
   if schedule_strategy:
     raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
   if temperature is None:
