@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import gin
 import numpy as np
@@ -47,12 +47,16 @@ def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0,
   return np.concatenate([windows, np.full((num_samples, 1), eos_id, np.int32)], axis=1)
 
 
-def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
-  """Tokens of a text file (SentencePiece, one paragraph per non-empty line), concatenated."""
+def _sentencepiece(vocabulary_path: str | None, what: str) -> Any:
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   if not vocabulary_path:
-    raise ValueError('VOCABULARY_PATH (a SentencePiece model) is required with TEXT_FILE.')
-  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
+    raise ValueError(f'VOCABULARY_PATH (a SentencePiece model) is required with {what}.')
+  return spm.SentencePieceProcessor(model_file=vocabulary_path)
+
+
+def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
+  """Tokens of a text file (SentencePiece, one paragraph per non-empty line), concatenated."""
+  sp = _sentencepiece(vocabulary_path, 'TEXT_FILE')
   with open(path, encoding='utf-8') as f:
     lines = [line.strip() for line in f if line.strip()]
   if not lines:
@@ -98,6 +102,109 @@ def activation_dtype(config: Any, dtype: str | None) -> str:
   return jnp.dtype(dtype).name
 
 
+BOUNDARY_ENDINGS = ('.', '!', '?', '\n', ';', '}')
+
+
+def boundary_ids(decode: Any, vocab_size: int, endings: Sequence[str] = BOUNDARY_ENDINGS
+                 ) -> list[int]:
+  """Ids whose text (`decode([id])`) ends a sentence, line or block: where a task input may be
+  cut to build its L_tr reference (`calibration.cut_at_boundary`)."""
+  out = []
+  for i in range(vocab_size):
+    try:
+      text = decode([i])
+    except Exception:  # pylint: disable=broad-except  (control / unused ids)
+      continue
+    if text and text.rstrip(' ').endswith(tuple(endings)):
+      out.append(i)
+  return out
+
+
+def task_examples(task: str, split: str, num_examples: int) -> tuple[list[np.ndarray], Any]:
+  """The first `num_examples` whole inputs (token ids, EOS included) of a seqio task, and the
+  task's input vocabulary."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  task_obj = seqio.get_mixture_or_task(task)
+  dataset = task_obj.get_dataset(sequence_length=None, split=split, shuffle=False)
+  rows = []
+  for example in dataset.as_numpy_iterator():
+    rows.append(np.asarray(example['inputs'], np.int32))
+    if len(rows) >= num_examples:
+      break
+  if not rows:
+    raise ValueError(f'SeqIO task {task} split {split} gave no examples.')
+  return rows, task_obj.output_features['inputs'].vocabulary
+
+
+def jsonl_examples(path: str, encode: Any, eos_id: int, num_examples: int
+                   ) -> dict[str, list[np.ndarray]]:
+  """Whole inputs of a JSONL file ({"inputs": text, "task": optional name} per line), grouped by
+  task (default: the file's name), the first `num_examples` of each, tokenized + EOS."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  default = os.path.splitext(os.path.basename(path))[0]
+  out: dict[str, list[np.ndarray]] = {}
+  with open(path, encoding='utf-8') as f:
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+        text = record['inputs']
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f'{path}:{n}: expected a JSON object with an "inputs" string ({e}).'
+                         ) from e
+      if not isinstance(text, str) or not text:
+        raise ValueError(f'{path}:{n}: "inputs" must be a non-empty string.')
+      rows = out.setdefault(str(record.get('task', default)), [])
+      if len(rows) < num_examples:
+        rows.append(np.asarray(list(encode(text)) + [eos_id], np.int32))
+  if not out:
+    raise ValueError(f'JSONL file {path} has no examples.')
+  return out
+
+
+def task_inputs(examples: Sequence[np.ndarray], reference_length: int, eos_id: int,
+                boundaries: Sequence[int], reference: Sequence[np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """(`[b, L_ex]` whole examples 0-padded, `[b', <= L_tr]` reference) for `calibrate_tasks`.
+
+  The reference is the same task at L_tr: `reference` (examples of the task's setting nearest
+  L_tr) when given, else each example cut at its last boundary before L_tr
+  (`calibration.cut_at_boundary`). Algorithm 1 needs "a short sequence of length L_tr and a long
+  sequence of length L_ex" (paper Sec. 4), and the paper reports one temperature per task and
+  setting (Tables 8-11), so both come from the task itself.
+  """
+  from t5align import evaluation  # pylint: disable=g-import-not-at-top
+  tokens = evaluation.pad_tokens(list(examples), multiple=1)
+  if reference is not None:
+    ref = evaluation.pad_tokens(list(reference), multiple=1)
+    if ref.shape[1] > reference_length:
+      ref = calibration.cut_at_boundary(ref, reference_length, boundaries, eos_id)
+  else:
+    ref = calibration.cut_at_boundary(tokens, reference_length, boundaries, eos_id)
+  return tokens, ref
+
+
+def _seqio_task_inputs(names: str, split: str, num_examples: int, reference_length: int,
+                       reference_tasks: Mapping[str, str]) -> dict[str, tuple[Any, Any]]:
+  """{task: (tokens, reference)} for every task of the comma-separated tasks / mixtures."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  out, boundaries = {}, {}
+  for name in [n.strip() for n in names.split(',') if n.strip()]:
+    for task in seqio.get_subtasks(seqio.get_mixture_or_task(name)):
+      rows, vocab = task_examples(task.name, split, num_examples)
+      key = id(vocab)
+      if key not in boundaries:
+        boundaries[key] = boundary_ids(vocab.decode, vocab.vocab_size)
+      reference = None
+      if task.name in reference_tasks:
+        reference, _ = task_examples(reference_tasks[task.name], split, num_examples)
+      out[task.name] = task_inputs(rows, reference_length, vocab.eos_id, boundaries[key],
+                                   reference)
+  return out
+
+
 def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
   tau = c.tau if np.ndim(c.tau) == 0 else float(np.mean(c.tau))
   flag = ' (target outside range)' if c.clamped else ''
@@ -114,6 +221,9 @@ def run(
     vocabulary_path: str | None = None,
     seqio_task: str | None = None,
     seqio_split: str = 'validation',
+    jsonl_file: str | None = None,
+    per_task: bool = True,
+    reference_tasks: Mapping[str, str] | None = None,
     lengths: Sequence[int] = (1024, 2048, 4096, 8192, 15000),
     strategies: Sequence[str] = ('pmax', 'entropy', 'log_length'),
     reference_length: int = 512,
@@ -139,6 +249,16 @@ def run(
     vocabulary_path: SentencePiece model for `text_file`.
     seqio_task: a registered SeqIO task to sample from instead (needs seqio).
     seqio_split: its split.
+    jsonl_file: a JSONL file of task inputs instead ({"inputs": text, "task": name} per line;
+      task defaults to the file's name), tokenized with `vocabulary_path`.
+    per_task: with `seqio_task` (each task of the mixture) or `jsonl_file`, also calibrate each
+      task on its first `num_samples` whole inputs (L_ex = the longest) against the same task at
+      L_tr, stored in the schedule's `tasks` (t5align.eval applies a task's own entry), and
+      print the per-task vs pooled temperatures. The pooled schedule (windows of all inputs
+      concatenated, at `lengths`) stays the fallback for tasks without an entry.
+    reference_tasks: {task: the same task's setting nearest L_tr} (seqio names), e.g.
+      {'t5align_passkey_20k': 't5align_passkey_2k'}; tasks not listed use their own inputs cut
+      at the last sentence / line boundary before L_tr (`calibration.cut_at_boundary`).
     lengths: extrapolation lengths L_ex.
     strategies: `calibration.STRATEGIES` names; the first is the schedule's default.
     reference_length: L_tr (512; 768 for CodeT5+).
@@ -170,8 +290,9 @@ def run(
   if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
     raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
                      '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
-  if (text_file is None) == (seqio_task is None):
-    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
+  if sum(x is not None for x in (text_file, seqio_task, jsonl_file)) != 1:
+    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
+                     'JSONL_FILE (with VOCABULARY_PATH).')
   dtype = activation_dtype(config, dtype)
   start = time.time()
   print(f'loading {checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
@@ -182,9 +303,14 @@ def run(
   if text_file is not None:
     stream = text_file_stream(text_file, vocabulary_path)
     source = {'text_file': text_file, 'vocabulary_path': vocabulary_path}
-  else:
+  elif seqio_task is not None:
     stream = seqio_task_stream(seqio_task, seqio_split)
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
+  else:
+    sp = _sentencepiece(vocabulary_path, 'JSONL_FILE')
+    by_task = jsonl_examples(jsonl_file, sp.encode, sp.eos_id(), num_samples)
+    stream = np.concatenate([row[:-1] for rows in by_task.values() for row in rows])
+    source = {'jsonl_file': jsonl_file, 'vocabulary_path': vocabulary_path}
   tokens = sample_windows(stream, num_samples, max(lengths), seed)
   mesh = calibration.make_mesh(*mesh_shape) if mesh_shape else None
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
@@ -198,8 +324,28 @@ def run(
                   'created_unix': int(time.time())},
       progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
       tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
+  if per_task and text_file is None:
+    if seqio_task is not None:
+      inputs = _seqio_task_inputs(seqio_task, seqio_split, num_samples, reference_length,
+                                  reference_tasks or {})
+    else:
+      boundaries = boundary_ids(lambda ids: sp.decode(ids), sp.get_piece_size())
+      inputs = {t: task_inputs(rows, reference_length, sp.eos_id(), boundaries)
+                for t, rows in by_task.items()}
+    tasks = schedule_lib.calibrate_tasks(
+        params, config, inputs, strategies, reference_length=reference_length,
+        progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
+        tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
+    schedule = dataclasses.replace(schedule, tasks=tasks, provenance={
+        **schedule.provenance, 'per_task': {
+            t: {'num_examples': int(len(x)), 'length': int(x.shape[1]),
+                'reference': (reference_tasks or {}).get(t, 'inputs cut at a boundary before L_tr'),
+                'reference_width': int(r.shape[1])} for t, (x, r) in inputs.items()}})
   schedule.save(output_path)
   print(schedule.table())
+  for strategy in strategies:
+    if schedule.tasks and calibration.parse_strategy(strategy)[1] != 'closed_form':
+      print(schedule.task_table(strategy))
   print(f'wrote {output_path}', file=sys.stderr)
   if analysis_dir:
     from t5align import analysis  # pylint: disable=g-import-not-at-top

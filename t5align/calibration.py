@@ -119,6 +119,35 @@ def cut_to_length(tokens: Any, length: int, eos_id: int | None = 1) -> np.ndarra
   return out
 
 
+def cut_at_boundary(tokens: Any, length: int, boundary_ids: Sequence[int] = (),
+                    eos_id: int | None = 1) -> np.ndarray:
+  """Each row's beginning, cut after its last boundary token so it fits `length` with EOS.
+
+  The L_tr reference for a task with no setting near L_tr (Algorithm 1 requires "a short
+  sequence of length L_tr"): the same example, shortened at a document / sentence boundary
+  (`boundary_ids`, e.g. the vocabulary's ids of pieces ending a sentence or line) rather than
+  mid-sentence. A row with no boundary in range is cut at `length` as `cut_to_length` does; a
+  row already short enough is kept whole. Returns int32 `[b, length]` (0-padded).
+  """
+  tokens = check_tokens(tokens)
+  if length < 2:
+    raise ValueError(f'length={length} must be >= 2.')
+  boundary = np.isin(tokens, np.asarray(list(boundary_ids), np.int64))
+  out = np.zeros((len(tokens), length), np.int32)
+  for i, row in enumerate(tokens):
+    row = row[row > 0]
+    if len(row) <= length:
+      out[i, :len(row)] = row
+      continue
+    room = length - (eos_id is not None)
+    ends = np.flatnonzero(boundary[i, :room])  # tokens[i] has its non-pad tokens first
+    keep = int(ends[-1]) + 1 if ends.size else room
+    out[i, :keep] = row[:keep]
+    if eos_id is not None:
+      out[i, keep] = eos_id
+  return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Statistics over candidate temperatures (vmapped, optionally sharded).
 

@@ -88,6 +88,14 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   return evaluation.Temperature(constant=temperature, label=label or '')
 
 
+def task_temperature(temp: evaluation.Temperature, task: str) -> evaluation.Temperature:
+  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
+  schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
+  if temp.schedule is None:
+    return temp
+  return dataclasses.replace(temp, schedule=temp.schedule.for_task(task))
+
+
 def evaluate(*,
              model: network.Transformer | None = None,
              checkpoint_path: str | None = None,
@@ -147,7 +155,9 @@ def evaluate(*,
   results = {}
   tasks = [t for name in str(mixture_or_task_name).split(',') if name.strip()
            for t in seqio.get_subtasks(seqio.get_mixture_or_task(name.strip()))]
+  pooled_temp = temp
   for task in tasks:
+    temp = task_temperature(pooled_temp, task.name)
     spec = catalog.SPECS.get(task.name)
     scored = (spec.max_decode_length == 0) if spec else (
         bool(task.score_metric_fns) and not task.predict_metric_fns)

@@ -93,3 +93,71 @@ def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
   assert np.any(f32 != bf16)
   with pytest.raises(ValueError, match='the dtype evaluation uses'):
     calibrate.activation_dtype(network.T5Config(vocab_size=8, dtype=jnp.float32), 'bfloat16')
+
+
+def _task_jsonl(tmp_path: pathlib.Path) -> str:
+  """Two tasks' whole inputs: passkey-style prompts and numbered-line prompts (~150-250 tokens)."""
+  import json  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  filler = 'The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.'
+  records = []
+  for i in range(2):
+    key = int(rng.integers(10000, 99999))
+    records.append({'task': 'passkey', 'inputs': (
+        'There is an important info hidden inside a lot of irrelevant text. Find it. '
+        + ' '.join([filler] * (3 + i)) + f' The pass key is {key}. Remember it. '
+        + ' '.join([filler] * 3) + ' What is the pass key? The pass key is')})
+    lines = ' '.join(f'line {w}: REGISTER_CONTENT is <{int(rng.integers(1000, 9999))}>.'
+                     for w in range(12 + 4 * i))
+    records.append({'task': 'lines', 'inputs': lines + ' Tell me what is the number in line 3?'})
+  path = tmp_path / 'tasks.jsonl'
+  path.write_text(''.join(json.dumps(r) + '\n' for r in records))
+  return str(path)
+
+
+def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  from t5align import evaluation  # pylint: disable=g-import-not-at-top
+  vocab = str(ASSET / 'sentencepiece.model')
+  jsonl = _task_jsonl(tmp_path)
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.JSONL_FILE={jsonl}',
+      f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128, 256)',
+      '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2', "--gin.STRATEGIES=('pmax', 'log_length')"])
+  printed = capsys.readouterr().out
+  loaded = schedule.load_schedule(str(out))
+  assert sorted(loaded.tasks) == ['lines', 'passkey']
+  sp = spm.SentencePieceProcessor(model_file=vocab)
+  period = {i for i in range(sp.get_piece_size()) if sp.id_to_piece(i).endswith('.')}
+  for task, cals in loaded.tasks.items():
+    record = loaded.provenance['per_task'][task]
+    cal = cals['pmax'][0]
+    # L_ex is the task's longest whole input; the reference is the task cut below L_tr = 64.
+    assert cal.length == record['length'] > 128 and record['reference_width'] <= 64
+    # Algorithm 1: the grid tau whose statistic is nearest the L_tr target.
+    values = np.asarray(cal.details['values'])
+    assert cal.tau == cal.details['grid'][int(np.argmin(np.abs(values - cal.target)))]
+    np.testing.assert_allclose(cals['log_length'][0].tau, np.log(64) / np.log(cal.length))
+    # The per-task vs pooled table reports this task's tau, the pooled tau at its L_ex and the
+    # difference.
+    pooled = float(loaded.tau_for_length(cal.length, 'pmax'))
+    assert f'{task:<32}{cal.length:>8}{cal.tau:>10.3f}{pooled:>12.3f}{cal.tau - pooled:>+8.3f}' \
+        in printed
+  # The reference rows end at a sentence boundary ('.' piece) then EOS.
+  rows = calibrate.jsonl_examples(jsonl, sp.encode, sp.eos_id(), 2)['passkey']
+  _, ref = calibrate.task_inputs(rows, 64, sp.eos_id(), sorted(period))
+  for row in ref:
+    row = row[row > 0]
+    assert row[-1] == sp.eos_id() and row[-2] in period and len(row) <= 64
+  # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
+  temp = evaluation.Temperature(schedule=loaded)
+  tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
+  np.testing.assert_allclose(t5align_eval.task_temperature(temp, 'lines').taus(tokens),
+                             [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)
+  with pytest.warns(UserWarning, match="no calibration for task 'other'"):
+    other = t5align_eval.task_temperature(temp, 'other')
+  assert other.schedule is loaded
