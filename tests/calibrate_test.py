@@ -161,3 +161,38 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   with pytest.warns(UserWarning, match="no calibration for task 'other'"):
     other = t5align_eval.task_temperature(temp, 'other')
   assert other.schedule is loaded
+
+
+def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
+  # passkey at 5k characters (1 example, ~1.5k tokens with the shipped vocabulary) against its
+  # setting nearest L_tr = 600: passkey at 2k characters (599 tokens), as in the paper.
+  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (registers the tasks)
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
+      "--gin_bindings=calibrate.run.seqio_split = 'test'",
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.SEQIO_TASK=t5align_passkey_5k', '--gin.LENGTHS=(640,)',
+      '--gin_bindings=calibrate.run.grid = (1.0, 0.8)',
+      "--gin.REFERENCE_TASKS={'t5align_passkey_5k': 't5align_passkey_2k'}",
+      '--gin.REFERENCE_LENGTH=600', '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  record = loaded.provenance['per_task']['t5align_passkey_5k']
+  cal = loaded.tasks['t5align_passkey_5k']['pmax'][0]
+  example = lambda name: next(seqio.get_mixture_or_task(name).get_dataset(
+      sequence_length=None, split='test', shuffle=False).as_numpy_iterator())['inputs']
+  long, short = example('t5align_passkey_5k'), example('t5align_passkey_2k')
+  assert record['reference'] == 't5align_passkey_2k' and record['reference_width'] == len(short)
+  assert cal.length == len(long) > 1024 and cal.details['grid'] == [1.0, 0.8]
+  # The target is the 2k setting's whole input at tau = 1, computed here by the model directly.
+  params, config = checkpoints.load_params(CKPT, dtype=jnp.float32)
+  _, state = network.Transformer(config).apply(
+      {'params': params}, short[None], method='encode', enable_dropout=False, temperature=1.0,
+      mutable=['intermediates'])
+  target = network.mean_row_stats(
+      network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))['pmax']
+  np.testing.assert_allclose(cal.target, target, rtol=1e-5)
