@@ -239,6 +239,7 @@ def run(
     grid: Sequence[float] = calibration.PAPER_GRID,
     tol: float = 1e-3,
     analysis_dir: str | None = None,
+    relpos_heads: Sequence[int] | None = None,
 ) -> schedule_lib.TemperatureSchedule:
   """Loads a checkpoint, samples inputs, calibrates, prints the table and writes the schedule.
 
@@ -279,7 +280,9 @@ def run(
     tau_batch_size: candidate temperatures per encoder call.
     grid: Algorithm 1's grid.
     tol: tolerance of the continuous searches.
-    analysis_dir: if set, also write the analysis figures and numbers there.
+    analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
+      per task too when calibrated per task).
+    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
 
   Returns:
     The schedule written to `output_path`.
@@ -324,6 +327,7 @@ def run(
                   'created_unix': int(time.time())},
       progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
       tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
+  inputs = {}
   if per_task and text_file is None:
     if seqio_task is not None:
       inputs = _seqio_task_inputs(seqio_task, seqio_split, num_samples, reference_length,
@@ -352,8 +356,13 @@ def run(
     numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
                                grid=grid, mesh=mesh, batch_size=batch_size,
                                tau_batch_size=tau_batch_size, memo=memo)
-    analysis.write_analysis(numbers, analysis_dir, schedule)
+    tasks = analysis.task_statistics(params, config, inputs, memo=memo, mesh=mesh,
+                                     batch_size=batch_size, tau_batch_size=tau_batch_size)
+    analysis.write_analysis(numbers, analysis_dir, schedule, tasks=tasks, heads=relpos_heads)
     print(analysis.dispersion_table(numbers))
+    print(analysis.lmax_table(numbers))
+    if tasks:
+      print(analysis.task_tables(tasks))
     print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
   return schedule
 

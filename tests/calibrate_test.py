@@ -126,7 +126,8 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
       '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
       '--gin_bindings=calibrate.run.config = @network.T5Config()',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.JSONL_FILE={jsonl}',
-      f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128, 256)',
+      f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128,)',
+      f'--gin.ANALYSIS_DIR={tmp_path / "analysis"}', '--gin.RELPOS_HEADS=(2, 0)',
       '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2', "--gin.STRATEGIES=('pmax', 'log_length')"])
   printed = capsys.readouterr().out
   loaded = schedule.load_schedule(str(out))
@@ -147,6 +148,9 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
     pooled = float(loaded.tau_for_length(cal.length, 'pmax'))
     assert f'{task:<32}{cal.length:>8}{cal.tau:>10.3f}{pooled:>12.3f}{cal.tau - pooled:>+8.3f}' \
         in printed
+  # Tables 1 and 7 per task are printed and written.
+  assert 'Dispersion per task' in printed and 'l_max' in printed
+  assert 'Dispersion per task' in (tmp_path / 'analysis' / 'dispersion.txt').read_text()
   # The reference rows end at a sentence boundary ('.' piece) then EOS.
   rows = calibrate.jsonl_examples(jsonl, sp.encode, sp.eos_id(), 2)['passkey']
   _, ref = calibrate.task_inputs(rows, 64, sp.eos_id(), sorted(period))
