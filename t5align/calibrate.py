@@ -20,18 +20,19 @@ import numpy as np
 from t5align import calibration
 from t5align import gin_cli
 from t5align import schedule as schedule_lib
+from t5align import vocabularies
 
 if __name__ == '__main__':
   # `python -m t5align.calibrate`: gin files' `from t5align import calibrate` must find this
   # module, not import a second copy that would register `run` with gin twice.
   sys.modules.setdefault('t5align.calibrate', sys.modules[__name__])
 
-EOS_ID = 1
 
 
-def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0,
-                   eos_id: int = EOS_ID) -> np.ndarray:
-  """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS.
+def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
+                   eos_id: int) -> np.ndarray:
+  """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS
+  (`eos_id`, the vocabulary's).
 
   Returns:
     int32 `[num_samples, length]` with no padding.
@@ -47,33 +48,40 @@ def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0,
   return np.concatenate([windows, np.full((num_samples, 1), eos_id, np.int32)], axis=1)
 
 
-def _sentencepiece(vocabulary_path: str | None, what: str) -> Any:
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+def _vocabulary(vocabulary_path: str | None, what: str) -> vocabularies.Vocabulary:
   if not vocabulary_path:
-    raise ValueError(f'VOCABULARY_PATH (a SentencePiece model) is required with {what}.')
-  return spm.SentencePieceProcessor(model_file=vocabulary_path)
+    raise ValueError(f'VOCABULARY_PATH (a SentencePiece model, a tokenizer.json, or a folder with '
+                     f'vocab.json + merges.txt) is required with {what}.')
+  return vocabularies.load_vocabulary(vocabulary_path)
 
 
-def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
-  """Tokens of a text file (SentencePiece, one paragraph per non-empty line), concatenated."""
-  sp = _sentencepiece(vocabulary_path, 'TEXT_FILE')
+def text_file_stream(path: str, vocabulary: vocabularies.Vocabulary) -> np.ndarray:
+  """Tokens of a text file (one paragraph per non-empty line), concatenated, no EOS."""
   with open(path, encoding='utf-8') as f:
     lines = [line.strip() for line in f if line.strip()]
   if not lines:
     raise ValueError(f'text file {path} is empty.')
-  return np.concatenate([np.asarray(ids, np.int32) for ids in sp.encode(lines)])
+  return np.concatenate([np.asarray(vocabulary.encode(line), np.int32) for line in lines])
+
+
+def _task_vocabulary(task_or_mixture: Any) -> Any:
+  """The 'inputs' vocabulary of a seqio task (of a mixture: its first task's)."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  return seqio.get_subtasks(task_or_mixture)[0].output_features['inputs'].vocabulary
 
 
 def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inputs',
                       max_tokens: int = 10_000_000) -> np.ndarray:
-  """Token ids of a registered SeqIO task's `feature`, concatenated (imports seqio lazily)."""
+  """Token ids of a registered SeqIO task's `feature`, concatenated without EOS / padding
+  (imports seqio lazily)."""
   import seqio  # pylint: disable=g-import-not-at-top
-  dataset = seqio.get_mixture_or_task(task).get_dataset(
-      sequence_length=None, split=split, shuffle=False)
+  task_obj = seqio.get_mixture_or_task(task)
+  dataset = task_obj.get_dataset(sequence_length=None, split=split, shuffle=False)
+  eos_id = _task_vocabulary(task_obj).eos_id
   pieces, total = [], 0
   for example in dataset.as_numpy_iterator():
     ids = np.asarray(example[feature], np.int32)
-    ids = ids[(ids > 0) & (ids != EOS_ID)]
+    ids = ids[(ids > 0) & (ids != eos_id)]
     pieces.append(ids)
     total += len(ids)
     if total >= max_tokens:
@@ -246,8 +254,10 @@ def run(
   Args:
     checkpoint_path: any checkpoint `checkpoints.load_params` reads.
     output_path: schedule JSON to write.
-    text_file: plain text to sample from (with `vocabulary_path`, a SentencePiece model).
-    vocabulary_path: SentencePiece model for `text_file`.
+    text_file: plain text to sample from (with `vocabulary_path`).
+    vocabulary_path: tokenizer of `text_file` / `jsonl_file`: a SentencePiece model, a HF
+      tokenizer.json, or a folder with vocab.json + merges.txt (`vocabularies.load_vocabulary`);
+      EOS is its EOS.
     seqio_task: a registered SeqIO task to sample from instead (needs seqio).
     seqio_split: its split.
     jsonl_file: a JSONL file of task inputs instead ({"inputs": text, "task": name} per line;
@@ -304,17 +314,23 @@ def run(
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
   if text_file is not None:
-    stream = text_file_stream(text_file, vocabulary_path)
+    vocab = _vocabulary(vocabulary_path, 'TEXT_FILE')
+    stream = text_file_stream(text_file, vocab)
+    eos_id = vocab.eos_id
     source = {'text_file': text_file, 'vocabulary_path': vocabulary_path}
   elif seqio_task is not None:
+    import seqio  # pylint: disable=g-import-not-at-top
     stream = seqio_task_stream(seqio_task, seqio_split)
+    eos_id = _task_vocabulary(seqio.get_mixture_or_task(seqio_task.split(',')[0].strip())).eos_id
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
   else:
-    sp = _sentencepiece(vocabulary_path, 'JSONL_FILE')
-    by_task = jsonl_examples(jsonl_file, sp.encode, sp.eos_id(), num_samples)
+    vocab = _vocabulary(vocabulary_path, 'JSONL_FILE')
+    eos_id = vocab.eos_id
+    by_task = jsonl_examples(jsonl_file, vocab.encode, eos_id, num_samples)
     stream = np.concatenate([row[:-1] for rows in by_task.values() for row in rows])
     source = {'jsonl_file': jsonl_file, 'vocabulary_path': vocabulary_path}
-  tokens = sample_windows(stream, num_samples, max(lengths), seed)
+  source['eos_id'] = int(eos_id)
+  tokens = sample_windows(stream, num_samples, max(lengths), seed, eos_id=eos_id)
   mesh = calibration.make_mesh(*mesh_shape) if mesh_shape else None
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
@@ -326,20 +342,20 @@ def run(
                   'attention_impl': config.attention_impl, **source,
                   'created_unix': int(time.time())},
       progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
-      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
+      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
   inputs = {}
   if per_task and text_file is None:
     if seqio_task is not None:
       inputs = _seqio_task_inputs(seqio_task, seqio_split, num_samples, reference_length,
                                   reference_tasks or {})
     else:
-      boundaries = boundary_ids(lambda ids: sp.decode(ids), sp.get_piece_size())
-      inputs = {t: task_inputs(rows, reference_length, sp.eos_id(), boundaries)
+      boundaries = boundary_ids(vocab.decode, vocab.vocab_size)
+      inputs = {t: task_inputs(rows, reference_length, eos_id, boundaries)
                 for t, rows in by_task.items()}
     tasks = schedule_lib.calibrate_tasks(
         params, config, inputs, strategies, reference_length=reference_length,
         progress=lambda d, t, c: _progress(d, t, c, start), mesh=mesh, batch_size=batch_size,
-        tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
+        tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
     schedule = dataclasses.replace(schedule, tasks=tasks, provenance={
         **schedule.provenance, 'per_task': {
             t: {'num_examples': int(len(x)), 'length': int(x.shape[1]),
@@ -354,7 +370,7 @@ def run(
   if analysis_dir:
     from t5align import analysis  # pylint: disable=g-import-not-at-top
     numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
-                               grid=grid, mesh=mesh, batch_size=batch_size,
+                               grid=grid, eos_id=eos_id, mesh=mesh, batch_size=batch_size,
                                tau_batch_size=tau_batch_size, memo=memo)
     tasks = analysis.task_statistics(params, config, inputs, memo=memo, mesh=mesh,
                                      batch_size=batch_size, tau_batch_size=tau_batch_size)

@@ -28,6 +28,9 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from t5align import attention
 from t5align import network
 
+# T5's SentencePiece EOS: the default of the library calls below; pass another vocabulary's
+# `eos_id` (e.g. 2 for CodeT5's BPE) where it differs.
+T5_EOS_ID = 1
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
 STATISTICS = ('pmax', 'entropy')
 STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_layer',
@@ -106,8 +109,9 @@ def check_lengths(length: int, reference_length: int) -> None:
                      f'inputs longer than the reference (shorter ones use tau = 1).')
 
 
-def cut_to_length(tokens: Any, length: int, eos_id: int | None = 1) -> np.ndarray:
-  """The first `length` positions of each row; a row cut short ends with `eos_id` again."""
+def cut_to_length(tokens: Any, length: int, eos_id: int | None) -> np.ndarray:
+  """The first `length` positions of each row; a row cut short ends with `eos_id` again (the
+  vocabulary's EOS, e.g. `vocabularies.Vocabulary.eos_id`; None leaves cut rows as they are)."""
   tokens = np.asarray(tokens)
   if not 0 < length <= tokens.shape[1]:
     raise ValueError(f'cannot cut tokens of width {tokens.shape[1]} to length {length}.')
@@ -613,7 +617,7 @@ def calibrate(
     mesh: Mesh | None = None,
     batch_size: int | None = None,
     tau_batch_size: int | None = None,
-    eos_id: int | None = 1,
+    eos_id: int | None = T5_EOS_ID,
     chunk: int = 128,
     memo: Memo | None = None,
 ) -> Calibration:

@@ -15,7 +15,7 @@ L_TR, LENGTHS = 16, (32, 81)
 @pytest.fixture(scope='module')
 def collected(load_t5x_fixture):
   config, params, ref = load_t5x_fixture('t5_1_1_tiny')
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], 81)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], 81, 1)
   numbers = analysis.collect(params, config, tokens, LENGTHS, reference_length=L_TR, qq_size=50)
   return config, params, tokens, numbers
 
@@ -37,7 +37,7 @@ def test_dispersion_grows_with_length(collected):
 def test_algorithm1_and_closed_forms_agree_with_calibration(collected):
   config, params, tokens, numbers = collected
   chosen = analysis.algorithm1_taus(numbers, 'pmax')
-  cut = calibration.cut_to_length(tokens, 32)
+  cut = calibration.cut_to_length(tokens, 32, 1)
   assert chosen[32] == calibration.calibrate(params, config, cut, 'pmax',
                                              reference_length=L_TR).tau
   curves = analysis.closed_form_curves(numbers)
@@ -108,7 +108,7 @@ def test_lmax_and_per_task_tables(collected, tmp_path):
   table = analysis.lmax_table(numbers)
   assert table.splitlines()[1].startswith('l_max') and f'{lmax_81:.4f}' in table
   # Per task: two "tasks" (the two fixture rows), each with a reference cut to L_tr.
-  pairs = {f'row{i}': (tokens[i:i + 1], calibration.cut_to_length(tokens[i:i + 1], L_TR))
+  pairs = {f'row{i}': (tokens[i:i + 1], calibration.cut_to_length(tokens[i:i + 1], L_TR, 1))
            for i in range(2)}
   tasks = analysis.task_statistics(params, config, pairs)
   for i in range(2):

@@ -14,6 +14,7 @@ from t5align import calibration
 from t5align import checkpoints
 from t5align import network
 from t5align import schedule
+from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ASSET = REPO_ROOT / 't5align' / 'assets' / 'retrieval_t5'
@@ -76,8 +77,9 @@ def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
   loaded = schedule.load_schedule(str(out))
   assert loaded.provenance['dtype'] == 'bfloat16'
   cal = loaded.calibrations['pmax'][0]
-  tokens = calibrate.sample_windows(calibrate.text_file_stream(text, vocab), 2, 128, seed=0)
-  reference = calibration.cut_to_length(tokens, 64)
+  stream = calibrate.text_file_stream(text, vocabularies.load_vocabulary(vocab))
+  tokens = calibrate.sample_windows(stream, 2, 128, seed=0, eos_id=1)
+  reference = calibration.cut_to_length(tokens, 64, 1)
   grid = cal.details['grid']
   calibrated = np.asarray([cal.target] + list(cal.details['values']))
   bf16 = np.concatenate([_eval_path_stats('bfloat16', reference, [1.0]),

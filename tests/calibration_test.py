@@ -79,7 +79,7 @@ _MESH_SCRIPT = textwrap.dedent('''
     mesh = calibration.make_mesh(4, 2)
     one = calibration.encoder_attention_stats(params, config, tokens, taus)
     sharded = calibration.encoder_attention_stats(params, config, tokens, taus, mesh=mesh)
-    tau = calibration.calibrate(params, config, calibration.cut_to_length(tokens, 81),
+    tau = calibration.calibrate(params, config, calibration.cut_to_length(tokens, 81, 1),
                                 'pmax_bisect', reference_length=32, mesh=mesh).tau
     placed = calibration.place_params(params, mesh)
     layer0 = [calibration.layer0_sorted_logits(p, config, tokens[1:], chunk=32)
@@ -105,7 +105,7 @@ def test_eight_fake_devices_equal_one_device(tiny):
   np.testing.assert_allclose(result['sharded_h'], result['one_h'], rtol=1e-6)
   np.testing.assert_allclose(*result['layer0'], rtol=1e-6, atol=1e-6)
   # The mesh search (4 taus per round) lands where the one-device search does (to tol).
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
   single = calibration.calibrate(params, config, tokens, 'pmax_bisect', reference_length=L_TR)
   assert abs(result['bisect_mesh'] - single.tau) <= 2e-3
 
@@ -113,7 +113,7 @@ def test_eight_fake_devices_equal_one_device(tiny):
 @pytest.mark.parametrize('statistic', calibration.STATISTICS)
 def test_monotone_statistic_and_bisection_agrees_with_grid(tiny, statistic):
   config, params, ref = tiny
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
   grid = calibration.calibrate(params, config, tokens, statistic, reference_length=L_TR)
   values = np.asarray(grid.details['values'])  # Over the grid 1.0, 0.95, ..., 0.5.
   # Lower tau sharpens: P_max rises and entropy falls along the grid, on every step.
@@ -131,7 +131,7 @@ def test_monotone_statistic_and_bisection_agrees_with_grid(tiny, statistic):
 
 def test_per_layer_alignment_matches_each_layer(tiny):
   config, params, ref = tiny
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
   result = calibration.calibrate(params, config, tokens, 'pmax_per_layer', reference_length=L_TR)
   assert len(result.tau) == config.num_encoder_layers
   np.testing.assert_allclose(result.achieved, result.target, rtol=5e-3)
@@ -289,7 +289,7 @@ def _numpy_layer0_sorted(config, params, tokens):
 
 def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny):
   config, params, ref = tiny
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
   expected = _numpy_layer0_sorted(config, params, tokens)
   # 81 = 5 x 16 + 1: the last chunk is mostly padding queries.
   got = calibration.layer0_sorted_logits(params, config, tokens, chunk=16)
@@ -309,8 +309,8 @@ def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny):
 
 def test_cut_to_length_keeps_eos():
   tokens = np.array([[5, 6, 7, 8, 1], [5, 6, 1, 0, 0]])
-  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 3), [[5, 6, 1], [5, 6, 1]])
-  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 4), [[5, 6, 7, 1], [5, 6, 1, 0]])
+  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 3, 1), [[5, 6, 1], [5, 6, 1]])
+  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 4, 1), [[5, 6, 7, 1], [5, 6, 1, 0]])
   np.testing.assert_array_equal(calibration.length_groups(tokens)[0], [[5, 6, 1]])
 
 
@@ -333,7 +333,7 @@ def test_bad_inputs_raise_clear_errors(tiny):
   with pytest.raises(ValueError, match='strategy'):
     calibration.calibrate(params, config, tokens, 'max_prob', reference_length=32)
   with pytest.raises(ValueError, match='cannot cut'):
-    calibration.cut_to_length(tokens, 400)
+    calibration.cut_to_length(tokens, 400, 1)
   with pytest.raises(ValueError, match='bracket'):
     calibration.bisect_search(lambda t: t, 0.5, increasing=True, bracket=(1.0, 0.5))
   with pytest.raises(ValueError, match='>= 2'):
