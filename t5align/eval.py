@@ -39,6 +39,17 @@ from t5align import gin_cli
 from t5align import network
 
 DEFAULT_MAX_DECODE_LENGTH = 64
+TRUNCATION_LABEL = 'w/ truncation'  # paper Table 6's baseline row
+
+
+def keep_last(tokens: Any, length: int) -> np.ndarray:
+  """The last `length` non-pad tokens of one input (its EOS stays last): Table 6's
+  'truncation' baseline, which feeds the model only the L_tr tokens nearest the completion."""
+  tokens = np.asarray(tokens)
+  if length < 1:
+    raise ValueError(f'TRUNCATE_INPUTS={length} must be >= 1.')
+  tokens = tokens[tokens > 0]
+  return tokens[-length:]
 
 
 def _model_name(checkpoint_path: str) -> str:
@@ -112,6 +123,7 @@ def evaluate(*,
              split: str = 'test',
              max_decode_length: int | None = None,
              params_dtype: str = 'float32',
+             truncate_inputs: int | None = None,
              show_progress: bool = True) -> dict[str, dict[str, Any]]:
   """Runs every task of `mixture_or_task_name`; returns {task: metrics} of finished tasks.
 
@@ -133,6 +145,9 @@ def evaluate(*,
     split: dataset split.
     max_decode_length: decoding steps; default: the task's (t5align tasks) or 64.
     params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
+    truncate_inputs: keep only each input's last `truncate_inputs` tokens (the paper's
+      'truncation' baseline at L_tr, Table 6; label 'w/ truncation' by default). Records keep
+      the full input length, so length buckets are the untruncated inputs'.
     show_progress: draw a progress bar per task.
   """
   gin_cli.require('evaluate', checkpoint_path=checkpoint_path,
@@ -145,6 +160,8 @@ def evaluate(*,
   params, config = checkpoints.load_params(checkpoint_path, None if model is None else model.config,
                                            dtype=jnp.dtype(params_dtype))
   model = network.Transformer(config)
+  if truncate_inputs is not None and label is None:
+    label = TRUNCATION_LABEL
   temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
   mesh = evaluation.make_mesh(num_partitions)
   params = evaluation.shard_params(config, params, mesh)
@@ -177,6 +194,7 @@ def evaluate(*,
         'task': task.name, 'split': split, 'checkpoint': str(checkpoint_path),
         'num_examples': len(examples), 'mode': 'score' if scored else 'greedy',
         'max_decode_length': None if scored else steps, 'params_dtype': params_dtype,
+        **({'truncate_inputs': truncate_inputs} if truncate_inputs is not None else {}),
         'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
         **temp.describe()})
     log = evaluation.PredictionLog(os.path.join(folder, 'predictions.jsonl'))
@@ -190,7 +208,9 @@ def evaluate(*,
                 vocab=vocab, target_text=target_text, batch_size=batch_size):
       # Always `batch_size` rows (all-padding rows at the end), so shapes repeat across batches.
       size = batch_size
-      tokens = evaluation.pad_batch(evaluation.pad_tokens([ex['inputs'] for ex in batch]), size)
+      rows = [ex['inputs'] if truncate_inputs is None else keep_last(ex['inputs'], truncate_inputs)
+              for ex in batch]
+      tokens = evaluation.pad_batch(evaluation.pad_tokens(rows), size)
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
       inputs = evaluation.shard_batch(tokens, mesh)
