@@ -332,7 +332,8 @@ def calibrate_tasks(
     config: the model config.
     task_inputs: {task: (tokens, reference_tokens)}: int `[b, L_ex]` whole task inputs (0-padded;
       L_ex = the width, i.e. the longest) and `[b', <= L_tr]` the same task at L_tr (its setting
-      nearest L_tr, or its examples cut by `calibration.cut_at_boundary`).
+      nearest L_tr, or its examples cut by `calibration.cut_at_boundary`); or {task: a list of
+      such pairs}, one per L_ex (distinct widths).
     strategies: names from `calibration.STRATEGIES`.
     reference_length: L_tr.
     progress: called as `progress(done, total, calibration)`.
@@ -343,17 +344,19 @@ def calibrate_tasks(
   """
   calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or calibration.Memo()
   params = calibration.place_params(params, calibrate_kwargs.get('mesh'))
-  out, done, total = {}, 0, len(task_inputs) * len(strategies)
-  for task, (tokens, reference) in task_inputs.items():
-    out[task] = {}
-    for s in strategies:
-      try:
-        c = calibration.calibrate(params, config, tokens, s, reference_tokens=reference,
-                                  reference_length=reference_length, **calibrate_kwargs)
-      except ValueError as e:
-        raise ValueError(f'task {task!r}: {e}') from e
-      out[task][s] = (c,)
-      done += 1
-      if progress is not None:
-        progress(done, total, c)
-  return out
+  pairs = {t: v if isinstance(v, list) else [v] for t, v in task_inputs.items()}
+  out, done, total = {}, 0, sum(len(v) for v in pairs.values()) * len(strategies)
+  for task, items in pairs.items():
+    out[task] = {s: [] for s in strategies}
+    for tokens, reference in items:
+      for s in strategies:
+        try:
+          c = calibration.calibrate(params, config, tokens, s, reference_tokens=reference,
+                                    reference_length=reference_length, **calibrate_kwargs)
+        except ValueError as e:
+          raise ValueError(f'task {task!r}: {e}') from e
+        out[task][s].append(c)
+        done += 1
+        if progress is not None:
+          progress(done, total, c)
+  return {t: {s: tuple(v) for s, v in cals.items()} for t, cals in out.items()}
