@@ -38,7 +38,7 @@ def _is_sentencepiece(path: str) -> bool:
   return not (path.endswith('.json') or ',' in path or os.path.isdir(path))
 
 
-class ConfiguredVocabulary(seqio.SentencePieceVocabulary):
+class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=protected-access
   """A SentencePieceVocabulary whose file is `vocabulary_path()` at the time of use; a HuggingFace
   tokenizer path makes every method delegate to `vocabularies.as_seqio` of it instead."""
 
@@ -73,23 +73,23 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):
   @property
   def _base_vocab_size(self):
     other = self._delegate()
-    return super()._base_vocab_size if other is None else other._base_vocab_size  # pylint: disable=protected-access
+    return super()._base_vocab_size if other is None else other._base_vocab_size
 
   def _encode(self, s):
     other = self._delegate()
-    return super()._encode(s) if other is None else other._encode(s)  # pylint: disable=protected-access
+    return super()._encode(s) if other is None else other._encode(s)
 
   def _decode(self, ids):
     other = self._delegate()
-    return super()._decode(ids) if other is None else other._decode(ids)  # pylint: disable=protected-access
+    return super()._decode(ids) if other is None else other._decode(ids)
 
   def _encode_tf(self, s):
     other = self._delegate()
-    return super()._encode_tf(s) if other is None else other._encode_tf(s)  # pylint: disable=protected-access
+    return super()._encode_tf(s) if other is None else other._encode_tf(s)
 
   def _decode_tf(self, ids):
     other = self._delegate()
-    return super()._decode_tf(ids) if other is None else other._decode_tf(ids)  # pylint: disable=protected-access
+    return super()._decode_tf(ids) if other is None else other._decode_tf(ids)
 
   def _sync(self) -> None:
     path = vocabulary_path()

@@ -6,8 +6,8 @@ r"""The main job: the shipped retrieval T5, calibrated and evaluated past its tr
 Steps: calibrate the encoder temperature at each length L_ex (2x..16x L_tr) with every strategy,
 per task (each task's prompts at L_ex against the same task's at L_tr, as the paper does) and
 pooled over the tasks (for comparison); evaluate passkey (plain and with decoys), line and
-key-value retrieval at L_tr and each L_ex with tau = 1 and each strategy's per-task temperature; write a report folder (report.md, results.json,
-schedule.json, PNGs).
+key-value retrieval at L_tr and each L_ex with tau = 1 and each strategy's per-task temperature;
+write a report folder (report.md, results.json, schedule.json, PNGs).
 Results are saved cell by cell (atomically); rerunning the same command resumes where it stopped.
 """
 from __future__ import annotations

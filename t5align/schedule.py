@@ -89,7 +89,8 @@ class TemperatureSchedule:
     tasks = {}
     for task, task_cals in self.tasks.items():
       try:  # Validated as a schedule of its own.
-        tasks[task] = TemperatureSchedule(self.reference_length, task_cals, self.strategy).calibrations
+        tasks[task] = TemperatureSchedule(self.reference_length, task_cals,
+                                          self.strategy).calibrations
       except ValueError as e:
         raise ValueError(f'task {task!r}: {e}') from e
     object.__setattr__(self, 'tasks', tasks)

@@ -1,4 +1,4 @@
-"""The calibrate CLI's fidelity to the paper: one precision with evaluation, per-task calibration."""
+"""The calibrate CLI's fidelity to the paper: evaluation's precision, per-task calibration."""
 from __future__ import annotations
 
 import pathlib
@@ -101,7 +101,8 @@ def _task_jsonl(tmp_path: pathlib.Path) -> str:
   """Two tasks' whole inputs: passkey-style prompts and numbered-line prompts (~150-250 tokens)."""
   import json  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(1)
-  filler = 'The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.'
+  filler = ('The grass is green. The sky is blue. The sun is yellow. Here we go. '
+            'There and back again.')
   records = []
   for i in range(2):
     key = int(rng.integers(10000, 99999))
