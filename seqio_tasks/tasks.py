@@ -50,7 +50,7 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=pr
     path = vocabulary_path()
     if _is_sentencepiece(path):
       return None
-    if path != self._other_path:
+    if path != getattr(self, '_other_path', None):
       self._other = vocabularies.as_seqio(vocabularies.load_vocabulary(path))
       self._other_path = path
     return self._other
@@ -108,7 +108,10 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=pr
 
   def __getstate__(self):
     self._sync()
-    return super().__getstate__()
+    state = super().__getstate__()
+    for key in ('_other_path', '_other'):  # A cache; not part of the vocabulary's identity.
+      state.pop(key, None)
+    return state
 
   def __eq__(self, other):
     if self._delegate() is not None:
