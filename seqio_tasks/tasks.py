@@ -1,9 +1,11 @@
 """Registers every `seqio_tasks.catalog` spec as a seqio Task `t5align_*`, plus mixtures.
 
-Vocabulary: the SentencePiece model at `vocabulary_path()`: the gin binding
+Vocabulary: the tokenizer at `vocabulary_path()`: the gin binding
 `seqio_tasks.vocabulary_path.path = '...'`, else $T5ALIGN_VOCABULARY, else T5's (the same file as
-the t5x model gins' VOCABULARY, so t5x's vocabulary check passes). It is resolved when first used,
-after gin has parsed, so a binding anywhere in the gin files applies.
+the t5x model gins' VOCABULARY, so t5x's vocabulary check passes). A SentencePiece model, or a
+HuggingFace tokenizer (a tokenizer.json, a folder with one or with BPE vocab.json + merges.txt, or
+'vocab.json,merges.txt': CodeT5+), through `t5align.vocabularies`; EOS is the tokenizer's. It is
+resolved when first used, after gin has parsed, so a binding anywhere in the gin files applies.
 
 Each task has one split, 'test'. Its examples are built when the dataset is first requested; a
 missing data file raises there (FileNotFoundError saying where to get it), never an empty task.
@@ -20,6 +22,7 @@ import tensorflow as tf
 
 from seqio_tasks import catalog
 from seqio_tasks import metrics
+from t5align import vocabularies
 
 T5_VOCABULARY = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 ENV_VOCABULARY = 'T5ALIGN_VOCABULARY'
@@ -31,11 +34,62 @@ def vocabulary_path(path: str | None = None) -> str:
   return path or os.environ.get(ENV_VOCABULARY) or T5_VOCABULARY
 
 
-class ConfiguredVocabulary(seqio.SentencePieceVocabulary):
-  """A SentencePieceVocabulary whose file is `vocabulary_path()` at the time of use."""
+def _is_sentencepiece(path: str) -> bool:
+  return not (path.endswith('.json') or ',' in path or os.path.isdir(path))
+
+
+class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=protected-access
+  """A SentencePieceVocabulary whose file is `vocabulary_path()` at the time of use; a HuggingFace
+  tokenizer path makes every method delegate to `vocabularies.as_seqio` of it instead."""
 
   def __init__(self):
     super().__init__(T5_VOCABULARY)
+    self._other_path, self._other = None, None
+
+  def _delegate(self) -> seqio.Vocabulary | None:
+    path = vocabulary_path()
+    if _is_sentencepiece(path):
+      return None
+    if path != getattr(self, '_other_path', None):
+      self._other = vocabularies.as_seqio(vocabularies.load_vocabulary(path))
+      self._other_path = path
+    return self._other
+
+  @property
+  def eos_id(self):
+    other = self._delegate()
+    return super().eos_id if other is None else other.eos_id
+
+  @property
+  def unk_id(self):
+    other = self._delegate()
+    return super().unk_id if other is None else other.unk_id
+
+  @property
+  def pad_id(self):
+    other = self._delegate()
+    return super().pad_id if other is None else other.pad_id
+
+  @property
+  def _base_vocab_size(self):
+    other = self._delegate()
+    return super()._base_vocab_size if other is None else other._base_vocab_size
+
+  def _encode(self, s):
+    other = self._delegate()
+    return super()._encode(s) if other is None else other._encode(s)
+
+  def _decode(self, ids):
+    other = self._delegate()
+    return super()._decode(ids) if other is None else other._decode(ids)
+
+  def _encode_tf(self, s):
+    other = self._delegate()
+    return super()._encode_tf(s) if other is None else other._encode_tf(s)
+
+  def _decode_tf(self, ids):
+    other = self._delegate()
+    return super()._decode_tf(ids) if other is None else other._decode_tf(ids)
 
   def _sync(self) -> None:
     path = vocabulary_path()
@@ -54,9 +108,14 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):
 
   def __getstate__(self):
     self._sync()
-    return super().__getstate__()
+    state = super().__getstate__()
+    for key in ('_other_path', '_other'):  # A cache; not part of the vocabulary's identity.
+      state.pop(key, None)
+    return state
 
   def __eq__(self, other):
+    if self._delegate() is not None:
+      return self._delegate() == other
     if not isinstance(other, seqio.SentencePieceVocabulary):
       return False
     return self.__getstate__() == other.__getstate__()

@@ -127,8 +127,10 @@ def closed_form_curves(numbers: Mapping[str, Any], points: int = 64) -> dict[str
   dense = np.unique(np.concatenate([np.geomspace(measured[0], measured[-1], points), measured]))
   sigma_ex = np.interp(np.log(dense), np.log(measured), sigma)
   L_tr = numbers['reference_length']
+  # P_tr as `calibration.reference_pmax`: layer 0's mean row P_max at L_tr, tau = 1.
+  p_tr = numbers['statistics'][str(L_tr)]['layer_pmax_tau1'][0]
   return {'length': dense.tolist(),
-          'prop1': calibration.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, ref['pmax']).tolist(),
+          'prop1': calibration.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, p_tr).tolist(),
           'prop2': calibration.prop2_tau(L_tr, dense, ref['sigma'], sigma_ex).tolist(),
           'log_length': np.atleast_1d(calibration.log_length_tau(dense, L_tr)).tolist()}
 
@@ -142,6 +144,58 @@ def dispersion_table(numbers: Mapping[str, Any]) -> str:
     values = [numbers['statistics'][str(L)][key][one] for L in numbers['lengths']]
     rows.append(f'{label:<10}' + ''.join(f'{v:>10.4f}' for v in values))
   return '\n'.join(rows)
+
+
+def lmax_table(numbers: Mapping[str, Any]) -> str:
+  """Paper Table 7: l_max, the largest entry of layer 0's average sorted logit vector (centred:
+  the derivation of Prop. 1 makes the vector zero-mean), at L_tr and every L_ex (Assumption 2
+  says it stays the same)."""
+  head = f'{"length":<10}' + ''.join(f'{L:>10}' for L in numbers['lengths'])
+  values = [numbers['layer0'][str(L)]['lmax'] for L in numbers['lengths']]
+  return '\n'.join([head, f'{"l_max":<10}' + ''.join(f'{v:>10.4f}' for v in values)])
+
+
+def task_statistics(params: Any, config: Any, task_inputs: Mapping[str, tuple[Any, Any]], *,
+                    chunk: int = 128, memo: calibration.Memo | None = None,
+                    **stats_kwargs) -> dict[str, dict[str, dict[str, float]]]:
+  """Tables 1 and 7 per task: at tau = 1, mean P_max, mean entropy and layer 0's l_max of each
+  task's L_tr reference and of its long inputs.
+
+  Args:
+    task_inputs: {task: (tokens `[b, L_ex]`, reference `[b', <= L_tr]`)}, as for
+      `schedule.calibrate_tasks` (whose Memo can be passed to reuse its sweeps).
+
+  Returns:
+    {task: {'reference' | 'long': {'length', 'pmax', 'entropy', 'lmax'}}}.
+  """
+  memo = memo if memo is not None else calibration.Memo()
+  params = partitioning.place_params(params, config, stats_kwargs.get('mesh'))
+  out = {}
+  for task, pair in task_inputs.items():
+    out[task] = {}
+    for key, tokens in zip(('long', 'reference'), pair):
+      tokens = calibration.check_tokens(tokens)
+      stats = memo.attention_stats(params, config, tokens, [1.0], **stats_kwargs)
+      vector = memo.sorted_logits(params, config, tokens, chunk)
+      out[task][key] = {'length': int(tokens.shape[1]), 'pmax': float(stats.pmax[0]),
+                        'entropy': float(stats.entropy[0]),
+                        'lmax': calibration.summarize_logit_vector(vector).lmax}
+  return out
+
+
+def task_tables(tasks: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
+  """Tables 1 and 7 in the paper's layout: per task, the L_tr and L_ex columns; rows P_max, H
+  (Table 1) and l_max (Table 7)."""
+  head1 = f'{"Criteria":<10}' + ''.join(f'{t[:20]:>20}' for t in tasks)
+  head2 = f'{"":<10}' + ''.join(f'{v["reference"]["length"]:>10}{v["long"]["length"]:>10}'
+                                for v in tasks.values())
+  lines = ['Dispersion per task (paper Tables 1 and 7; tau = 1; columns: L_tr reference, L_ex)',
+           head1, head2, '-' * len(head1)]
+  for key, label, fmt in (('pmax', 'P_max', '.4f'), ('entropy', 'H', '.3f'),
+                          ('lmax', 'l_max', '.3f')):
+    lines.append(f'{label:<10}' + ''.join(
+        f'{v["reference"][key]:>10{fmt}}{v["long"][key]:>10{fmt}}' for v in tasks.values()))
+  return '\n'.join(lines)
 
 
 def plot_statistic_curves(numbers: Mapping[str, Any], path: str) -> None:
@@ -196,15 +250,27 @@ def plot_temperature_curves(numbers: Mapping[str, Any], path: str,
 
 
 def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
-                     query_position: int | None = None, max_heads: int = 16) -> np.ndarray:
+                     query_position: int | None = None, max_heads: int = 16,
+                     heads: Sequence[int] | None = None) -> np.ndarray:
   """Figure 1: b(m, n) against key position n for a fixed query m, one panel per head.
 
+  Args:
+    heads: 0-based heads to draw (the paper's Figure 1 shows chosen heads); default the first
+      `max_heads`.
+
   Returns:
-    The plotted `[heads, length]` values (first `max_heads` heads).
+    The plotted `[len(heads), length]` values.
   """
   plt = pyplot()
   m = length // 2 if query_position is None else query_position
-  values = relpos_bias_row(rel_embedding, length, m)[:max_heads]
+  all_values = relpos_bias_row(rel_embedding, length, m)
+  if heads is None:
+    heads = list(range(min(max_heads, len(all_values))))
+  heads = [int(h) for h in heads]
+  bad = [h for h in heads if not 0 <= h < len(all_values)]
+  if bad or not heads:
+    raise ValueError(f'heads={heads}: the model has heads 0..{len(all_values) - 1}.')
+  values = all_values[heads]
   cols = min(4, len(values))
   rows = -(-len(values) // cols)
   fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.2 * rows), squeeze=False)
@@ -213,7 +279,7 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
       ax.axis('off')
       continue
     ax.plot(np.arange(length), values[h], lw=1)
-    ax.set_title(f'head {h + 1}', fontsize=8)
+    ax.set_title(f'head {heads[h]}', fontsize=8)
     ax.tick_params(labelsize=6)
   fig.suptitle(f'relative position bias b(m={m}, n), n = 0..{length - 1}', fontsize=9)
   fig.tight_layout()
@@ -240,8 +306,13 @@ def plot_qq(numbers: Mapping[str, Any], path: str) -> None:
   plt.close(fig)
 
 
-def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = None) -> dict:
+def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = None, *,
+                   tasks: Mapping[str, Any] | None = None,
+                   heads: Sequence[int] | None = None) -> dict:
   """Writes analysis.json (the numbers), dispersion.txt and four PNG figures into `out_dir`.
+
+  dispersion.txt holds Table 1 (`dispersion_table`), Table 7 (`lmax_table`) and, with `tasks`
+  (`task_statistics`), both per task (`task_tables`). `heads`: Figure 1's heads (0-based).
 
   Returns:
     {name: path} of the written files.
@@ -250,15 +321,20 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   paths = {name: fileio.join(out_dir, name) for name in (
       'analysis.json', 'dispersion.txt', 'statistic_curves.png', 'temperature_curves.png',
       'relpos_bias.png', 'qq_layer0.png')}
+  tables = [dispersion_table(numbers), lmax_table(numbers)]
+  if tasks:
+    tables.append(task_tables(tasks))
   record = {**numbers, 'dispersion_table': dispersion_table(numbers),
+            'lmax_table': lmax_table(numbers), 'tasks': dict(tasks or {}),
             'algorithm1': {k: algorithm1_taus(numbers, k) for k in ('pmax', 'entropy')},
             'closed_form_curves': closed_form_curves(numbers)}
   # NaN (Prop. 1 without a real root) is written as null.
   fileio.write_atomic(paths['analysis.json'], json.dumps(_nan_to_none(record), indent=1))
-  fileio.write_atomic(paths['dispersion.txt'], record['dispersion_table'] + '\n')
+  fileio.write_atomic(paths['dispersion.txt'], '\n\n'.join(tables) + '\n')
   plot_statistic_curves(numbers, paths['statistic_curves.png'])
   plot_temperature_curves(numbers, paths['temperature_curves.png'], schedule)
-  plot_relpos_bias(numbers['rel_embedding'], numbers['lengths'][-1], paths['relpos_bias.png'])
+  plot_relpos_bias(numbers['rel_embedding'], numbers['lengths'][-1], paths['relpos_bias.png'],
+                   heads=heads)
   plot_qq(numbers, paths['qq_layer0.png'])
   return paths
 

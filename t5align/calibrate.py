@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import gin
 import jax
@@ -25,18 +25,19 @@ from t5align import multihost
 from t5align import outputs
 from t5align import schedule as schedule_lib
 from t5align import validate
+from t5align import vocabularies
 
 if __name__ == '__main__':
   # `python -m t5align.calibrate`: gin files' `from t5align import calibrate` must find this
   # module, not import a second copy that would register `run` with gin twice.
   sys.modules.setdefault('t5align.calibrate', sys.modules[__name__])
 
-EOS_ID = 1
 
 
-def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0,
-                   eos_id: int = EOS_ID) -> np.ndarray:
-  """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS.
+def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
+                   eos_id: int) -> np.ndarray:
+  """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS
+  (`eos_id`, the vocabulary's).
 
   Returns:
     int32 `[num_samples, length]` with no padding.
@@ -52,29 +53,40 @@ def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0,
   return np.concatenate([windows, np.full((num_samples, 1), eos_id, np.int32)], axis=1)
 
 
-def text_file_stream(path: str, vocabulary_path: str) -> np.ndarray:
-  """Tokens of a text file (SentencePiece, one paragraph per non-empty line), concatenated."""
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+def _vocabulary(vocabulary_path: str | None, what: str) -> vocabularies.Vocabulary:
   if not vocabulary_path:
-    raise ValueError('VOCABULARY_PATH (a SentencePiece model) is required with TEXT_FILE.')
+    raise ValueError(f'VOCABULARY_PATH (a SentencePiece model, a tokenizer.json, or a folder with '
+                     f'vocab.json + merges.txt) is required with {what}.')
+  return vocabularies.load_vocabulary(vocabulary_path)
+
+
+def text_file_stream(path: str, vocabulary: vocabularies.Vocabulary) -> np.ndarray:
+  """Tokens of a text file (one paragraph per non-empty line), concatenated, no EOS."""
   with open(path, 'rb') as f:
     lines = [line.strip() for line in outputs.decode_lines(f.read(), path) if line.strip()]
   if not lines:
     raise ValueError(f'text file {path} is empty.')
-  sp = spm.SentencePieceProcessor(model_file=vocabulary_path)
-  return np.concatenate([np.asarray(ids, np.int32) for ids in sp.encode(lines)])
+  return np.concatenate([np.asarray(vocabulary.encode(line), np.int32) for line in lines])
+
+
+def _task_vocabulary(task_or_mixture: Any) -> Any:
+  """The 'inputs' vocabulary of a seqio task (of a mixture: its first task's)."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  return seqio.get_subtasks(task_or_mixture)[0].output_features['inputs'].vocabulary
 
 
 def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inputs',
                       max_tokens: int = 10_000_000) -> np.ndarray:
-  """Token ids of a registered SeqIO task's `feature`, concatenated (imports seqio lazily)."""
+  """Token ids of a registered SeqIO task's `feature`, concatenated without EOS / padding
+  (imports seqio lazily)."""
   import seqio  # pylint: disable=g-import-not-at-top
-  dataset = seqio.get_mixture_or_task(task).get_dataset(
-      sequence_length=None, split=split, shuffle=False)
+  task_obj = seqio.get_mixture_or_task(task)
+  dataset = task_obj.get_dataset(sequence_length=None, split=split, shuffle=False)
+  eos_id = _task_vocabulary(task_obj).eos_id
   pieces, total = [], 0
   for example in dataset.as_numpy_iterator():
     ids = np.asarray(example[feature], np.int32)
-    ids = ids[(ids > 0) & (ids != EOS_ID)]
+    ids = ids[(ids > 0) & (ids != eos_id)]
     pieces.append(ids)
     total += len(ids)
     if total >= max_tokens:
@@ -82,6 +94,128 @@ def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inpu
   if not pieces:
     raise ValueError(f'SeqIO task {task} split {split} gave no examples.')
   return np.concatenate(pieces)
+
+
+def activation_dtype(config: Any, dtype: str | None) -> str:
+  """The dtype calibration computes in: `dtype`, else `config.dtype`, else 'float32'.
+
+  The temperature found is for the logits the model computes in that dtype, so it must be the
+  dtype evaluation uses (one gin macro, ACTIVATION_DTYPE, sets both); a config and an explicit
+  dtype that disagree raise ValueError.
+  """
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if config is not None and dtype is not None and jnp.dtype(config.dtype) != jnp.dtype(dtype):
+    raise ValueError(f'calibrate.run.dtype={dtype!r} but the model config computes in '
+                     f'{jnp.dtype(config.dtype).name}: calibrate at the dtype evaluation uses '
+                     '(set ACTIVATION_DTYPE once).')
+  if dtype is None:
+    dtype = 'float32' if config is None else jnp.dtype(config.dtype).name
+  if jnp.dtype(dtype) not in (jnp.float32, jnp.bfloat16):
+    raise ValueError(f"dtype={dtype!r}: expected 'float32' or 'bfloat16'.")
+  return jnp.dtype(dtype).name
+
+
+BOUNDARY_ENDINGS = ('.', '!', '?', '\n', ';', '}')
+
+
+def boundary_ids(decode: Any, vocab_size: int, endings: Sequence[str] = BOUNDARY_ENDINGS
+                 ) -> list[int]:
+  """Ids whose text (`decode([id])`) ends a sentence, line or block: where a task input may be
+  cut to build its L_tr reference (`calibration.cut_at_boundary`)."""
+  out = []
+  for i in range(vocab_size):
+    try:
+      text = decode([i])
+    except Exception:  # pylint: disable=broad-except  (control / unused ids)
+      continue
+    if text and text.rstrip(' ').endswith(tuple(endings)):
+      out.append(i)
+  return out
+
+
+def task_examples(task: str, split: str, num_examples: int) -> tuple[list[np.ndarray], Any]:
+  """The first `num_examples` whole inputs (token ids, EOS included) of a seqio task, and the
+  task's input vocabulary."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  task_obj = seqio.get_mixture_or_task(task)
+  dataset = task_obj.get_dataset(sequence_length=None, split=split, shuffle=False)
+  rows = []
+  for example in dataset.as_numpy_iterator():
+    rows.append(np.asarray(example['inputs'], np.int32))
+    if len(rows) >= num_examples:
+      break
+  if not rows:
+    raise ValueError(f'SeqIO task {task} split {split} gave no examples.')
+  return rows, task_obj.output_features['inputs'].vocabulary
+
+
+def jsonl_examples(path: str, encode: Any, eos_id: int, num_examples: int
+                   ) -> dict[str, list[np.ndarray]]:
+  """Whole inputs of a JSONL file ({"inputs": text, "task": optional name} per line), grouped by
+  task (default: the file's name), the first `num_examples` of each, tokenized + EOS."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  default = os.path.splitext(os.path.basename(path))[0]
+  out: dict[str, list[np.ndarray]] = {}
+  with open(path, encoding='utf-8') as f:
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+        text = record['inputs']
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f'{path}:{n}: expected a JSON object with an "inputs" string ({e}).'
+                         ) from e
+      if not isinstance(text, str) or not text:
+        raise ValueError(f'{path}:{n}: "inputs" must be a non-empty string.')
+      rows = out.setdefault(str(record.get('task', default)), [])
+      if len(rows) < num_examples:
+        rows.append(np.asarray(list(encode(text)) + [eos_id], np.int32))
+  if not out:
+    raise ValueError(f'JSONL file {path} has no examples.')
+  return out
+
+
+def task_inputs(examples: Sequence[np.ndarray], reference_length: int, eos_id: int,
+                boundaries: Sequence[int], reference: Sequence[np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """(`[b, L_ex]` whole examples 0-padded, `[b', <= L_tr]` reference) for `calibrate_tasks`.
+
+  The reference is the same task at L_tr: `reference` (examples of the task's setting nearest
+  L_tr) when given, else each example cut at its last boundary before L_tr
+  (`calibration.cut_at_boundary`). Algorithm 1 needs "a short sequence of length L_tr and a long
+  sequence of length L_ex" (paper Sec. 4), and the paper reports one temperature per task and
+  setting (Tables 8-11), so both come from the task itself.
+  """
+  from t5align import evaluation  # pylint: disable=g-import-not-at-top
+  tokens = evaluation.pad_tokens(list(examples), multiple=1)
+  if reference is not None:
+    ref = evaluation.pad_tokens(list(reference), multiple=1)
+    if ref.shape[1] > reference_length:
+      ref = calibration.cut_at_boundary(ref, reference_length, boundaries, eos_id)
+  else:
+    ref = calibration.cut_at_boundary(tokens, reference_length, boundaries, eos_id)
+  return tokens, ref
+
+
+def _seqio_task_inputs(names: str, split: str, num_examples: int, reference_length: int,
+                       reference_tasks: Mapping[str, str]) -> dict[str, tuple[Any, Any]]:
+  """{task: (tokens, reference)} for every task of the comma-separated tasks / mixtures."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  out, boundaries = {}, {}
+  for name in [n.strip() for n in names.split(',') if n.strip()]:
+    for task in seqio.get_subtasks(seqio.get_mixture_or_task(name)):
+      rows, vocab = task_examples(task.name, split, num_examples)
+      key = id(vocab)
+      if key not in boundaries:
+        boundaries[key] = boundary_ids(vocab.decode, vocab.vocab_size)
+      reference = None
+      if task.name in reference_tasks:
+        reference, _ = task_examples(reference_tasks[task.name], split, num_examples)
+      out[task.name] = task_inputs(rows, reference_length, vocab.eos_id, boundaries[key],
+                                   reference)
+  return out
 
 
 def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
@@ -101,13 +235,17 @@ def run(
     vocabulary_path: str | None = None,
     seqio_task: str | None = None,
     seqio_split: str = 'validation',
+    jsonl_file: str | None = None,
+    per_task: bool = True,
+    reference_tasks: Mapping[str, str] | None = None,
     lengths: Sequence[int] = (1024, 2048, 4096, 8192, 15000),
     strategies: Sequence[str] = ('pmax', 'entropy', 'log_length'),
     reference_length: int = 512,
     num_samples: int = 8,
     seed: int = 0,
     config: Any = None,
-    dtype: str = 'float32',
+    dtype: str | None = None,
+    params_dtype: str = 'float32',
     attention_impl: str | None = None,
     mesh_shape: tuple[int, ...] | None = None,
     batch_size: int | None = None,
@@ -116,23 +254,42 @@ def run(
     tol: float = 1e-3,
     analysis_dir: str | None = None,
     check_finite: bool = True,
+    relpos_heads: Sequence[int] | None = None,
 ) -> schedule_lib.TemperatureSchedule:
   """Loads a checkpoint, samples inputs, calibrates, prints the table and writes the schedule.
 
   Args:
     checkpoint_path: any checkpoint `checkpoints.load_params` reads.
     output_path: schedule JSON to write.
-    text_file: plain text to sample from (with `vocabulary_path`, a SentencePiece model).
-    vocabulary_path: SentencePiece model for `text_file`.
+    text_file: plain text to sample from (with `vocabulary_path`).
+    vocabulary_path: tokenizer of `text_file` / `jsonl_file`: a SentencePiece model, a HF
+      tokenizer.json, or a folder with vocab.json + merges.txt (`vocabularies.load_vocabulary`);
+      EOS is its EOS.
     seqio_task: a registered SeqIO task to sample from instead (needs seqio).
     seqio_split: its split.
+    jsonl_file: a JSONL file of task inputs instead ({"inputs": text, "task": name} per line;
+      task defaults to the file's name), tokenized with `vocabulary_path`.
+    per_task: with `seqio_task` (each task of the mixture) or `jsonl_file`, also calibrate each
+      task on its first `num_samples` whole inputs (L_ex = the longest) against the same task at
+      L_tr, stored in the schedule's `tasks` (t5align.eval applies a task's own entry), and
+      print the per-task vs pooled temperatures. The pooled schedule (windows of all inputs
+      concatenated, at `lengths`) stays the fallback for tasks without an entry.
+    reference_tasks: {task: the same task's setting nearest L_tr} (seqio names), e.g.
+      {'t5align_passkey_20k': 't5align_passkey_2k'}; tasks not listed use their own inputs cut
+      at the last sentence / line boundary before L_tr (`calibration.cut_at_boundary`).
     lengths: extrapolation lengths L_ex.
     strategies: `calibration.STRATEGIES` names; the first is the schedule's default.
     reference_length: L_tr (512; 768 for CodeT5+).
     num_samples: documents sampled at the longest length; shorter lengths use them cut.
     seed: sampling seed.
     config: a `network.T5Config` to check the checkpoint against; inferred if None.
-    dtype: parameter and activation dtype ('float32' or 'bfloat16'); statistics stay float32.
+    dtype: activation dtype ('float32' or 'bfloat16'), which must be the one evaluation
+      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE,
+      the macro every gin/models file binds `network.T5Config.dtype` to. None: `config`'s dtype,
+      else float32. Softmax and statistics stay float32 either way.
+    params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
+      default to float32): the layer-norm scales and the relative-position table are used
+      unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
     attention_impl: encoder attention implementation ('blockwise' keeps long inputs in memory);
       the config's if None.
     mesh_shape: (tau, data, model) device mesh, e.g. (4, 2, 1); (tau, data) means model = 1.
@@ -142,7 +299,9 @@ def run(
     tau_batch_size: candidate temperatures per encoder call.
     grid: Algorithm 1's grid.
     tol: tolerance of the continuous searches.
-    analysis_dir: if set, also write the analysis figures and numbers there.
+        analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
+      per task too when calibrated per task).
+    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
     check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
 
   Returns:
@@ -154,56 +313,99 @@ def run(
   if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
     raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
                      '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
-  if (text_file is None) == (seqio_task is None):
-    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH) and SEQIO_TASK.')
+  if sum(x is not None for x in (text_file, seqio_task, jsonl_file)) != 1:
+    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
+                     'JSONL_FILE (with VOCABULARY_PATH).')
+  dtype = activation_dtype(config, dtype)
   validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
                         tau_batch_size=tau_batch_size, dtype=dtype)
+  validate.float_dtype(params_dtype, 'PARAMS_DTYPE')
   start = time.time()
-  print(f'loading {checkpoint_path}', file=sys.stderr, flush=True)
+  print(f'loading {checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
   mesh = _mesh(mesh_shape)
   # With a mesh, read sharded: each process reads only the slices its devices hold.
-  params, config = checkpoints.load_params(checkpoint_path, config, dtype=jnp.dtype(dtype),
-                                           mesh=mesh, check_finite=check_finite)
+  params, config = checkpoints.load_params(checkpoint_path, config,
+                                           dtype=jnp.dtype(params_dtype), mesh=mesh,
+                                           check_finite=check_finite)
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
   if text_file is not None:
-    stream = text_file_stream(text_file, vocabulary_path)
+    vocab = _vocabulary(vocabulary_path, 'TEXT_FILE')
+    stream = text_file_stream(text_file, vocab)
+    eos_id = vocab.eos_id
     source = {'text_file': text_file, 'vocabulary_path': vocabulary_path}
-  else:
+  elif seqio_task is not None:
+    import seqio  # pylint: disable=g-import-not-at-top
     stream = seqio_task_stream(seqio_task, seqio_split)
+    eos_id = _task_vocabulary(seqio.get_mixture_or_task(seqio_task.split(',')[0].strip())).eos_id
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
+  else:
+    vocab = _vocabulary(vocabulary_path, 'JSONL_FILE')
+    eos_id = vocab.eos_id
+    by_task = jsonl_examples(jsonl_file, vocab.encode, eos_id, num_samples)
+    stream = np.concatenate([row[:-1] for rows in by_task.values() for row in rows])
+    source = {'jsonl_file': jsonl_file, 'vocabulary_path': vocabulary_path}
+  source['eos_id'] = int(eos_id)
   # Every process draws the same samples (same seed); on a mesh each copies to its devices
   # only the rows of its 'data' shards (partitioning.global_array).
-  tokens = sample_windows(stream, num_samples, max(lengths), seed)
+  tokens = sample_windows(stream, num_samples, max(lengths), seed, eos_id=eos_id)
   memory.check_fits(config, length=max(lengths), batch_size=batch_size or num_samples,
-                    params_dtype=dtype, mesh=mesh, taus=tau_batch_size or len(grid))
+                    params_dtype=params_dtype, mesh=mesh, taus=tau_batch_size or len(grid))
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
+  progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
   schedule = schedule_lib.build_schedule(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
+                  'params_dtype': params_dtype,
                   'attention_impl': config.attention_impl, **source,
                   'process_count': jax.process_count(), 'device_count': jax.device_count(),
                   'created_unix': int(time.time())},
-      progress=(lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None,
-      mesh=mesh, batch_size=batch_size,
-      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, memo=memo)
+      progress=progress, mesh=mesh, batch_size=batch_size,
+      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
+  inputs = {}
+  if per_task and text_file is None:
+    if seqio_task is not None:
+      inputs = _seqio_task_inputs(seqio_task, seqio_split, num_samples, reference_length,
+                                  reference_tasks or {})
+    else:
+      boundaries = boundary_ids(vocab.decode, vocab.vocab_size)
+      inputs = {t: task_inputs(rows, reference_length, eos_id, boundaries)
+                for t, rows in by_task.items()}
+    tasks = schedule_lib.calibrate_tasks(
+        params, config, inputs, strategies, reference_length=reference_length,
+        progress=progress, mesh=mesh, batch_size=batch_size,
+        tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
+    schedule = dataclasses.replace(schedule, tasks=tasks, provenance={
+        **schedule.provenance, 'per_task': {
+            t: {'num_examples': int(len(x)), 'length': int(x.shape[1]),
+                'reference': (reference_tasks or {}).get(t, 'inputs cut at a boundary before L_tr'),
+                'reference_width': int(r.shape[1])} for t, (x, r) in inputs.items()}})
   # Every process computed the same schedule; process 0 writes it, the others wait for that.
   multihost.on_writer(lambda: schedule.save(output_path), f'writing {output_path}')
   if multihost.is_writer():
     print(schedule.table())
+    for strategy in strategies:
+      if schedule.tasks and calibration.parse_strategy(strategy)[1] != 'closed_form':
+        print(schedule.task_table(strategy))
     print(f'wrote {output_path}', file=sys.stderr)
   multihost.barrier('t5align.calibrate:schedule')
   if analysis_dir:
     from t5align import analysis  # pylint: disable=g-import-not-at-top
     numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
-                               grid=grid, mesh=mesh, batch_size=batch_size,
+                               grid=grid, eos_id=eos_id, mesh=mesh, batch_size=batch_size,
                                tau_batch_size=tau_batch_size, memo=memo)
-    multihost.on_writer(lambda: analysis.write_analysis(numbers, analysis_dir, schedule),
+    tasks = analysis.task_statistics(params, config, inputs, memo=memo, mesh=mesh,
+                                     batch_size=batch_size, tau_batch_size=tau_batch_size)
+    multihost.on_writer(lambda: analysis.write_analysis(numbers, analysis_dir, schedule,
+                                                        tasks=tasks, heads=relpos_heads),
                         f'writing {analysis_dir}')
     if multihost.is_writer():
       print(analysis.dispersion_table(numbers))
+      print(analysis.lmax_table(numbers))
+      if tasks:
+        print(analysis.task_tables(tasks))
       print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
     multihost.barrier('t5align.calibrate:analysis')
   return schedule

@@ -30,6 +30,9 @@ from t5align import network
 from t5align import partitioning
 from t5align import validate
 
+# T5's SentencePiece EOS: the default of the library calls below; pass another vocabulary's
+# `eos_id` (e.g. 2 for CodeT5's BPE) where it differs.
+T5_EOS_ID = 1
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
 STATISTICS = ('pmax', 'entropy')
 STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_layer',
@@ -62,8 +65,9 @@ class Calibration:
   tau: float | tuple[float, ...]  # a tuple (one per layer) for per-layer strategies
   target: float | tuple[float, ...] | None = None  # statistic at L_tr, tau = 1
   achieved: float | tuple[float, ...] | None = None  # statistic at L_ex, chosen tau
-  clamped: bool = False  # the target lay outside the searched range
+  clamped: bool = False  # the target lay outside the searched range, or tau was clamped to 1
   details: dict = dataclasses.field(default_factory=dict)
+  note: str = ''  # why `clamped` is set, in words (shown under `TemperatureSchedule.table`)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,8 +108,9 @@ def check_lengths(length: int, reference_length: int) -> None:
                      f'inputs longer than the reference (shorter ones use tau = 1).')
 
 
-def cut_to_length(tokens: Any, length: int, eos_id: int | None = 1) -> np.ndarray:
-  """The first `length` positions of each row; a row cut short ends with `eos_id` again."""
+def cut_to_length(tokens: Any, length: int, eos_id: int | None) -> np.ndarray:
+  """The first `length` positions of each row; a row cut short ends with `eos_id` again (the
+  vocabulary's EOS, e.g. `vocabularies.Vocabulary.eos_id`; None leaves cut rows as they are)."""
   tokens = np.asarray(tokens)
   if not 0 < length <= tokens.shape[1]:
     raise ValueError(f'cannot cut tokens of width {tokens.shape[1]} to length {length}.')
@@ -114,6 +119,35 @@ def cut_to_length(tokens: Any, length: int, eos_id: int | None = 1) -> np.ndarra
     cut = np.any(tokens[:, length:] > 0, axis=1)
     last = np.maximum(np.sum(out > 0, axis=1) - 1, 0)
     out[cut, last[cut]] = eos_id
+  return out
+
+
+def cut_at_boundary(tokens: Any, length: int, boundary_ids: Sequence[int] = (),
+                    eos_id: int | None = 1) -> np.ndarray:
+  """Each row's beginning, cut after its last boundary token so it fits `length` with EOS.
+
+  The L_tr reference for a task with no setting near L_tr (Algorithm 1 requires "a short
+  sequence of length L_tr"): the same example, shortened at a document / sentence boundary
+  (`boundary_ids`, e.g. the vocabulary's ids of pieces ending a sentence or line) rather than
+  mid-sentence. A row with no boundary in range is cut at `length` as `cut_to_length` does; a
+  row already short enough is kept whole. Returns int32 `[b, length]` (0-padded).
+  """
+  tokens = check_tokens(tokens)
+  if length < 2:
+    raise ValueError(f'length={length} must be >= 2.')
+  boundary = np.isin(tokens, np.asarray(list(boundary_ids), np.int64))
+  out = np.zeros((len(tokens), length), np.int32)
+  for i, row in enumerate(tokens):
+    row = row[row > 0]
+    if len(row) <= length:
+      out[i, :len(row)] = row
+      continue
+    room = length - (eos_id is not None)
+    ends = np.flatnonzero(boundary[i, :room])  # tokens[i] has its non-pad tokens first
+    keep = int(ends[-1]) + 1 if ends.size else room
+    out[i, :keep] = row[:keep]
+    if eos_id is not None:
+      out[i, keep] = eos_id
   return out
 
 
@@ -315,9 +349,39 @@ class LogitSummary(NamedTuple):
   """Summary of an average sorted logit vector (Assumption 1: its entries ~ N(0, sigma^2))."""
 
   sigma: float  # std of the entries
-  pmax: float  # max probability of softmax(vector)
-  lmax: float  # largest entry minus the mean
+  vector_pmax: float  # max probability of softmax(vector); NOT Prop. 1's P_tr (`reference_pmax`)
+  lmax: float  # largest entry minus the mean (paper Table 7's l_max)
   length: int
+
+
+def reference_pmax(reference_stats: AttentionStats) -> float:
+  """Proposition 1's P_tr: layer 0's mean row P_max at L_tr, tau = 1.
+
+  REFERENCE.md sec. 1: "P_tr = layer-0 mean P_max at L_tr". In the paper P_max^tr is the
+  statistic of Sec. 4 (the mean over logit vectors of each vector's max probability), and for the
+  propositions "we evaluate P_max^tr and sigma_tr at the training length ... considering only the
+  0-th layer" (App. A.4): so the mean over layer 0's heads x non-pad query rows, as Algorithm 1
+  measures it, not the max probability of softmax(average sorted logit vector)
+  (`LogitSummary.vector_pmax`, which the paper never uses as P_tr).
+
+  Args:
+    reference_stats: `encoder_attention_stats` of the L_tr inputs whose first temperature is 1.
+  """
+  return float(reference_stats.layer_pmax[0, 0])
+
+
+def clamp_tau(tau: float) -> tuple[float, str]:
+  """Clamps a closed-form tau to (0, 1]: (tau, '') or (1.0, a note saying it was clamped).
+
+  Alignment sharpens (tau < 1); a closed form above 1 (e.g. Prop. 1's closest approach when the
+  quadratic has no real root) would flatten attention further, so it is clamped to 1 and marked.
+  A tau <= 0 or non-finite has no meaning and raises ValueError.
+  """
+  if not np.isfinite(tau) or tau <= 0:
+    raise ValueError(f'tau={tau} is not in (0, 1].')
+  if tau > 1.0:
+    return 1.0, f'closed form gave tau={tau:.4g} > 1; clamped to 1'
+  return float(tau), ''
 
 
 def log_length_tau(length: Any, reference_length: int) -> np.ndarray | float:
@@ -332,7 +396,8 @@ def log_length_tau(length: Any, reference_length: int) -> np.ndarray | float:
 def prop1_tau(reference_length, length, sigma_tr, sigma_ex, pmax_tr, closest: bool = False):
   """Proposition 1 (P_max): the larger root of A tau^2 - B tau + C = 0.
 
-  A = log L_ex + log P_tr, B = log L_tr + log P_tr + sigma_tr^2 / 2, C = sigma_ex^2 / 2.
+  A = log L_ex + log P_tr, B = log L_tr + log P_tr + sigma_tr^2 / 2, C = sigma_ex^2 / 2, with
+  P_tr = `pmax_tr` as `reference_pmax` defines it. `calibrate` clamps the result to (0, 1].
   Where no real root exists the model's P_ex(tau) never reaches P_tr: the result is NaN, or with
   `closest` the tau that brings P_ex nearest to it (its maximum, tau = 2C / B). Broadcasts.
   """
@@ -354,10 +419,37 @@ def prop2_tau(reference_length, length, sigma_tr, sigma_ex):
   return float(tau) if tau.ndim == 0 else tau
 
 
+def closed_form_tau(strategy: str, reference_length: int, length: int, sigma_tr: float,
+                    sigma_ex: float, p_tr: float | None = None) -> tuple[float, str, float]:
+  """Prop. 1 ('prop1', needs P_tr) or Prop. 2 ('prop2') tau, clamped to (0, 1].
+
+  Returns:
+    (tau in (0, 1], a note that is '' unless the closed form was replaced or clamped, the tau
+    before clamping). Prop. 1 without a real root takes its closest approach 2C/B (noted).
+    Raises ValueError where no positive tau exists.
+  """
+  notes = []
+  if strategy == 'prop1':
+    tau = prop1_tau(reference_length, length, sigma_tr, sigma_ex, p_tr)
+    if np.isnan(tau):  # P_ex(tau) never reaches P_tr: take the closest approach, and say so.
+      tau = prop1_tau(reference_length, length, sigma_tr, sigma_ex, p_tr, closest=True)
+      notes.append('Prop. 1 has no real root; closest approach 2C/B used')
+  elif strategy == 'prop2':
+    tau = prop2_tau(reference_length, length, sigma_tr, sigma_ex)
+  else:
+    raise ValueError(f'strategy={strategy!r} has no closed form; expected prop1 or prop2.')
+  if not np.isfinite(tau) or tau <= 0:
+    raise ValueError(f'{strategy} has no positive solution (tau={tau}, sigma_tr={sigma_tr:.4g}, '
+                     f'sigma_ex={sigma_ex:.4g}, P_tr={p_tr}).')
+  clamped, note = clamp_tau(float(tau))
+  return clamped, '; '.join(notes + ([note] if note else [])), float(tau)
+
+
 def summarize_logit_vector(vector: Any) -> LogitSummary:
   """sigma, softmax max-probability and centred max of an average sorted logit vector."""
   v = np.asarray(vector, np.float64)
-  return LogitSummary(sigma=float(np.std(v)), pmax=float(1.0 / np.sum(np.exp(v - v.max()))),
+  return LogitSummary(sigma=float(np.std(v)),
+                      vector_pmax=float(1.0 / np.sum(np.exp(v - v.max()))),
                       lmax=float(v.max() - v.mean()), length=int(v.size))
 
 
@@ -541,7 +633,7 @@ def calibrate(
     mesh: Mesh | None = None,
     batch_size: int | None = None,
     tau_batch_size: int | None = None,
-    eos_id: int | None = 1,
+    eos_id: int | None = T5_EOS_ID,
     chunk: int = 128,
     memo: Memo | None = None,
 ) -> Calibration:
@@ -584,24 +676,22 @@ def calibrate(
   params = partitioning.place_params(params, config, mesh)
   if strategy == 'log_length':
     return Calibration(tau=log_length_tau(length, reference_length), **common)
+  stats_kwargs = dict(mesh=mesh, batch_size=batch_size, tau_batch_size=tau_batch_size)
   if search == 'closed_form':
     ref = summarize_logit_vector(memo.sorted_logits(params, config, reference_tokens, chunk))
     ext = summarize_logit_vector(memo.sorted_logits(params, config, tokens, chunk))
-    clamped = False
+    details = {'reference': ref._asdict(), 'extrapolation': ext._asdict()}
+    p_tr = None
     if strategy == 'prop1':
-      tau = prop1_tau(reference_length, length, ref.sigma, ext.sigma, ref.pmax)
-      if np.isnan(tau):  # No real root: take the closest approach, and say so.
-        tau, clamped = prop1_tau(reference_length, length, ref.sigma, ext.sigma, ref.pmax,
-                                 closest=True), True
-    else:
-      tau = prop2_tau(reference_length, length, ref.sigma, ext.sigma)
-    if not np.isfinite(tau) or tau <= 0:
-      raise ValueError(f'{strategy} has no positive solution at L_ex={length}, '
-                       f'L_tr={reference_length} (sigma_tr={ref.sigma:.4g}, '
-                       f'sigma_ex={ext.sigma:.4g}, P_tr={ref.pmax:.4g}).')
-    return Calibration(tau=float(tau), clamped=clamped, details={
-        'reference': ref._asdict(), 'extrapolation': ext._asdict()}, **common)
-  stats_kwargs = dict(mesh=mesh, batch_size=batch_size, tau_batch_size=tau_batch_size)
+      p_tr = reference_pmax(memo.attention_stats(params, config, reference_tokens, [1.0],
+                                                 **stats_kwargs))
+      details['p_tr'] = p_tr
+    try:
+      tau, note, details['unclamped_tau'] = closed_form_tau(
+          strategy, reference_length, length, ref.sigma, ext.sigma, p_tr)
+    except ValueError as e:
+      raise ValueError(f'{e} (L_ex={length}, L_tr={reference_length}, details={details})') from e
+    return Calibration(tau=tau, clamped=bool(note), note=note, details=details, **common)
   if points is None:
     # Two taus per round (trisection) share one compiled shape with the bracket's two ends.
     points = mesh.shape['tau'] if mesh is not None else 2
@@ -612,4 +702,5 @@ def calibrate(
   target = (_as_float(getattr(target_stats, f'layer_{statistic}')[0]) if per_layer
             else float(target_stats.values(statistic)[0]))
   return Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,
+                     note='target outside the searched range' if clamped else '',
                      details=details, **common)

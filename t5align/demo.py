@@ -3,10 +3,11 @@ r"""The main job: the shipped retrieval T5, calibrated and evaluated past its tr
     python -m t5align.demo [--output_dir=demo_output] [--lengths 512 1024 2048 4096]
                            [--num_examples=N] [--num_samples=N] [--model_dir=PATH]
 
-Steps: calibrate the encoder temperature at each length L_ex (2x..16x L_tr) with every strategy;
-evaluate passkey (plain and with decoys), line and key-value retrieval at L_tr and each L_ex
-with tau = 1 and each strategy's temperature; write a report folder (report.md, results.json,
-schedule.json, PNGs).
+Steps: calibrate the encoder temperature at each length L_ex (2x..16x L_tr) with every strategy,
+per task (each task's prompts at L_ex against the same task's at L_tr, as the paper does) and
+pooled over the tasks (for comparison); evaluate passkey (plain and with decoys), line and
+key-value retrieval at L_tr and each L_ex with tau = 1 and each strategy's per-task temperature;
+write a report folder (report.md, results.json, schedule.json, PNGs).
 Results are saved cell by cell (atomically); rerunning the same command resumes where it stopped.
 """
 from __future__ import annotations
@@ -58,6 +59,18 @@ def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATIO
   rows = [ex.input_ids for task in train_data.TASKS
           for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
   return evaluation.pad_tokens(rows, multiple=length, min_length=length)
+
+
+def task_calibration_inputs(vocab, task: str, lengths: Sequence[int], reference_length: int,
+                            per_task: int, seed: int = CALIBRATION_SEED) -> list[tuple]:
+  """Per length L_ex: (`[per_task, L_ex]` the task's held-out prompts filled to L_ex,
+  `[per_task, L_tr]` the same task's prompts at L_tr), for `schedule.calibrate_tasks`: the
+  paper's per-task calibration, its L_tr reference being the task at its training length."""
+  def prompts(length):
+    rows = [ex.input_ids for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
+    return evaluation.pad_tokens(rows, multiple=length, min_length=length)
+  reference = prompts(reference_length)
+  return [(prompts(L), reference) for L in lengths]
 
 
 def row_temperature(schedule: schedule_lib.TemperatureSchedule, row: str, length: int):
@@ -206,7 +219,7 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
       'model_dir': os.path.abspath(model_dir), 'reference_length': reference_length,
       'lengths': lengths, 'strategies': list(strategies), 'num_examples': num_examples,
       'num_samples': num_samples, 'calibration_seed': CALIBRATION_SEED, 'eval_seed': EVAL_SEED,
-      'attention_impl': attention_impl})
+      'attention_impl': attention_impl, 'calibration': 'per task'})
   _log(f'model {config.num_encoder_layers}+{config.num_decoder_layers} layers, '
        f'L_tr = {reference_length}, lengths {lengths}', start)
 
@@ -227,8 +240,18 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
         progress=lambda d, t, c: _log(f'calibrated {d}/{t}: {c.strategy} @ {c.length} -> '
                                       f'tau {np.round(c.tau, 3).tolist()}', start),
         mesh=mesh, memo=memo)
+  if not schedule.tasks:  # Per task, as the paper calibrates; the pooled schedule is kept.
+    tasks = schedule_lib.calibrate_tasks(
+        params, config, {t: task_calibration_inputs(vocab, t, lengths, reference_length,
+                                                    num_samples) for t in train_data.TASKS},
+        strategies, reference_length=reference_length, mesh=mesh,
+        progress=lambda d, t, c: _log(f'calibrated per task {d}/{t}: {c.strategy} @ {c.length} '
+                                      f'-> tau {np.round(c.tau, 3).tolist()}', start))
+    schedule = dataclasses.replace(schedule, tasks=tasks)
     multihost.on_writer(lambda: schedule.save(schedule_path), f'writing {schedule_path}')
-  temperatures = schedule.table()
+  temperatures = '\n\n'.join([schedule.table()] + [
+      schedule.task_table(s) for s in strategies
+      if calibration.parse_strategy(s)[1] != 'closed_form' and s != 'log_length'])
   if multihost.is_writer():
     print(temperatures)
 
@@ -238,17 +261,18 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
       todo = [t for t in train_data.TASKS if results.get(row, t, L) is None]
       if not todo:
         continue
-      tau = 1.0 if L == reference_length else row_temperature(schedule, row, L)
       if L == reference_length and row != 'tau=1':
         # At L_tr every strategy's temperature is 1 by construction: the same cell as tau = 1.
         for task in todo:
           results.put(row, task, L, results.get('tau=1', task, L))
         continue
-      acc = train.evaluate(model, params, vocab, tasks=todo, length=L, num_examples=num_examples,
-                           seed=EVAL_SEED, batch_size=min(batch_size, num_examples),
-                           temperature=tau)
-      for task, value in acc.items():
-        results.put(row, task, L, value)
+      acc = {}
+      for task in todo:  # Each task at the temperature calibrated on it.
+        tau = 1.0 if L == reference_length else row_temperature(schedule.for_task(task), row, L)
+        acc.update(train.evaluate(model, params, vocab, tasks=[task], length=L,
+                                  num_examples=num_examples, seed=EVAL_SEED,
+                                  batch_size=min(batch_size, num_examples), temperature=tau))
+        results.put(row, task, L, acc[task])
       _log(f'{ROW_LABELS[row]:>20} @ {L:>5}: ' +
            ', '.join(f'{k} {v:.0f}%' for k, v in acc.items()), start)
 

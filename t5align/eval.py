@@ -30,6 +30,7 @@ import dataclasses
 import importlib.util  # pylint: disable=unused-import  (gin's file reader needs it loaded)
 import os
 import sys
+import warnings
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -48,6 +49,17 @@ from t5align import partitioning
 from t5align import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
+TRUNCATION_LABEL = 'w/ truncation'  # paper Table 6's baseline row
+
+
+def keep_last(tokens: Any, length: int) -> np.ndarray:
+  """The last `length` non-pad tokens of one input (its EOS stays last): Table 6's
+  'truncation' baseline, which feeds the model only the L_tr tokens nearest the completion."""
+  tokens = np.asarray(tokens)
+  if length < 1:
+    raise ValueError(f'TRUNCATE_INPUTS={length} must be >= 1.')
+  tokens = tokens[tokens > 0]
+  return tokens[-length:]
 
 
 def _model_name(checkpoint_path: str) -> str:
@@ -78,9 +90,13 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   if temperature is not None and schedule_path:
     raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
   if schedule_path:
-    return evaluation.Temperature(
-        schedule=evaluation.schedule_lib.load_schedule(schedule_path, schedule_strategy),
-        label=label or '')
+    schedule = evaluation.schedule_lib.load_schedule(schedule_path, schedule_strategy)
+    calibrated = schedule.provenance.get('dtype')
+    if calibrated and jnp.dtype(calibrated) != jnp.dtype(config.dtype):
+      warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
+                    f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
+                    '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
+    return evaluation.Temperature(schedule=schedule, label=label or '')
   if schedule_strategy:
     raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
   if temperature is None:
@@ -91,6 +107,14 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
     temperature = float(temperature)
   network.check_temperature(temperature, 'TEMPERATURE')
   return evaluation.Temperature(constant=temperature, label=label or '')
+
+
+def task_temperature(temp: evaluation.Temperature, task: str) -> evaluation.Temperature:
+  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
+  schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
+  if temp.schedule is None:
+    return temp
+  return dataclasses.replace(temp, schedule=temp.schedule.for_task(task))
 
 
 @outputs.claims('output_dir', 'EVAL_OUTPUT_DIR')
@@ -110,6 +134,7 @@ def evaluate(*,
              split: str = 'test',
              max_decode_length: int | None = None,
              params_dtype: str = 'float32',
+             truncate_inputs: int | None = None,
              show_progress: bool = True,
              check_finite: bool = True) -> dict[str, dict[str, Any]]:
   """Runs every task of `mixture_or_task_name`; returns {task: metrics} of finished tasks.
@@ -134,6 +159,9 @@ def evaluate(*,
     split: dataset split.
     max_decode_length: decoding steps; default: the task's (t5align tasks) or 64.
     params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
+    truncate_inputs: keep only each input's last `truncate_inputs` tokens (the paper's
+      'truncation' baseline at L_tr, Table 6; label 'w/ truncation' by default). Records keep
+      the full input length, so length buckets are the untruncated inputs'.
     show_progress: draw a progress bar per task.
     check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
   """
@@ -153,6 +181,8 @@ def evaluate(*,
                                            dtype=jnp.dtype(params_dtype), mesh=mesh,
                                            check_finite=check_finite)
   model = network.Transformer(config)
+  if truncate_inputs is not None and label is None:
+    label = TRUNCATION_LABEL
   temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
   data_size = mesh.shape['data']
   batch_size = -(-batch_size // data_size) * data_size
@@ -167,7 +197,9 @@ def evaluate(*,
   results = {}
   tasks = [t for name in str(mixture_or_task_name).split(',') if name.strip()
            for t in seqio.get_subtasks(seqio.get_mixture_or_task(name.strip()))]
+  pooled_temp = temp
   for task in tasks:
+    temp = task_temperature(pooled_temp, task.name)
     spec = catalog.SPECS.get(task.name)
     scored = (spec.max_decode_length == 0) if spec else (
         bool(task.score_metric_fns) and not task.predict_metric_fns)
@@ -202,6 +234,7 @@ def evaluate(*,
         'task': task.name, 'split': split, 'checkpoint': str(checkpoint_path),
         'num_examples': total, 'mode': 'score' if scored else 'greedy',
         'max_decode_length': None if scored else steps, 'params_dtype': params_dtype,
+        **({'truncate_inputs': truncate_inputs} if truncate_inputs is not None else {}),
         'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
         'process_count': jax.process_count(), 'device_count': jax.device_count(),
         'mesh': dict(mesh.shape), **temp.describe()}
@@ -217,10 +250,11 @@ def evaluate(*,
       # This process's rows of one global batch of `batch_size` rows (all-padding rows fill
       # it, so shapes repeat across batches); every process pads to the same width.
       rows = len(my_rows)
-      width = _global_width([ex['inputs'] for ex in batch])
+      inputs = [ex['inputs'] if truncate_inputs is None else keep_last(ex['inputs'], truncate_inputs)
+                for ex in batch]
+      width = _global_width(inputs)
       place = lambda x: multihost.global_batch(x, rows_sharding, batch_size)
-      tokens = evaluation.pad_batch(evaluation.pad_tokens([ex['inputs'] for ex in batch],
-                                                          min_length=width), rows)
+      tokens = evaluation.pad_batch(evaluation.pad_tokens(inputs, min_length=width), rows)
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
       records = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import gin
@@ -62,6 +63,10 @@ class TemperatureSchedule:
   calibrations: Mapping[str, tuple[calibration.Calibration, ...]]
   strategy: str
   provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # Per-task calibrations ({task: {strategy: calibrations}}), each calibrated on that task's own
+  # inputs as the paper does; `calibrations` is then the pooled fallback (`for_task`).
+  tasks: Mapping[str, Mapping[str, tuple[calibration.Calibration, ...]]] = dataclasses.field(
+      default_factory=dict)
 
   def __post_init__(self):
     if not self.calibrations:
@@ -85,6 +90,14 @@ class TemperatureSchedule:
     object.__setattr__(self, 'calibrations', cals)
     if self.strategy not in cals:
       raise ValueError(f'strategy={self.strategy!r}; this schedule has {sorted(cals)}.')
+    tasks = {}
+    for task, task_cals in self.tasks.items():
+      try:  # Validated as a schedule of its own.
+        tasks[task] = TemperatureSchedule(self.reference_length, task_cals,
+                                          self.strategy).calibrations
+      except ValueError as e:
+        raise ValueError(f'task {task!r}: {e}') from e
+    object.__setattr__(self, 'tasks', tasks)
 
   @property
   def strategies(self) -> tuple[str, ...]:
@@ -93,6 +106,39 @@ class TemperatureSchedule:
   def with_strategy(self, strategy: str) -> TemperatureSchedule:
     """The same schedule applying `strategy`."""
     return dataclasses.replace(self, strategy=strategy)
+
+  def for_task(self, task: str) -> TemperatureSchedule:
+    """The schedule calibrated on `task`'s inputs; the pooled one, with a warning, if none."""
+    if task in self.tasks:
+      return TemperatureSchedule(self.reference_length, self.tasks[task], self.strategy,
+                                 {**self.provenance, 'task': task})
+    if self.tasks:
+      warnings.warn(f'the schedule has no calibration for task {task!r} (it has '
+                    f'{sorted(self.tasks)}); using its pooled calibrations.', stacklevel=2)
+    return self
+
+  def task_comparison(self, strategy: str | None = None) -> list[dict[str, Any]]:
+    """Per task and calibrated length: the task's tau, the pooled schedule's tau there, and
+    their difference (scalar strategies; per-layer taus are averaged over layers)."""
+    strategy = strategy or self.strategy
+    rows = []
+    for task, cals in self.tasks.items():
+      for c in cals.get(strategy, ()):
+        own = float(np.mean(c.tau))
+        pooled = float(np.mean(self.tau_for_length(c.length, strategy)))
+        rows.append({'task': task, 'strategy': strategy, 'length': c.length, 'tau_task': own,
+                     'tau_pooled': pooled, 'difference': own - pooled})
+    return rows
+
+  def task_table(self, strategy: str | None = None) -> str:
+    """Plain-text per-task vs pooled temperatures (`task_comparison`)."""
+    rows = self.task_comparison(strategy)
+    head = f'{"task":<32}{"L_ex":>8}{"tau task":>10}{"tau pooled":>12}{"diff":>8}'
+    lines = [f'Per-task vs pooled temperatures ({_label(strategy or self.strategy)}, '
+             f'L_tr = {self.reference_length})', head, '-' * len(head)]
+    lines += [f'{r["task"]:<32}{r["length"]:>8}{r["tau_task"]:>10.3f}{r["tau_pooled"]:>12.3f}'
+              f'{r["difference"]:>+8.3f}' for r in rows]
+    return '\n'.join(lines)
 
   def points(self, strategy: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Interpolation knots: lengths `[m]` and taus `[m]` or `[m, layers]`, with the L_tr anchor."""
@@ -139,6 +185,9 @@ class TemperatureSchedule:
         'calibrations': {k: [dataclasses.asdict(c) for c in v]
                          for k, v in self.calibrations.items()},
         'provenance': dict(self.provenance),
+        # Optional: files without it (and readers that ignore it) keep working.
+        **({'tasks': {t: {k: [dataclasses.asdict(c) for c in v] for k, v in cals.items()}
+                      for t, cals in self.tasks.items()}} if self.tasks else {}),
     })
 
   @classmethod
@@ -175,10 +224,20 @@ class TemperatureSchedule:
       if not isinstance(value, list):
         raise ValueError(f'{source}: calibrations[{name!r}] must be a list; got {value!r}.')
       items[name] = tuple(make(c, f'calibrations[{name!r}][{i}]') for i, c in enumerate(value))
+    tasks = {}
+    for task, task_cals in data.get('tasks', {}).items():
+      if not isinstance(task_cals, dict):
+        raise ValueError(f'{source}: tasks[{task!r}] must be an object; got {task_cals!r}.')
+      tasks[task] = {}
+      for name, value in task_cals.items():
+        if not isinstance(value, list):
+          raise ValueError(f'{source}: tasks[{task!r}][{name!r}] must be a list; got {value!r}.')
+        tasks[task][name] = tuple(make(c, f'tasks[{task!r}][{name!r}][{i}]')
+                                  for i, c in enumerate(value))
     try:
       return cls(reference_length=need(data, 'reference_length', int, 'the file'),
                  strategy=need(data, 'strategy', str, 'the file'), calibrations=items,
-                 provenance=data.get('provenance', {}))
+                 provenance=data.get('provenance', {}), tasks=tasks)
     except ValueError as e:
       if str(e).startswith(source):
         raise
@@ -193,7 +252,7 @@ class TemperatureSchedule:
     lengths = sorted({c.length for v in self.calibrations.values() for c in v})
     head = f'{"Strategy":<24}' + ''.join(f'{L:>8}' for L in lengths)
     lines = [f'Temperatures (L_tr = {self.reference_length}; * = target outside the searched '
-             'range)', head, '-' * len(head)]
+             'range, or a closed form clamped to 1)', head, '-' * len(head)]
     for name, items in self.calibrations.items():
       digits = 2 if name in ('pmax', 'entropy', 'log_length') else 3
       by_length = {c.length: c for c in items}
@@ -208,7 +267,9 @@ class TemperatureSchedule:
           cells.append(f'{"-":>8}' if c is None else
                        f'{tau:>{7}.{digits}f}{"*" if c.clamped else " "}')
         lines.append(f'{label:<24}' + ''.join(cells))
-    return '\n'.join(lines)
+    notes = [f'  * {_label(name)} at {c.length}: {c.note}' for name, items in
+             self.calibrations.items() for c in items if c.clamped and c.note]
+    return '\n'.join(lines + notes)
 
 
 @gin.configurable(module='t5align.schedule')
@@ -289,3 +350,50 @@ def build_schedule(
   return TemperatureSchedule(reference_length=reference_length, strategy=strategies[0],
                              calibrations={k: tuple(v) for k, v in cals.items()},
                              provenance=record)
+
+
+def calibrate_tasks(
+    params: Any,
+    config: Any,
+    task_inputs: Mapping[str, tuple[Any, Any]],
+    strategies: Sequence[str],
+    *,
+    reference_length: int,
+    progress: Callable[[int, int, calibration.Calibration], None] | None = None,
+    **calibrate_kwargs,
+) -> dict[str, dict[str, tuple[calibration.Calibration, ...]]]:
+  """Per-task calibration, as the paper does it: each task on its own inputs.
+
+  Args:
+    params: the T5X 'params' tree.
+    config: the model config.
+    task_inputs: {task: (tokens, reference_tokens)}: int `[b, L_ex]` whole task inputs (0-padded;
+      L_ex = the width, i.e. the longest) and `[b', <= L_tr]` the same task at L_tr (its setting
+      nearest L_tr, or its examples cut by `calibration.cut_at_boundary`); or {task: a list of
+      such pairs}, one per L_ex (distinct widths).
+    strategies: names from `calibration.STRATEGIES`.
+    reference_length: L_tr.
+    progress: called as `progress(done, total, calibration)`.
+    **calibrate_kwargs: passed to `calibration.calibrate` (a shared Memo unless `memo` given).
+
+  Returns:
+    {task: {strategy: (calibration,)}}, ready for `TemperatureSchedule(tasks=...)`.
+  """
+  calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or calibration.Memo()
+  params = partitioning.place_params(params, config, calibrate_kwargs.get('mesh'))
+  pairs = {t: v if isinstance(v, list) else [v] for t, v in task_inputs.items()}
+  out, done, total = {}, 0, sum(len(v) for v in pairs.values()) * len(strategies)
+  for task, items in pairs.items():
+    out[task] = {s: [] for s in strategies}
+    for tokens, reference in items:
+      for s in strategies:
+        try:
+          c = calibration.calibrate(params, config, tokens, s, reference_tokens=reference,
+                                    reference_length=reference_length, **calibrate_kwargs)
+        except ValueError as e:
+          raise ValueError(f'task {task!r}: {e}') from e
+        out[task][s].append(c)
+        done += 1
+        if progress is not None:
+          progress(done, total, c)
+  return {t: {s: tuple(v) for s, v in cals.items()} for t, cals in out.items()}

@@ -15,7 +15,7 @@ L_TR, LENGTHS = 16, (32, 81)
 @pytest.fixture(scope='module')
 def collected(load_t5x_fixture):
   config, params, ref = load_t5x_fixture('t5_1_1_tiny')
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], 81)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], 81, 1)
   numbers = analysis.collect(params, config, tokens, LENGTHS, reference_length=L_TR, qq_size=50)
   return config, params, tokens, numbers
 
@@ -37,7 +37,7 @@ def test_dispersion_grows_with_length(collected):
 def test_algorithm1_and_closed_forms_agree_with_calibration(collected):
   config, params, tokens, numbers = collected
   chosen = analysis.algorithm1_taus(numbers, 'pmax')
-  cut = calibration.cut_to_length(tokens, 32)
+  cut = calibration.cut_to_length(tokens, 32, 1)
   assert chosen[32] == calibration.calibrate(params, config, cut, 'pmax',
                                              reference_length=L_TR).tau
   curves = analysis.closed_form_curves(numbers)
@@ -83,7 +83,54 @@ def test_write_analysis_files(collected, tmp_path):
   assert record['lengths'] == [L_TR, *LENGTHS]
   assert set(record['algorithm1']) == {'pmax', 'entropy'}
   assert len(record['layer0']['81']['qq']['sample']) == 50
-  assert open(paths['dispersion.txt']).read().rstrip('\n') == analysis.dispersion_table(numbers)
+  assert open(paths['dispersion.txt']).read().rstrip('\n') == '\n\n'.join(
+      [analysis.dispersion_table(numbers), analysis.lmax_table(numbers)])
+
+
+def test_lmax_and_per_task_tables(collected, tmp_path):
+  import jax  # pylint: disable=g-import-not-at-top
+  from t5align import attention  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  config, params, tokens, numbers = collected
+  # Table 7 from a float64 numpy re-derivation: layer 0's logits in full, each row sorted, the
+  # rows averaged; l_max = its largest entry minus its mean.
+  model = network.Transformer(config)
+  _, state = jax.jit(lambda x: model.apply({'params': params}, x, method='encode',
+                                           enable_dropout=False, mutable=['attention_inputs']))(
+                                               tokens)
+  inputs = state['attention_inputs']['encoder']['layers_0']['attention']
+  q, k = (np.asarray(inputs[f'projected_{n}'][0], np.float64) for n in ('query', 'key'))
+  bias = np.asarray(attention.relative_position_bias(
+      params['encoder']['relpos_bias']['rel_embedding'], 81, 81, True), np.float64)
+  vector = -np.sort(-(np.einsum('bqhd,bkhd->bhqk', q, k) + bias), axis=-1).mean(axis=(0, 1, 2))
+  lmax_81 = vector.max() - vector.mean()
+  np.testing.assert_allclose(numbers['layer0']['81']['lmax'], lmax_81, rtol=1e-5)
+  table = analysis.lmax_table(numbers)
+  assert table.splitlines()[1].startswith('l_max') and f'{lmax_81:.4f}' in table
+  # Per task: two "tasks" (the two fixture rows), each with a reference cut to L_tr.
+  pairs = {f'row{i}': (tokens[i:i + 1], calibration.cut_to_length(tokens[i:i + 1], L_TR, 1))
+           for i in range(2)}
+  tasks = analysis.task_statistics(params, config, pairs)
+  for i in range(2):
+    long = tasks[f'row{i}']['long']
+    _, state = model.apply({'params': params}, tokens[i:i + 1], method='encode',
+                           enable_dropout=False, mutable=['intermediates'])
+    expected = network.mean_row_stats(
+        network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))
+    np.testing.assert_allclose([long['pmax'], long['entropy']],
+                               [expected['pmax'], expected['entropy']], rtol=1e-5)
+    assert long['length'] == 81 and tasks[f'row{i}']['reference']['length'] == L_TR
+  text = analysis.task_tables(tasks)
+  assert 'row0' in text and 'row1' in text and 'l_max' in text
+  assert f'{tasks["row1"]["long"]["pmax"]:.4f}' in text
+  paths = analysis.write_analysis(numbers, str(tmp_path), tasks=tasks, heads=[3, 1])
+  assert analysis.task_tables(tasks) in open(paths['dispersion.txt']).read()
+  drawn = analysis.plot_relpos_bias(numbers['rel_embedding'], 40, paths['relpos_bias.png'],
+                                    heads=[3, 1])
+  np.testing.assert_allclose(drawn, analysis.relpos_bias_row(numbers['rel_embedding'], 40, 20)[
+      [3, 1]])
+  with pytest.raises(ValueError, match='heads'):
+    analysis.plot_relpos_bias(numbers['rel_embedding'], 40, paths['relpos_bias.png'], heads=[9])
 
 
 def test_collect_rejects_short_lengths(collected):

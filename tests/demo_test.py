@@ -48,12 +48,16 @@ def test_accuracy_equals_recomputation(shortened):
   config = dataclasses.replace(config, attention_impl='blockwise', dropout_rate=0.0)
   model = network.Transformer(config)
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
-  pmax_tau = schedule['calibrations']['pmax'][0]['tau']
-  for row, tau in (('tau=1', 1.0), ('pmax', pmax_tau)):
-    expected = train.evaluate(model, params, vocab, length=length, num_examples=NUM_EXAMPLES,
-                              seed=demo.EVAL_SEED, batch_size=NUM_EXAMPLES, temperature=tau)
-    for task, value in expected.items():
-      assert results['accuracy'][row][task][str(length)] == value, (row, task)
+  expected = train.evaluate(model, params, vocab, length=length, num_examples=NUM_EXAMPLES,
+                            seed=demo.EVAL_SEED, batch_size=NUM_EXAMPLES, temperature=1.0)
+  for task, value in expected.items():
+    assert results['accuracy']['tau=1'][task][str(length)] == value, task
+  for task in train_data.TASKS:  # Each task at its own calibrated temperature.
+    tau = schedule['tasks'][task]['pmax'][0]['tau']
+    value = train.evaluate(model, params, vocab, tasks=[task], length=length,
+                           num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
+                           batch_size=NUM_EXAMPLES, temperature=tau)[task]
+    assert results['accuracy']['pmax'][task][str(length)] == value, task
   # The report's Markdown tables print the same numbers.
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
   for task in train_data.TASKS:
@@ -73,6 +77,15 @@ def test_temperatures_equal_recomputation(shortened):
   assert schedule['calibrations']['pmax'][0]['tau'] == pytest.approx(c.tau)
   assert schedule['calibrations']['log_length'][0]['tau'] == pytest.approx(
       math.log(reference_length) / math.log(length))
+  # Per task: the task's prompts at L_ex against the same task's at L_tr.
+  for task in train_data.TASKS:
+    [(long, short)] = demo.task_calibration_inputs(vocab, task, [length], reference_length, 1)
+    assert long.shape[1] == length and short.shape[1] == reference_length
+    c = calibration.calibrate(params, config, long, 'pmax', reference_tokens=short,
+                              reference_length=reference_length)
+    assert schedule['tasks'][task]['pmax'][0]['tau'] == pytest.approx(c.tau)
+  report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
+  assert 'Per-task vs pooled temperatures' in report
   # Dispersion row at tau = 1 equals the statistics of the same samples.
   results = json.load(open(os.path.join(out, 'results.json'), encoding='utf-8'))
   stats = calibration.encoder_attention_stats(params, config, tokens, [1.0])

@@ -39,7 +39,7 @@ _SCRIPT = textwrap.dedent('''
     out = {'devices': jax.device_count(), 'eval': {}, 'calibration': {}}
 
     # Eval: 8 rows (the fixture's two, cut to several lengths), one tau per row.
-    rows = [calibration.cut_to_length(ref['encoder_input_tokens'], n)[i]
+    rows = [calibration.cut_to_length(ref['encoder_input_tokens'], n, 1)[i]
             for n in (160, 120, 81, 40) for i in (0, 1)]
     inputs = evaluation.pad_tokens(rows, multiple=8)
     targets = np.tile(ref['decoder_target_tokens'], (4, 1))
@@ -68,7 +68,7 @@ _SCRIPT = textwrap.dedent('''
     out['eval_s'] = time.time() - start
     # Calibration statistics: three rows of 81 tokens (one compiled width).
     tokens = calibration.cut_to_length(np.concatenate(
-        [ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]]), 81)
+        [ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]]), 81, 1)
     cal_taus = [1.0, 0.9, 0.8, 0.7, 0.6]  # Padded to the 'tau' axis.
     one = calibration.encoder_attention_stats(params, config, tokens, cal_taus)
     for shape in %(calibration_meshes)r:
@@ -141,7 +141,7 @@ def test_calibration_statistics_equal_one_device(result, load_t5x_fixture):
   # The 8-wide mesh search lands where the one-device search (2 taus per round) does, to tol.
   config, params, ref = load_t5x_fixture('t5_1_1_tiny')
   tokens = calibration.cut_to_length(np.concatenate(
-      [ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]]), 81)
+      [ref['encoder_input_tokens'], ref['encoder_input_tokens'][:1]]), 81, 1)
   single = calibration.calibrate(params, config, tokens, 'pmax_bisect', reference_length=32)
   assert abs(result['bisect_mesh'] - single.tau) <= 2e-3
 

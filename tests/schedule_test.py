@@ -205,6 +205,6 @@ def test_cli_module_entry_point_and_flag_errors(tmp_path):
   assert proc.returncode != 0
   assert 'set CHECKPOINT_PATH and OUTPUT_PATH' in proc.stderr, proc.stderr[-2000:]
   with pytest.raises(ValueError, match='has 5 tokens'):
-    calibrate.sample_windows(np.arange(5), 2, 64)
-  windows = calibrate.sample_windows(np.arange(3, 200), 3, 16, seed=1)
+    calibrate.sample_windows(np.arange(5), 2, 64, eos_id=1)
+  windows = calibrate.sample_windows(np.arange(3, 200), 3, 16, seed=1, eos_id=1)
   assert windows.shape == (3, 16) and np.all(windows[:, -1] == 1) and np.all(windows > 0)

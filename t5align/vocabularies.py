@@ -1,0 +1,211 @@
+"""Tokenizers behind one interface: SentencePiece (T5, Flan-T5) and HuggingFace `tokenizers`
+(byte-level BPE: CodeT5 / CodeT5+), with EOS and padding ids read from the vocabulary.
+
+    vocab = load_vocabulary('/path/sentencepiece.model')          # SentencePiece
+    vocab = load_vocabulary('/path/codet5p-770m/tokenizer.json')  # HF tokenizer file
+    vocab = load_vocabulary('/path/codet5p-770m')                 # folder: tokenizer.json, or
+                                                                  # vocab.json + merges.txt
+    ids = vocab.encode('def f():')        # no EOS; callers append vocab.eos_id
+    text = vocab.decode(ids)
+
+`as_seqio(vocab)` wraps one as a `seqio.Vocabulary`, so seqio tasks and t5x can use it (seqio is
+imported there only).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+# CodeT5's special tokens (RoBERTa-style byte-level BPE): <s> = 1, </s> = 2, <pad> = 0, <unk> = 3.
+HF_EOS_TOKENS = ('</s>', '<|endoftext|>', '<eos>')
+HF_PAD_TOKENS = ('<pad>',)
+HF_UNK_TOKENS = ('<unk>',)
+
+
+class Vocabulary:
+  """What t5align needs from a tokenizer. Ids of `encode` never include EOS."""
+
+  path: str
+  eos_id: int
+  pad_id: int
+  unk_id: int | None
+  vocab_size: int
+
+  def encode(self, text: str) -> list[int]:
+    raise NotImplementedError
+
+  def decode(self, ids: Sequence[int]) -> str:
+    raise NotImplementedError
+
+  def __repr__(self) -> str:
+    return (f'{type(self).__name__}({self.path!r}, vocab_size={self.vocab_size}, '
+            f'eos_id={self.eos_id}, pad_id={self.pad_id})')
+
+
+class SentencePieceVocabulary(Vocabulary):
+  """A SentencePiece model file (T5's: pad 0, EOS 1, UNK 2)."""
+
+  def __init__(self, path: str):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f'SentencePiece model {path} does not exist.')
+    self.path = str(path)
+    self._sp = spm.SentencePieceProcessor(model_file=self.path)
+    self.eos_id = int(self._sp.eos_id())
+    if self.eos_id < 0:
+      raise ValueError(f'SentencePiece model {path} defines no EOS piece.')
+    pad = int(self._sp.pad_id())
+    self.pad_id = pad if pad >= 0 else 0
+    unk = int(self._sp.unk_id())
+    self.unk_id = unk if unk >= 0 else None
+    self.vocab_size = int(self._sp.get_piece_size())
+
+  def encode(self, text: str) -> list[int]:
+    return list(self._sp.encode(text))
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._sp.decode([int(i) for i in ids])
+
+
+class HuggingFaceVocabulary(Vocabulary):
+  """A HuggingFace `tokenizers` tokenizer: a tokenizer.json, or byte-level BPE vocab + merges.
+
+  EOS / pad / unk are the ids of the first of `HF_EOS_TOKENS` / `HF_PAD_TOKENS` /
+  `HF_UNK_TOKENS` (or the given names) the vocabulary has; a missing EOS or pad is an error.
+  Encoding adds no special tokens (no <s>, no </s>): the caller appends `eos_id`, as T5 does.
+  """
+
+  def __init__(self, tokenizer_json: str | None = None, *, vocab_json: str | None = None,
+               merges_txt: str | None = None, eos_token: str | None = None,
+               pad_token: str | None = None):
+    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+    from tokenizers import decoders, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
+    if (tokenizer_json is None) == (vocab_json is None or merges_txt is None):
+      raise ValueError('give a tokenizer.json, or vocab.json and merges.txt.')
+    for f in (tokenizer_json, vocab_json, merges_txt):
+      if f is not None and not os.path.isfile(f):
+        raise FileNotFoundError(f'tokenizer file {f} does not exist.')
+    if tokenizer_json is not None:
+      self.path = str(tokenizer_json)
+      self._tok = Tokenizer.from_file(self.path)
+    else:
+      self.path = f'{vocab_json},{merges_txt}'
+      tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
+      tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+      tok.decoder = decoders.ByteLevel()
+      # vocab.json holds the special tokens as plain entries: mark them special (as CodeT5's
+      # RobertaTokenizer does), so encoding never splits them and decoding drops them.
+      tok.add_special_tokens([t for t in (*HF_PAD_TOKENS, '<s>', *HF_EOS_TOKENS, *HF_UNK_TOKENS,
+                                          '<mask>') if tok.token_to_id(t) is not None])
+      self._tok = tok
+    self.eos_id = self._special(HF_EOS_TOKENS if eos_token is None else (eos_token,), 'EOS')
+    self.pad_id = self._special(HF_PAD_TOKENS if pad_token is None else (pad_token,), 'pad')
+    self.unk_id = self._special(HF_UNK_TOKENS, 'unk', required=False)
+    self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+
+  def _special(self, names: Sequence[str], what: str, required: bool = True) -> int | None:
+    for name in names:
+      i = self._tok.token_to_id(name)
+      if i is not None:
+        return int(i)
+    if required:
+      raise ValueError(f'tokenizer {self.path} has no {what} token (looked for {list(names)}).')
+    return None
+
+  def encode(self, text: str) -> list[int]:
+    return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+
+def load_vocabulary(path: str) -> Vocabulary:
+  """A SentencePiece model (*.model), a tokenizer.json (*.json), a folder holding one of
+  tokenizer.json / vocab.json + merges.txt / *.model, or 'vocab.json,merges.txt'."""
+  path = str(path)
+  if ',' in path:
+    vocab_json, merges = (p.strip() for p in path.split(',', 1))
+    return HuggingFaceVocabulary(vocab_json=vocab_json, merges_txt=merges)
+  if os.path.isdir(path):
+    names = set(os.listdir(path))
+    if 'tokenizer.json' in names:
+      return HuggingFaceVocabulary(os.path.join(path, 'tokenizer.json'))
+    if {'vocab.json', 'merges.txt'} <= names:
+      return HuggingFaceVocabulary(vocab_json=os.path.join(path, 'vocab.json'),
+                                   merges_txt=os.path.join(path, 'merges.txt'))
+    models = sorted(n for n in names if n.endswith('.model'))
+    if len(models) == 1:
+      return SentencePieceVocabulary(os.path.join(path, models[0]))
+    raise ValueError(f'folder {path} has no tokenizer.json, vocab.json + merges.txt or single '
+                     f'*.model (it has {sorted(names)[:20]}).')
+  if path.endswith('.json'):
+    return HuggingFaceVocabulary(path)
+  return SentencePieceVocabulary(path)
+
+
+def as_seqio(vocab: Vocabulary) -> Any:
+  """`vocab` as a `seqio.Vocabulary` (imports seqio and tensorflow)."""
+  return _seqio_class()(vocab)
+
+
+_SEQIO_CLASS = None
+
+
+def _seqio_class() -> type:
+  global _SEQIO_CLASS
+  if _SEQIO_CLASS is not None:
+    return _SEQIO_CLASS
+  import seqio  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  class SeqioVocabulary(seqio.Vocabulary):
+    """A t5align `Vocabulary` behind seqio's interface (TF ops through tf.py_function)."""
+
+    def __init__(self, vocab: Vocabulary):
+      self.vocab = vocab
+      super().__init__(extra_ids=0)
+
+    @property
+    def eos_id(self) -> int:
+      return self.vocab.eos_id
+
+    @property
+    def pad_id(self) -> int:
+      return self.vocab.pad_id
+
+    @property
+    def unk_id(self) -> int | None:
+      return self.vocab.unk_id
+
+    @property
+    def _base_vocab_size(self) -> int:
+      return self.vocab.vocab_size
+
+    def _encode(self, s: str) -> list[int]:
+      return self.vocab.encode(s)
+
+    def _decode(self, ids) -> str:
+      return self.vocab.decode([int(i) for i in ids if int(i) >= 0])
+
+    def _encode_tf(self, s):
+      def encode(x):
+        return tf.constant(self.vocab.encode(x.numpy().decode('utf-8')), tf.int32)
+      out = tf.py_function(encode, [s], tf.int32)
+      out.set_shape([None])
+      return out
+
+    def _decode_tf(self, ids):
+      def decode(x):
+        return tf.constant(self.vocab.decode([int(i) for i in x.numpy() if i >= 0]))
+      out = tf.py_function(decode, [ids], tf.string)
+      out.set_shape([])
+      return out
+
+    def __eq__(self, other) -> bool:
+      return isinstance(other, SeqioVocabulary) and other.vocab.path == self.vocab.path
+
+    def __hash__(self) -> int:
+      return hash(self.vocab.path)
+
+  _SEQIO_CLASS = SeqioVocabulary
+  return _SEQIO_CLASS

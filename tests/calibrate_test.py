@@ -1,0 +1,205 @@
+"""The calibrate CLI's fidelity to the paper: evaluation's precision, per-task calibration."""
+from __future__ import annotations
+
+import pathlib
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import calibrate
+from t5align import calibration
+from t5align import checkpoints
+from t5align import network
+from t5align import schedule
+from t5align import vocabularies
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+ASSET = REPO_ROOT / 't5align' / 'assets' / 'retrieval_t5'
+CKPT = ASSET / 'checkpoint_2400'
+MODEL_BINDINGS = []  # gin/models/retrieval_small.gin as shipped.
+
+
+@pytest.fixture
+def clean_gin(monkeypatch):
+  monkeypatch.chdir(REPO_ROOT)
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+def _text_file(tmp_path: pathlib.Path) -> str:
+  """Filler text like the shipped model's training data (its SentencePiece model reads it)."""
+  rng = np.random.default_rng(0)
+  words = ['The', 'grass', 'is', 'green.', 'sky', 'blue.', 'sun', 'yellow.', 'Here', 'we', 'go.',
+           'There', 'and', 'back', 'again.', 'pass', 'key', '12345.', 'Remember', 'it.']
+  text = tmp_path / 'corpus.txt'
+  text.write_text('\n'.join(' '.join(rng.choice(words, 30)) for _ in range(40)) + '\n')
+  return str(text)
+
+
+def _eval_path_stats(dtype: str, tokens: np.ndarray, taus) -> np.ndarray:
+  """Mean row P_max per tau as t5align.eval's model computes it (gin/runs/eval.gin + tiny.gin)."""
+  gin.clear_config()
+  gin.parse_config_files_and_bindings(
+      ['gin/runs/eval.gin', 'gin/models/retrieval_small.gin'],
+      [f"ACTIVATION_DTYPE = '{dtype}'"], finalize_config=False)
+  model = gin.get_configurable(network.Transformer)()
+  gin.clear_config()
+  # As t5align.eval.evaluate loads it (PARAMS_DTYPE float32, the model file's config).
+  params, config = checkpoints.load_params(CKPT, model.config, dtype=jnp.float32)
+  model = network.Transformer(config)
+
+  @jax.jit  # Evaluation's encoder runs jit-compiled (decoding.greedy_decode).
+  def pmax(tau):
+    _, state = model.apply({'params': params}, tokens, method='encode', enable_dropout=False,
+                           temperature=tau, mutable=['intermediates'])
+    return network.mean_row_stats(
+        network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))['pmax']
+
+  return np.asarray([pmax(jnp.float32(tau)) for tau in taus], np.float64)
+
+
+def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
+  # One macro, ACTIVATION_DTYPE, sets the dtype of both: calibrate.gin's `dtype` and the model
+  # file's T5Config.dtype (the config t5align.eval runs).
+  text, vocab = _text_file(tmp_path), str(ASSET / 'sentencepiece.model')
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      "--gin.ACTIVATION_DTYPE='bfloat16'", f'--gin.CHECKPOINT_PATH={CKPT}',
+      f'--gin.TEXT_FILE={text}', f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.LENGTHS=(128,)', '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2',
+      "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  assert loaded.provenance['dtype'] == 'bfloat16'
+  cal = loaded.calibrations['pmax'][0]
+  stream = calibrate.text_file_stream(text, vocabularies.load_vocabulary(vocab))
+  tokens = calibrate.sample_windows(stream, 2, 128, seed=0, eos_id=1)
+  reference = calibration.cut_to_length(tokens, 64, 1)
+  grid = cal.details['grid']
+  calibrated = np.asarray([cal.target] + list(cal.details['values']))
+  bf16 = np.concatenate([_eval_path_stats('bfloat16', reference, [1.0]),
+                         _eval_path_stats('bfloat16', tokens, grid)])
+  f32 = np.concatenate([_eval_path_stats('float32', reference, [1.0]),
+                        _eval_path_stats('float32', tokens, grid)])
+  # Measured on the project's 2-core CPU: calibration and evaluation paths at bfloat16 agree to
+  # 8.3e-5 relative (the encoder compiled in two programs); loading the parameters in bfloat16
+  # (what calibrate did before, with dtype = 'bfloat16') moved them by 1.4e-3.
+  np.testing.assert_allclose(calibrated, bf16, rtol=2e-4)
+  # The bfloat16 statistics are not the float32 ones (their gap on this small model is only
+  # ~6e-5 relative, within the tolerance above: the dtype itself is checked exactly).
+  assert np.any(f32 != bf16)
+  with pytest.raises(ValueError, match='the dtype evaluation uses'):
+    calibrate.activation_dtype(network.T5Config(vocab_size=8, dtype=jnp.float32), 'bfloat16')
+
+
+def _task_jsonl(tmp_path: pathlib.Path) -> str:
+  """Two tasks' whole inputs: passkey-style prompts and numbered-line prompts (~150-250 tokens)."""
+  import json  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  filler = ('The grass is green. The sky is blue. The sun is yellow. Here we go. '
+            'There and back again.')
+  records = []
+  for i in range(2):
+    key = int(rng.integers(10000, 99999))
+    records.append({'task': 'passkey', 'inputs': (
+        'There is an important info hidden inside a lot of irrelevant text. Find it. '
+        + ' '.join([filler] * (3 + i)) + f' The pass key is {key}. Remember it. '
+        + ' '.join([filler] * 3) + ' What is the pass key? The pass key is')})
+    lines = ' '.join(f'line {w}: REGISTER_CONTENT is <{int(rng.integers(1000, 9999))}>.'
+                     for w in range(12 + 4 * i))
+    records.append({'task': 'lines', 'inputs': lines + ' Tell me what is the number in line 3?'})
+  path = tmp_path / 'tasks.jsonl'
+  path.write_text(''.join(json.dumps(r) + '\n' for r in records))
+  return str(path)
+
+
+def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  from t5align import evaluation  # pylint: disable=g-import-not-at-top
+  vocab = str(ASSET / 'sentencepiece.model')
+  jsonl = _task_jsonl(tmp_path)
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.JSONL_FILE={jsonl}',
+      f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128,)',
+      f'--gin.ANALYSIS_DIR={tmp_path / "analysis"}', '--gin.RELPOS_HEADS=(2, 0)',
+      '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2', "--gin.STRATEGIES=('pmax', 'log_length')"])
+  printed = capsys.readouterr().out
+  loaded = schedule.load_schedule(str(out))
+  assert sorted(loaded.tasks) == ['lines', 'passkey']
+  sp = spm.SentencePieceProcessor(model_file=vocab)
+  period = {i for i in range(sp.get_piece_size()) if sp.id_to_piece(i).endswith('.')}
+  for task, cals in loaded.tasks.items():
+    record = loaded.provenance['per_task'][task]
+    cal = cals['pmax'][0]
+    # L_ex is the task's longest whole input; the reference is the task cut below L_tr = 64.
+    assert cal.length == record['length'] > 128 and record['reference_width'] <= 64
+    # Algorithm 1: the grid tau whose statistic is nearest the L_tr target.
+    values = np.asarray(cal.details['values'])
+    assert cal.tau == cal.details['grid'][int(np.argmin(np.abs(values - cal.target)))]
+    np.testing.assert_allclose(cals['log_length'][0].tau, np.log(64) / np.log(cal.length))
+    # The per-task vs pooled table reports this task's tau, the pooled tau at its L_ex and the
+    # difference.
+    pooled = float(loaded.tau_for_length(cal.length, 'pmax'))
+    assert f'{task:<32}{cal.length:>8}{cal.tau:>10.3f}{pooled:>12.3f}{cal.tau - pooled:>+8.3f}' \
+        in printed
+  # Tables 1 and 7 per task are printed and written.
+  assert 'Dispersion per task' in printed and 'l_max' in printed
+  assert 'Dispersion per task' in (tmp_path / 'analysis' / 'dispersion.txt').read_text()
+  # The reference rows end at a sentence boundary ('.' piece) then EOS.
+  rows = calibrate.jsonl_examples(jsonl, sp.encode, sp.eos_id(), 2)['passkey']
+  _, ref = calibrate.task_inputs(rows, 64, sp.eos_id(), sorted(period))
+  for row in ref:
+    row = row[row > 0]
+    assert row[-1] == sp.eos_id() and row[-2] in period and len(row) <= 64
+  # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
+  temp = evaluation.Temperature(schedule=loaded)
+  tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
+  np.testing.assert_allclose(t5align_eval.task_temperature(temp, 'lines').taus(tokens),
+                             [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)
+  with pytest.warns(UserWarning, match="no calibration for task 'other'"):
+    other = t5align_eval.task_temperature(temp, 'other')
+  assert other.schedule is loaded
+
+
+def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
+  # passkey at 5k characters (1 example, ~1.5k tokens with the shipped vocabulary) against its
+  # setting nearest L_tr = 600: passkey at 2k characters (599 tokens), as in the paper.
+  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (registers the tasks)
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
+      "--gin_bindings=calibrate.run.seqio_split = 'test'",
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.SEQIO_TASK=t5align_passkey_5k', '--gin.LENGTHS=(640,)',
+      '--gin_bindings=calibrate.run.grid = (1.0, 0.8)',
+      "--gin.REFERENCE_TASKS={'t5align_passkey_5k': 't5align_passkey_2k'}",
+      '--gin.REFERENCE_LENGTH=600', '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  record = loaded.provenance['per_task']['t5align_passkey_5k']
+  cal = loaded.tasks['t5align_passkey_5k']['pmax'][0]
+  example = lambda name: next(seqio.get_mixture_or_task(name).get_dataset(
+      sequence_length=None, split='test', shuffle=False).as_numpy_iterator())['inputs']
+  long, short = example('t5align_passkey_5k'), example('t5align_passkey_2k')
+  assert record['reference'] == 't5align_passkey_2k' and record['reference_width'] == len(short)
+  assert cal.length == len(long) > 1024 and cal.details['grid'] == [1.0, 0.8]
+  # The target is the 2k setting's whole input at tau = 1, computed here by the model directly.
+  params, config = checkpoints.load_params(CKPT, dtype=jnp.float32)
+  _, state = network.Transformer(config).apply(
+      {'params': params}, short[None], method='encode', enable_dropout=False, temperature=1.0,
+      mutable=['intermediates'])
+  target = network.mean_row_stats(
+      network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))['pmax']
+  np.testing.assert_allclose(cal.target, target, rtol=1e-5)

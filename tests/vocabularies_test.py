@@ -1,0 +1,78 @@
+"""Tokenizers: SentencePiece and a byte-level BPE (CodeT5's kind) trained here with `tokenizers`."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from t5align import vocabularies
+
+CODE = ['def add(a, b):\n    return a + b\n', 'class Point:\n    def __init__(self, x):\n'
+        '        self.x = {"x": x}  # café <3\n', 'for i in range(10):\n\tprint(i ** 2)\n']
+SPECIALS = ['<pad>', '<s>', '</s>', '<unk>']  # CodeT5's order: pad 0, <s> 1, </s> 2, unk 3.
+
+
+def train_bpe(folder) -> dict[str, str]:
+  """A byte-level BPE tokenizer (< 1 s); returns the paths of its three file forms."""
+  from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
+  tok = ByteLevelBPETokenizer(add_prefix_space=False)
+  tok.train_from_iterator(CODE * 20, vocab_size=400, min_frequency=1, special_tokens=SPECIALS,
+                          show_progress=False)
+  folder.mkdir(parents=True, exist_ok=True)
+  tok.save(str(folder / 'tokenizer.json'))
+  vocab_json, merges = tok.save_model(str(folder))
+  return {'json': str(folder / 'tokenizer.json'), 'pair': f'{vocab_json},{merges}',
+          'folder': str(folder)}
+
+
+@pytest.fixture(scope='module')
+def bpe(tmp_path_factory):
+  return train_bpe(tmp_path_factory.mktemp('bpe'))
+
+
+@pytest.mark.parametrize('form', ['json', 'pair', 'folder'])
+def test_bpe_round_trip_and_special_ids(bpe, form):
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  vocab = vocabularies.load_vocabulary(bpe[form])
+  assert isinstance(vocab, vocabularies.HuggingFaceVocabulary)
+  assert (vocab.pad_id, vocab.eos_id, vocab.unk_id) == (0, 2, 3)
+  reference = Tokenizer.from_file(bpe['json'])
+  for text in CODE + ['x = {1: "<é>"}\n\n\tpass']:
+    ids = vocab.encode(text)
+    assert ids == reference.encode(text, add_special_tokens=False).ids  # the library's own BPE
+    assert 2 not in ids and vocab.decode(ids) == text  # byte level: every character survives
+  assert vocab.decode(vocab.encode('a + b') + [vocab.eos_id]) == 'a + b'  # EOS is not text
+
+
+def test_sentencepiece_vocabulary_reads_its_ids():
+  import pathlib  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(__file__).resolve().parents[1] / 't5align/assets/retrieval_t5/sentencepiece.model'
+  vocab = vocabularies.load_vocabulary(str(path))
+  assert isinstance(vocab, vocabularies.SentencePieceVocabulary)
+  assert (vocab.pad_id, vocab.eos_id, vocab.unk_id) == (0, 1, 2)
+  assert vocab.decode(vocab.encode('The pass key is 123.')) == 'The pass key is 123.'
+
+
+def test_bad_paths_name_the_file(tmp_path):
+  with pytest.raises(FileNotFoundError, match='nope.json'):
+    vocabularies.load_vocabulary(str(tmp_path / 'nope.json'))
+  with pytest.raises(ValueError, match='no tokenizer.json'):
+    vocabularies.load_vocabulary(str(tmp_path))
+
+
+def test_seqio_wrapper_and_task_vocabulary(bpe, monkeypatch):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from seqio_tasks import tasks  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  vocab = vocabularies.load_vocabulary(bpe['json'])
+  wrapped = vocabularies.as_seqio(vocab)
+  text = CODE[1]
+  ids = wrapped.encode(text)
+  assert ids == vocab.encode(text) and wrapped.eos_id == 2
+  assert wrapped.vocab_size == vocab.vocab_size == len(Tokenizer.from_file(bpe['json']).get_vocab())
+  np.testing.assert_array_equal(wrapped.encode_tf(tf.constant(text)).numpy(), ids)
+  # seqio semantics: decoding stops at EOS.
+  assert wrapped.decode_tf(tf.constant(ids + [2, 5, 6])).numpy().decode() == text
+  # The tasks' vocabulary follows $T5ALIGN_VOCABULARY to a HF tokenizer.
+  monkeypatch.setenv(tasks.ENV_VOCABULARY, bpe['folder'])
+  assert tasks.VOCABULARY.eos_id == 2 and tasks.VOCABULARY.encode(text) == ids
+  assert tasks.VOCABULARY.decode(ids) == text
