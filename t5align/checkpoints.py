@@ -870,7 +870,11 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
   validate.float_dtype(dtype, 'dtype (PARAMS_DTYPE)')
   format = detect_format(path) if format == 'auto' else format
   if mesh is not None and format in ('t5x', 't5x_orbax'):
-    params, config = _load_sharded(str(path), format, config, dtype, source_dtypes, mesh, rules)
+    params, config, nonfinite = _load_sharded(str(path), format, config, dtype, source_dtypes,
+                                              mesh, rules)
+    if check_finite:  # Counted slice by slice as read: no second pass over the arrays.
+      validate.finite_params(params, str(path), counts=nonfinite)
+      check_finite = False
   else:
     params = read_params(path, format=format)
     try:
@@ -963,12 +967,17 @@ def _lazy_orbax_arrays(state_dir: str, item: Any) -> dict[str, _LazyArray]:
   return _lazy_ts_arrays(specs, where, context)
 
 
-def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any) -> jax.Array:
+def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding,
+                   dtype: Any) -> tuple[jax.Array, int]:
   """A global array holding `lazy`; this process reads only the slices its devices hold.
 
   The devices' slices are read as their bounding box, once (a stored chunk is decoded once
   however many local devices share it), unless the box is over twice the slices' total; then
   slice by slice. Either way each read is cast to `dtype` on its own.
+
+  Returns:
+    The array, and the number of NaN / inf values in the slices this process read (after the
+    cast), counted on the host as they are read.
   """
   indices = [tuple(s.indices(n)[:2] for s, n in zip(index, lazy.shape))
              for index in sharding.addressable_devices_indices_map(lazy.shape).values()]
@@ -990,7 +999,8 @@ def _sharded_array(lazy: _LazyArray, sharding: jax.sharding.Sharding, dtype: Any
   def read(index: tuple[slice, ...]) -> np.ndarray:
     return slices[tuple(s.indices(n)[:2] for s, n in zip(index, lazy.shape))]
 
-  return jax.make_array_from_callback(lazy.shape, sharding, read)
+  nonfinite = sum(validate.nonfinite_count(x) for x in slices.values())
+  return jax.make_array_from_callback(lazy.shape, sharding, read), nonfinite
 
 
 @functools.lru_cache(maxsize=1)
@@ -1034,8 +1044,13 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
   _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
   shardings = flatten_params(partitioning.param_shardings(config, mesh, rules))
   dtype = np.dtype(dtype)
-  arrays = {}
+  arrays, nonfinite = {}, {}
   for name in sorted(stored, key=lambda k: -stored[k].chunk_bytes):
-    arrays[name] = _sharded_array(stored[name], shardings[name], dtype)
+    arrays[name], nonfinite[name] = _sharded_array(stored[name], shardings[name], dtype)
     _release_free_heap()
-  return unflatten_params({k: arrays[k] for k in stored}), config
+  if jax.process_count() > 1:  # Each process counted its own slices: any count is an error.
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    names = sorted(nonfinite)
+    everyone = multihost_utils.process_allgather(np.array([nonfinite[k] for k in names]))
+    nonfinite = dict(zip(names, np.asarray(everyone).reshape(-1, len(names)).max(0).tolist()))
+  return unflatten_params({k: arrays[k] for k in stored}), config, nonfinite

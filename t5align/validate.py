@@ -6,6 +6,7 @@ traced value cannot be checked, so callers validate before tracing.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -61,25 +62,49 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | No
   return int(value)
 
 
-def finite_params(params: Mapping[str, Any], source: str) -> None:
-  """Raises ValueError naming every parameter of `source` that holds NaN or inf (and how many)."""
+def nonfinite_count(array: Any) -> int:
+  """How many NaN / inf values a host array holds (integer arrays: 0)."""
+  array = np.asarray(array)
+  if array.dtype.kind in 'iub':
+    return 0
+  if array.ndim == 0:
+    array = array.reshape(1)
+  # Blocks of rows of about 2**20 values: the temporaries stay small whatever the array's size
+  # (a sharded load counts each slice as it reads it, and must not double its memory).
+  step = max(1, 2**20 // max(1, array[0].size))
+  count = 0
+  for start in range(0, array.shape[0], step):
+    block = array[start:start + step]
+    try:
+      finite = np.isfinite(block)
+    except TypeError:  # A dtype numpy's isfinite lacks: compare in float32.
+      finite = np.isfinite(block.astype(np.float32))
+    count += int(block.size - np.count_nonzero(finite))
+  return count
+
+
+def finite_params(params: Mapping[str, Any], source: str,
+                  counts: Mapping[str, int] | None = None) -> None:
+  """Raises ValueError naming every parameter of `source` that holds NaN or inf (and how many).
+
+  Args:
+    params: the params tree (host arrays, or `jax.Array`s, which are copied to host one at a
+      time: give `counts` instead for sharded arrays).
+    source: the checkpoint, for the message.
+    counts: non-finite counts per '/'-joined parameter path, already taken (e.g. per slice
+      while a sharded load read them); then `params` is not read.
+  """
   import jax  # pylint: disable=g-import-not-at-top
-  bad = []
+  shapes = {}
+  if counts is None:
+    counts = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+      name = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
+      counts[name] = nonfinite_count(jax.device_get(leaf))
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    name = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
-    if isinstance(leaf, jax.Array):
-      count = int(jax.numpy.sum(~jax.numpy.isfinite(leaf)))
-    else:
-      array = np.asarray(leaf)
-      if array.dtype.kind in 'iub':
-        continue  # Integers are always finite.
-      try:
-        finite = np.isfinite(array)
-      except TypeError:  # A dtype numpy's isfinite lacks: compare in float32.
-        finite = np.isfinite(array.astype(np.float32))
-      count = int(array.size - np.count_nonzero(finite))
-    if count:
-      bad.append(f'{name} ({count} of {int(np.prod(np.shape(leaf)))} values)')
+    shapes['/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)] = np.shape(leaf)
+  bad = [f'{name} ({count} of {int(np.prod(shapes.get(name, ())))} values)'
+         for name, count in counts.items() if count]
   if bad:
     raise ValueError(f'checkpoint {source} has non-finite values (NaN or inf) in '
                      f'{len(bad)} parameter(s): {"; ".join(bad[:10])}'
