@@ -306,7 +306,9 @@ def grid_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float,
 
 def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *,
                   increasing: bool, bracket: tuple[float, float] = (0.05, 1.0),
-                  tol: float = 1e-3, points: int = 1) -> tuple[float, float, dict]:
+                  tol: float = 1e-3, points: int = 1,
+                  known: tuple[Sequence[float], Sequence[float]] | None = None
+                  ) -> tuple[float, float, dict]:
   """Solves statistic(tau) = target for a monotone statistic, to `tol` in tau.
 
   Each round evaluates `points` interior taus in one call (1 = bisection; more use a 'tau' mesh
@@ -314,28 +316,62 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
   interval (width <= tol) whose statistic is nearer the target. A target outside the bracket's
   values returns the nearer end with details['clamped'] = True.
 
+  `known` = (taus, values) already computed (e.g. Algorithm 1's grid) warm-starts the search
+  without changing its path: a round whose every point lies on a side of the crossing that a
+  known value already implies (monotonicity) is decided without a call. Only the taus evaluated
+  are the ones the search would have evaluated anyway, in the same `points`-sized calls.
+
   Returns:
-    (tau, its statistic, details).
+    (tau, its statistic, details); details['calls'] counts the calls made.
   """
   lo, hi = (float(x) for x in check_taus(bracket, 'bracket'))
   if not (lo < hi and tol > 0 and points >= 1):
     raise ValueError(f'need bracket lo < hi, tol > 0, points >= 1; got {bracket}, {tol}, {points}.')
   sign = 1.0 if increasing else -1.0  # sign * (value - target) increases with tau.
-  v_lo, v_hi = evaluate(np.array([lo, hi]))
-  calls = 1
-  if sign * (v_lo - target) >= 0 or sign * (v_hi - target) <= 0:
-    tau, value = (lo, v_lo) if sign * (v_lo - target) >= 0 else (hi, v_hi)
-    return tau, float(value), {'bracket': [lo, hi], 'calls': calls, 'clamped': True}
+  known_taus, known_above = np.zeros(0), np.zeros(0, bool)
+  if known is not None:
+    known_taus = np.asarray(known[0], np.float64)
+    known_above = sign * (np.asarray(known[1], np.float64) - target) >= 0
+
+  def implied(x: float) -> bool | None:
+    """Whether sign * (statistic(x) - target) >= 0 follows from a known value (None: not)."""
+    if np.any(known_above & (known_taus <= x)):
+      return True
+    if np.any(~known_above & (known_taus >= x)):
+      return False
+    return None
+
+  values: dict[float, float] = {}
+  calls = 0
+
+  def evaluate_all(xs: np.ndarray) -> None:
+    nonlocal calls
+    values.update(zip(xs.tolist(), np.asarray(evaluate(xs), np.float64).tolist()))
+    calls += 1
+
+  def above(x: float) -> bool:
+    return sign * (values[x] - target) >= 0 if x in values else implied(x)
+
+  if implied(lo) is None or implied(hi) is None:
+    evaluate_all(np.array([lo, hi]))
+  if above(lo) or not above(hi):
+    tau = lo if above(lo) else hi
+    if tau not in values:
+      evaluate_all(np.array([lo, hi]))
+    return tau, float(values[tau]), {'bracket': [lo, hi], 'calls': calls, 'clamped': True}
   while hi - lo > tol:
     xs = np.linspace(lo, hi, points + 2)[1:-1]
-    vs = evaluate(xs)
-    calls += 1
-    above = np.flatnonzero(sign * (vs - target) >= 0)
-    i = int(above[0]) if above.size else len(xs)
+    if any(implied(x) is None for x in xs.tolist()):
+      evaluate_all(xs)
+    signs = [above(x) for x in xs.tolist()]
+    i = signs.index(True) if True in signs else len(xs)
     if i > 0:
-      lo, v_lo = xs[i - 1], vs[i - 1]
+      lo = float(xs[i - 1])
     if i < len(xs):
-      hi, v_hi = xs[i], vs[i]
+      hi = float(xs[i])
+  if lo not in values or hi not in values:
+    evaluate_all(np.array([lo, hi]))
+  v_lo, v_hi = values[lo], values[hi]
   tau, value = (lo, v_lo) if abs(v_lo - target) <= abs(v_hi - target) else (hi, v_hi)
   return float(tau), float(value), {'bracket': [float(lo), float(hi)], 'calls': calls,
                                     'clamped': False}
@@ -553,9 +589,19 @@ class Memo:
                       temperatures: Any, mesh: Mesh | None = None, **kwargs) -> AttentionStats:
     """`encoder_attention_stats(params, config, tokens, temperatures, mesh, **kwargs)`."""
     tokens, taus = check_tokens(tokens), check_taus(temperatures).astype(np.float32)
-    key = ('stats', config, self._fingerprint(tokens), self._fingerprint(taus))
-    return self._get(key, lambda: encoder_attention_stats(params, config, tokens, taus, mesh,
-                                                          **kwargs))
+    return self._get(self._stats_key(config, tokens, taus),
+                     lambda: encoder_attention_stats(params, config, tokens, taus, mesh,
+                                                     **kwargs))
+
+  def _stats_key(self, config: network.T5Config, tokens: np.ndarray, taus: np.ndarray) -> tuple:
+    return ('stats', config, self._fingerprint(tokens), self._fingerprint(taus))
+
+  def computed_stats(self, config: network.T5Config, tokens: Any,
+                     temperatures: Any) -> AttentionStats | None:
+    """The remembered result of `attention_stats` for these inputs, or None (computes nothing)."""
+    key = self._stats_key(config, check_tokens(tokens),
+                          check_taus(temperatures).astype(np.float32))
+    return self._results.get(key)
 
   def sorted_logits(self, params: Any, config: network.T5Config, tokens: Any,
                     chunk: int = 128) -> np.ndarray:
@@ -590,11 +636,19 @@ def _align(params, config, tokens, statistic, target_stats, *, search, per_layer
   n = config.num_encoder_layers
   increasing = statistic == 'entropy'  # flatter with larger tau: entropy up, P_max down.
 
-  def run_search(evaluate, target):
+  # Algorithm 1's sweep at this length, if this run already made it (the grid strategies share
+  # it): it warm-starts the continuous searches. Layer 0's statistic depends on layer 0's tau
+  # only, so the sweep (every layer at the grid tau) also brackets the per-layer search's layer 0.
+  sweep = memo.computed_stats(config, tokens, grid) if search == 'bisect' else None
+
+  def run_search(evaluate, target, layer=None):
     if search == 'grid':
       return grid_search(evaluate, target, grid)
+    known = None
+    if sweep is not None and (layer is None or layer == 0):
+      known = (np.asarray(grid, np.float64), sweep.values(statistic, layer))
     return bisect_search(evaluate, target, increasing=increasing, bracket=bracket, tol=tol,
-                         points=points)
+                         points=points, known=known)
 
   if not per_layer:
     evaluate = lambda taus: memo.attention_stats(
@@ -610,7 +664,8 @@ def _align(params, config, tokens, statistic, target_stats, *, search, per_layer
       rows = np.concatenate([np.tile(chosen, (len(taus), 1)), np.tile(taus[:, None], n - i)], 1)
       return memo.attention_stats(params, config, tokens, rows, **stats_kwargs).values(
           statistic, layer=i)
-    tau, value, info = run_search(evaluate, float(target_stats.values(statistic, layer=i)[0]))
+    tau, value, info = run_search(evaluate, float(target_stats.values(statistic, layer=i)[0]),
+                                  layer=i)
     chosen.append(tau)
     values.append(value)
     infos.append(info)

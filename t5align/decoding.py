@@ -1,4 +1,4 @@
-"""Greedy decoding with t5x's key/value cache, stopping at EOS (`greedy`; jitted: `greedy_decode`)."""
+"""Greedy decoding over t5x's cache, cross-attention K/V projected once (`greedy`)."""
 from __future__ import annotations
 
 import jax
@@ -24,9 +24,10 @@ def greedy(
   Callers that shard it jit it themselves, e.g. `evaluation.partitioned_greedy_decode` under a
   mesh and the logical axis rules (`partitioning.partition`).
 
-  The encoder runs once (with `temperature`, see `network.layer_temperatures`); the decoder then
-  runs one position at a time over t5x's 'cache' collection. Decoding starts from token 0 and a
-  row stops at its first `eos_id`, which is kept; later positions are 0 (padding), as in t5x.
+  The encoder runs once (with `temperature`, see `network.layer_temperatures`), each decoder
+  layer's cross-attention keys/values are projected once from its output, and the decoder then
+  runs one position at a time over t5x's 'cache' collection (`greedy_from_encoded`). Decoding
+  starts from token 0 and a row stops at its first `eos_id`, which is kept; later positions are 0 (padding), as in t5x.
   The loop ends early once every row has stopped.
 
   Args:
@@ -41,27 +42,52 @@ def greedy(
     int32 `[b, max_decode_length]` tokens.
   """
   validate.positive_int(max_decode_length, 'max_decode_length')  # Static: checked at trace time.
+  # [b, k] -> [b, k, e]
+  encoded = model.apply({'params': params}, encoder_input_tokens, enable_dropout=False,
+                        temperature=temperature, method=model.encode)
+  return greedy_from_encoded(model, params, encoded, encoder_input_tokens,
+                             max_decode_length=max_decode_length, eos_id=eos_id)
+
+
+def greedy_from_encoded(
+    model: network.Transformer,
+    params: dict,
+    encoded: Array,
+    encoder_input_tokens: Array,
+    *,
+    max_decode_length: int,
+    eos_id: int = 1,
+    cache_cross_kv: bool = True,
+) -> Array:
+  """The decoding loop of `greedy` over an encoder output `[b, k, e]`; traceable.
+
+  With `cache_cross_kv` (the default) each decoder layer's cross-attention keys/values are
+  projected once, into the 'cache' collection beside t5x's self-attention cache
+  (`network.Transformer.decode`); False projects the whole encoder output at every generated
+  token, as t5x's decoder does (same tokens; kept to compare and benchmark).
+  """
   batch = encoder_input_tokens.shape[0]
   variables = {'params': params}
-  # [b, k] -> [b, k, e]
-  encoded = model.apply(variables, encoder_input_tokens, enable_dropout=False,
-                        temperature=temperature, method=model.encode)
+  full = jnp.zeros((batch, max_decode_length), jnp.int32)
+  # A decode=True call over the full length creates the cache: zeros for self-attention (its
+  # decoder outputs are unused, so XLA drops them) and, with cache_cross_kv, the projected
+  # cross-attention keys/values.
+  init_cache = lambda: model.apply(
+      variables, encoded, encoder_input_tokens, full, full, enable_dropout=False, decode=True,
+      max_decode_length=max_decode_length, cache_cross_kv=cache_cross_kv, method=model.decode,
+      mutable=['cache'])[1]['cache']
+  if cache_cross_kv:
+    cache = init_cache()
+  else:  # Only shapes are needed: no compute.
+    cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(init_cache))
 
   def decode_step(cache, token):
     # [b, 1] -> [b, 1, vocab]
     logits, new_vars = model.apply(
         {**variables, 'cache': cache}, encoded, encoder_input_tokens, token, token,
         enable_dropout=False, decode=True, max_decode_length=max_decode_length,
-        method=model.decode, mutable=['cache'])
+        cache_cross_kv=cache_cross_kv, method=model.decode, mutable=['cache'])
     return logits[:, -1], new_vars['cache']
-
-  # The cache's shapes come from a decode=True call over the full length; no compute needed.
-  full = jnp.zeros((batch, max_decode_length), jnp.int32)
-  cache_shapes = jax.eval_shape(
-      lambda: model.apply(variables, encoded, encoder_input_tokens, full, full,
-                          enable_dropout=False, decode=True, max_decode_length=max_decode_length,
-                          method=model.decode, mutable=['cache'])[1]['cache'])
-  cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), cache_shapes)
 
   def cond(state):
     i, _, _, _, done = state

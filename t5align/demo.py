@@ -50,6 +50,25 @@ def _log(message: str, start: float) -> None:
     print(f'[{time.time() - start:7.1f}s] {message}', file=sys.stderr, flush=True)
 
 
+class Eta:
+  """Remaining-time estimate from the elapsed time and the work done (weights per step)."""
+
+  def __init__(self, weights: Sequence[float] | None = None, clock=time.time):
+    self.weights = None if weights is None else np.cumsum(weights, dtype=np.float64)
+    self.clock = clock
+    self.start = clock()
+
+  def update(self, done: int, total: int | None = None) -> str:
+    """', ETA 1m05s' after `done` steps (of `total`, or of the weights given)."""
+    if self.weights is not None:
+      fraction = self.weights[done - 1] / self.weights[-1] if len(self.weights) else 1.0
+    else:
+      fraction = done / total
+    elapsed = self.clock() - self.start
+    left = elapsed * (1 - fraction) / max(fraction, 1e-9)
+    return f', ETA {int(left // 60)}m{int(left % 60):02d}s'
+
+
 def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATION_SEED
                        ) -> np.ndarray:
   """`[tasks * per_task, length]` int32 held-out prompts of every task filled to `length`.
@@ -233,12 +252,14 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
     schedule = schedule_lib.TemperatureSchedule.from_dict(saved)
     _log(f'reusing {schedule_path}', start)
   else:
+    calibration_eta = Eta()
     schedule = schedule_lib.build_schedule(
         params, config, tokens, lengths, strategies, reference_length=reference_length,
         provenance={'model_dir': os.path.abspath(model_dir), 'seed': CALIBRATION_SEED,
                     'source': f'held-out prompts of {", ".join(train_data.TASKS)}'},
         progress=lambda d, t, c: _log(f'calibrated {d}/{t}: {c.strategy} @ {c.length} -> '
-                                      f'tau {np.round(c.tau, 3).tolist()}', start),
+                                      f'tau {np.round(c.tau, 3).tolist()}'
+                                      f'{calibration_eta.update(d, t)}', start),
         mesh=mesh, memo=memo)
   if not schedule.tasks:  # Per task, as the paper calibrates; the pooled schedule is kept.
     tasks = schedule_lib.calibrate_tasks(
@@ -256,25 +277,39 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
     print(temperatures)
 
   model = network.Transformer(config)
+  # Cells to evaluate: (length, row, tau, tasks). A row whose temperature for a task at L equals
+  # an earlier row's (at L_tr every strategy's is 1 by construction) copies that cell instead.
+  cells, copies = [], []
   for L in eval_lengths:
+    seen = []  # (row, tau, task) evaluated at L
     for row in rows:
-      todo = [t for t in train_data.TASKS if results.get(row, t, L) is None]
-      if not todo:
-        continue
-      if L == reference_length and row != 'tau=1':
-        # At L_tr every strategy's temperature is 1 by construction: the same cell as tau = 1.
-        for task in todo:
-          results.put(row, task, L, results.get('tau=1', task, L))
-        continue
-      acc = {}
-      for task in todo:  # Each task at the temperature calibrated on it.
-        tau = 1.0 if L == reference_length else row_temperature(schedule.for_task(task), row, L)
-        acc.update(train.evaluate(model, params, vocab, tasks=[task], length=L,
-                                  num_examples=num_examples, seed=EVAL_SEED,
-                                  batch_size=min(batch_size, num_examples), temperature=tau))
-        results.put(row, task, L, acc[task])
-      _log(f'{ROW_LABELS[row]:>20} @ {L:>5}: ' +
-           ', '.join(f'{k} {v:.0f}%' for k, v in acc.items()), start)
+      for task in train_data.TASKS:
+        if results.get(row, task, L) is not None:
+          continue
+        # Each task at the temperature calibrated on it (per task, as the paper does).
+        tau = (1.0 if L == reference_length
+               else row_temperature(schedule.for_task(task), row, L))
+        same = next((r for r, t, k in seen if k == task and np.shape(t) == np.shape(tau)
+                     and np.array_equal(t, tau)), None)
+        if same is None:
+          seen.append((row, tau, task))
+          cells.append((L, row, tau, [task]))
+        else:
+          copies.append((L, row, same, [task]))
+  # Work per cell ~ L^2 (attention dominates at these lengths): the ETA's weights.
+  eval_eta = Eta([L * L for L, *_ in cells])
+  for i, (L, row, tau, todo) in enumerate(cells):
+    acc = train.evaluate(model, params, vocab, tasks=todo, length=L, num_examples=num_examples,
+                         seed=EVAL_SEED, batch_size=min(batch_size, num_examples),
+                         temperature=tau)
+    for task, value in acc.items():
+      results.put(row, task, L, value)
+    _log(f'{ROW_LABELS[row]:>20} @ {L:>5}: ' +
+         ', '.join(f'{k} {v:.0f}%' for k, v in acc.items()) +
+         f' (cell {i + 1}/{len(cells)}{eval_eta.update(i + 1)})', start)
+  for L, row, same, todo in copies:
+    for task in todo:
+      results.put(row, task, L, results.get(same, task, L))
 
   numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
                              mesh=mesh, memo=memo)

@@ -159,7 +159,8 @@ class MultiHeadDotProductAttention(nn.Module):
 
   Two call forms:
   - t5x form (decoder self-attention, cross-attention): `mask` and `bias` as arrays, optional
-    autoregressive cache with `decode=True`.
+    autoregressive cache with `decode=True` (self-attention), or `cache_kv=True`
+    (cross-attention: the projected keys/values of `inputs_kv` kept in the 'cache' collection).
   - structured self-attention (encoder): `rel_embedding` + `segment_ids` (+ `temperature`); the
     bias is built by the chosen `attention_impl`, and per-row statistics are sown into the
     'intermediates' collection when it is mutable.
@@ -186,8 +187,15 @@ class MultiHeadDotProductAttention(nn.Module):
       rel_embedding: Array | None = None,
       segment_ids: Array | None = None,
       temperature: Array | None = None,
+      cache_kv: bool = False,
   ) -> Array:
-    """`[b, q, e]` queries and `[b, k, e]` keys/values -> `[b, q, e]`."""
+    """`[b, q, e]` queries and `[b, k, e]` keys/values -> `[b, q, e]`.
+
+    `cache_kv=True` (cross-attention while decoding) reads the keys/values from 'cache'
+    ('cached_cross_key' / 'cached_cross_value', `[b, k, h, d]`) when they are there and then
+    ignores `inputs_kv`; otherwise it projects `inputs_kv` and, if 'cache' is mutable, stores
+    them, so they are projected once per input rather than once per generated token.
+    """
     projection = functools.partial(
         DenseGeneral, axis=-1, features=(self.num_heads, self.head_dim),
         kernel_axes=('embed', 'joined_kv'), dtype=self.dtype)
@@ -196,11 +204,19 @@ class MultiHeadDotProductAttention(nn.Module):
     query_init = lambda *args: self.kernel_init(*args) / depth_scaling
     # [b, l, e] -> [b, l, h, d]
     query = projection(kernel_init=query_init, name='query')(inputs_q)
-    key = projection(kernel_init=self.kernel_init, name='key')(inputs_kv)
-    value = projection(kernel_init=self.kernel_init, name='value')(inputs_kv)
     query = with_sharding_constraint(query, ('batch', 'length', 'heads', 'kv'))
-    key = with_sharding_constraint(key, ('batch', 'length', 'heads', 'kv'))
-    value = with_sharding_constraint(value, ('batch', 'length', 'heads', 'kv'))
+    if cache_kv and self.has_variable('cache', 'cached_cross_key'):
+      # [b, k, h, d], projected once after encoding.
+      key = self.get_variable('cache', 'cached_cross_key')
+      value = self.get_variable('cache', 'cached_cross_value')
+    else:
+      key = projection(kernel_init=self.kernel_init, name='key')(inputs_kv)
+      value = projection(kernel_init=self.kernel_init, name='value')(inputs_kv)
+      key = with_sharding_constraint(key, ('batch', 'length', 'heads', 'kv'))
+      value = with_sharding_constraint(value, ('batch', 'length', 'heads', 'kv'))
+      if cache_kv and self.is_mutable_collection('cache') and not self.is_initializing():
+        self.put_variable('cache', 'cached_cross_key', key)
+        self.put_variable('cache', 'cached_cross_value', value)
 
     # As t5x: one 'dropout' rng per call of this module, only when dropout is on.
     dropout_rng = None

@@ -160,7 +160,8 @@ class DecoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, inputs, encoded, decoder_mask=None, encoder_decoder_mask=None,
-               deterministic=False, decode=False, max_decode_length=None):
+               deterministic=False, decode=False, max_decode_length=None,
+               cache_cross_kv=False):
     """`[b, l, e]` decoder stream and `[b, k, e]` encoder output -> `[b, l, e]`."""
     cfg = self.config
     length = max_decode_length if decode and max_decode_length else inputs.shape[-2]
@@ -172,7 +173,8 @@ class DecoderLayer(nn.Module):
     x = _dropout(cfg, x, deterministic) + inputs
     y = layers.LayerNorm(dtype=cfg.dtype, name='pre_cross_attention_layer_norm')(x)
     y = _attention(cfg, 'encoder_decoder_attention')(
-        y, encoded, encoder_decoder_mask, deterministic=deterministic)
+        y, encoded, encoder_decoder_mask, deterministic=deterministic,
+        cache_kv=decode and cache_cross_kv)
     y = _dropout(cfg, y, deterministic) + x
     z = layers.LayerNorm(dtype=cfg.dtype, name='pre_mlp_layer_norm')(y)
     z = _mlp(cfg)(z, deterministic=deterministic)
@@ -210,7 +212,7 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(self, encoded, decoder_input_tokens, decoder_positions=None, decoder_mask=None,
                encoder_decoder_mask=None, deterministic=False, decode=False,
-               max_decode_length=None):
+               max_decode_length=None, cache_cross_kv=False):
     """`[b, l]` tokens and `[b, k, e]` encoded -> `[b, l, vocab]` float32 logits."""
     del decoder_positions  # Relative positions only; kept for t5x's signature.
     cfg = self.config
@@ -221,7 +223,8 @@ class Decoder(nn.Module):
     for i in range(cfg.num_decoder_layers):
       y = DecoderLayer(config=cfg, relative_embedding=rel_emb, name=f'layers_{i}')(
           y, encoded, decoder_mask=decoder_mask, encoder_decoder_mask=encoder_decoder_mask,
-          deterministic=deterministic, decode=decode, max_decode_length=max_decode_length)
+          deterministic=deterministic, decode=decode, max_decode_length=max_decode_length,
+          cache_cross_kv=cache_cross_kv)
     y = layers.LayerNorm(dtype=cfg.dtype, name='decoder_norm')(y)
     y = _dropout(cfg, y, deterministic)
     # [b, l, e] -> [b, l, vocab]
@@ -275,8 +278,14 @@ class Transformer(nn.Module):
 
   def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
              encoder_segment_ids=None, decoder_segment_ids=None, decoder_positions=None,
-             enable_dropout=True, decode=False, max_decode_length=None):
-    """Decoder over `[b, k, e]` encoded -> `[b, l, vocab]` logits (t5x's signature)."""
+             enable_dropout=True, decode=False, max_decode_length=None, cache_cross_kv=False):
+    """Decoder over `[b, k, e]` encoded -> `[b, l, vocab]` logits (t5x's signature).
+
+    `cache_cross_kv` (with `decode=True`; t5x's own decoder leaves it False): each layer's
+    cross-attention keys/values of `encoded` go into the 'cache' collection on the call that
+    creates the cache, and later steps read them there instead of projecting `encoded` again
+    (`decoding.greedy`). Without it every step projects the whole encoder output, as t5x does.
+    """
     cfg = self.config
     if decode:
       # Autoregressive steps: no target padding mask; the cache supplies causality.
@@ -299,7 +308,8 @@ class Transformer(nn.Module):
     return self.decoder(
         encoded, decoder_input_tokens=decoder_input_tokens, decoder_positions=decoder_positions,
         decoder_mask=decoder_mask, encoder_decoder_mask=encoder_decoder_mask,
-        deterministic=not enable_dropout, decode=decode, max_decode_length=max_decode_length)
+        deterministic=not enable_dropout, decode=decode, max_decode_length=max_decode_length,
+        cache_cross_kv=cache_cross_kv)
 
   def __call__(self, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
                encoder_segment_ids=None, decoder_segment_ids=None, encoder_positions=None,

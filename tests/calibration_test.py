@@ -293,3 +293,44 @@ def test_bad_inputs_raise_clear_errors(tiny):
     calibration.log_length_tau(1, 512)
   with pytest.raises(ValueError, match='needs 16 devices'):
     partitioning.calibration_mesh(8, 2)
+
+
+@pytest.mark.parametrize('increasing', [True, False])
+@pytest.mark.parametrize('crossing', [0.3, 0.5, 0.5004, 0.62, 0.75, 0.9501, 0.99, 0.02, 1.2])
+def test_bisection_warm_started_from_grid_takes_the_same_path(crossing, increasing):
+  """Known grid values skip only calls whose outcome they imply: same tau, fewer calls."""
+  sign = 1.0 if increasing else -1.0
+  asked = {'cold': [], 'warm': []}
+
+  def statistic(run):
+    def evaluate(taus):
+      asked[run].extend(np.asarray(taus).tolist())
+      return sign * np.tanh(3.0 * (np.asarray(taus) - crossing))  # monotone, target 0 at crossing
+    return evaluate
+
+  grid = np.asarray(calibration.PAPER_GRID)
+  cold = calibration.bisect_search(statistic('cold'), 0.0, increasing=increasing, points=2)
+  known = (grid, sign * np.tanh(3.0 * (grid - crossing)))
+  warm = calibration.bisect_search(statistic('warm'), 0.0, increasing=increasing, points=2,
+                                   known=known)
+  assert warm[:2] == cold[:2]
+  assert warm[2]['bracket'] == cold[2]['bracket'] and warm[2]['clamped'] == cold[2]['clamped']
+  assert set(asked['warm']) <= set(asked['cold'])  # Nothing the cold search did not evaluate.
+  assert warm[2]['calls'] == len(asked['warm']) // 2
+  if 0.5 < crossing < 1.0:  # Inside the grid: the first rounds are implied.
+    assert warm[2]['calls'] < cold[2]['calls'] - 2, (warm[2]['calls'], cold[2]['calls'])
+
+
+def test_searches_warm_started_from_the_shared_sweep_equal_fresh_ones(tiny):
+  """After the grid strategies, bisection and per-layer searches reuse their sweep: same taus."""
+  config, params, ref = tiny
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  memo = calibration.Memo()
+  calibration.calibrate(params, config, tokens, 'pmax', reference_length=L_TR, memo=memo)
+  for strategy in ('pmax_bisect', 'pmax_per_layer'):
+    fresh = calibration.calibrate(params, config, tokens, strategy, reference_length=L_TR)
+    warm = calibration.calibrate(params, config, tokens, strategy, reference_length=L_TR,
+                                 memo=memo)
+    assert (warm.tau, warm.achieved, warm.clamped) == (fresh.tau, fresh.achieved, fresh.clamped)
+    calls = lambda c: sum(i['calls'] for i in c.details.get('layers', [c.details]))
+    assert calls(warm) < calls(fresh), (calls(warm), calls(fresh))

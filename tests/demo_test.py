@@ -101,3 +101,11 @@ def test_rerun_resumes_and_rejects_other_settings(shortened):
   with pytest.raises(ValueError, match='holds a run with other settings'):
     demo.run(output_dir=out, model_dir=MODEL_DIR, lengths=[length], strategies=STRATEGIES,
              num_examples=NUM_EXAMPLES + 1, num_samples=1)
+
+
+def test_eta_weights_the_work_done():
+  clock = iter([100.0, 130.0, 0.0, 10.0])
+  eta = demo.Eta([1, 3], clock=lambda: next(clock))
+  assert eta.update(1) == ', ETA 1m30s'  # 30 s for 1/4 of the work: 90 s to go.
+  steps = demo.Eta(clock=lambda: next(clock))
+  assert steps.update(1, 4) == ', ETA 0m30s'  # 10 s per step, 3 steps to go.

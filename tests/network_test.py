@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -229,3 +230,45 @@ def test_jitted_padding_is_finite_and_exact(tau):
            for v in (inter_padded, inter_alone)]
   for key in ('layer_pmax', 'layer_entropy'):
     np.testing.assert_allclose(stats[0][key], stats[1][key], rtol=1e-5)
+
+
+def test_cached_cross_attention_equals_per_step_projection(load_t5x_fixture):
+  """Cross K/V projected once into the cache: the same logits (1e-6) and tokens as per step."""
+  config, params, ref = load_t5x_fixture('t5_1_1_tiny')
+  model = network.Transformer(config)
+  inputs = ref['encoder_input_tokens']
+  encoded = _encode(config, params, inputs)
+  expected = np.asarray(ref['greedy_tokens_tau1.00'])
+  length = expected.shape[1]
+  # Teacher-forced steps over the fixture's greedy tokens (shifted right, start token 0).
+  steps = np.concatenate([np.zeros_like(expected[:, :1]), expected[:, :-1]], axis=1)
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def run(cached, params, encoded, step_encoded):
+    decode = functools.partial(model.apply, enable_dropout=False, decode=True,
+                               max_decode_length=length, cache_cross_kv=cached,
+                               method=model.decode, mutable=['cache'])
+    full = jnp.zeros_like(steps)
+    cache = decode({'params': params}, encoded, inputs, full, full)[1]['cache']
+
+    def step(cache, token):  # token [b, 1]
+      logits, state = decode({'params': params, 'cache': cache}, step_encoded, inputs, token,
+                             token)
+      return state['cache'], logits[:, -1]
+
+    # [l, b, 1] tokens -> [l, b, vocab] logits -> [b, l, vocab].
+    cache, logits = jax.lax.scan(step, cache, jnp.asarray(steps.T[:, :, None]))
+    return jnp.moveaxis(logits, 0, 1), cache
+
+  per_step, cache = run(False, params, encoded, encoded)
+  assert not any('cached_cross_key' in jax.tree_util.keystr(k)
+                 for k, _ in jax.tree_util.tree_leaves_with_path(cache))
+  # Once the cache holds the keys/values, the steps must not read `encoded` at all.
+  cached, cache = run(True, params, encoded, jnp.zeros_like(encoded))
+  assert cache['decoder']['layers_0']['encoder_decoder_attention']['cached_cross_key'].shape == (
+      encoded.shape[:2] + (config.num_heads, config.head_dim))
+  np.testing.assert_allclose(cached, per_step, rtol=1e-6, atol=1e-6)
+  # Teacher forcing over greedy's own tokens: the argmax is the next greedy token (until EOS).
+  np.testing.assert_array_equal(np.argmax(cached, -1), np.argmax(per_step, -1))
+  running = np.cumsum(steps == 1, axis=1) == 0  # No EOS (id 1) among the inputs so far.
+  np.testing.assert_array_equal(np.argmax(cached, -1)[running], expected[running])
