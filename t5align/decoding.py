@@ -27,8 +27,8 @@ def greedy(
   The encoder runs once (with `temperature`, see `network.layer_temperatures`), each decoder
   layer's cross-attention keys/values are projected once from its output, and the decoder then
   runs one position at a time over t5x's 'cache' collection (`greedy_from_encoded`). Decoding
-  starts from token 0 and a row stops at its first `eos_id`, which is kept; later positions are 0 (padding), as in t5x.
-  The loop ends early once every row has stopped.
+  starts from token 0 and a row stops at its first `eos_id`, which is kept; later positions are
+  0 (padding), as in t5x. The loop ends early once every row has stopped.
 
   Args:
     model: the Transformer module (static).

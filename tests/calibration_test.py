@@ -324,7 +324,7 @@ def test_bisection_warm_started_from_grid_takes_the_same_path(crossing, increasi
 def test_searches_warm_started_from_the_shared_sweep_equal_fresh_ones(tiny):
   """After the grid strategies, bisection and per-layer searches reuse their sweep: same taus."""
   config, params, ref = tiny
-  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX)
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
   memo = calibration.Memo()
   calibration.calibrate(params, config, tokens, 'pmax', reference_length=L_TR, memo=memo)
   for strategy in ('pmax_bisect', 'pmax_per_layer'):
