@@ -7,7 +7,6 @@ Figures are written with matplotlib's Agg backend (no display needed).
 from __future__ import annotations
 
 import json
-import os
 import statistics as pystats
 from typing import Any, Mapping, Sequence
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 

@@ -6,7 +6,6 @@ traced value cannot be checked, so callers validate before tracing.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Mapping
 

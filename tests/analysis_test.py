@@ -87,27 +87,18 @@ def test_write_analysis_files(collected, tmp_path):
       [analysis.dispersion_table(numbers), analysis.lmax_table(numbers)])
 
 
-def test_lmax_and_per_task_tables(collected, tmp_path):
-  import jax  # pylint: disable=g-import-not-at-top
-  from t5align import attention  # pylint: disable=g-import-not-at-top
+def test_lmax_and_per_task_tables(collected, tmp_path, numpy_layer0_sorted):
   from t5align import network  # pylint: disable=g-import-not-at-top
   config, params, tokens, numbers = collected
   # Table 7 from a float64 numpy re-derivation: layer 0's logits in full, each row sorted, the
   # rows averaged; l_max = its largest entry minus its mean.
-  model = network.Transformer(config)
-  _, state = jax.jit(lambda x: model.apply({'params': params}, x, method='encode',
-                                           enable_dropout=False, mutable=['attention_inputs']))(
-                                               tokens)
-  inputs = state['attention_inputs']['encoder']['layers_0']['attention']
-  q, k = (np.asarray(inputs[f'projected_{n}'][0], np.float64) for n in ('query', 'key'))
-  bias = np.asarray(attention.relative_position_bias(
-      params['encoder']['relpos_bias']['rel_embedding'], 81, 81, True), np.float64)
-  vector = -np.sort(-(np.einsum('bqhd,bkhd->bhqk', q, k) + bias), axis=-1).mean(axis=(0, 1, 2))
+  vector = numpy_layer0_sorted(config, params, tokens)
   lmax_81 = vector.max() - vector.mean()
   np.testing.assert_allclose(numbers['layer0']['81']['lmax'], lmax_81, rtol=1e-5)
   table = analysis.lmax_table(numbers)
   assert table.splitlines()[1].startswith('l_max') and f'{lmax_81:.4f}' in table
   # Per task: two "tasks" (the two fixture rows), each with a reference cut to L_tr.
+  model = network.Transformer(config)
   pairs = {f'row{i}': (tokens[i:i + 1], calibration.cut_to_length(tokens[i:i + 1], L_TR, 1))
            for i in range(2)}
   tasks = analysis.task_statistics(params, config, pairs)

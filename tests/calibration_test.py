@@ -6,7 +6,6 @@ import jax
 import numpy as np
 import pytest
 
-from t5align import attention
 from t5align import calibration
 from t5align import network
 from t5align import partitioning
@@ -225,25 +224,10 @@ def test_clamped_calibration_is_marked_in_the_schedule_table():
   assert loaded.calibrations['prop1'][0] == cal
 
 
-def _numpy_layer0_sorted(config, params, tokens):
-  """Layer 0 logits materialized in full, sorted per row and averaged (numpy)."""
-  model = network.Transformer(config)
-  _, state = jax.jit(lambda x: model.apply({'params': params}, x, method='encode',
-                                           enable_dropout=False, mutable=['attention_inputs']))(
-                                               tokens)
-  inputs = state['attention_inputs']['encoder']['layers_0']['attention']
-  q, k = (np.asarray(inputs[f'projected_{n}'][0], np.float64) for n in ('query', 'key'))
-  table = params['encoder']['relpos_bias']['rel_embedding']
-  bias = np.asarray(attention.relative_position_bias(table, tokens.shape[1], tokens.shape[1],
-                                                     True))
-  logits = np.einsum('bqhd,bkhd->bhqk', q, k) + bias
-  return -np.sort(-logits, axis=-1).mean(axis=(0, 1, 2))
-
-
-def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny):
+def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny, numpy_layer0_sorted):
   config, params, ref = tiny
   tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
-  expected = _numpy_layer0_sorted(config, params, tokens)
+  expected = numpy_layer0_sorted(config, params, tokens)
   # 81 = 5 x 16 + 1: the last chunk is mostly padding queries.
   got = calibration.layer0_sorted_logits(params, config, tokens, chunk=16)
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

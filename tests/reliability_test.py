@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 
-from flax import serialization
 import numpy as np
 import pytest
 
