@@ -250,8 +250,8 @@ def evaluate(*,
       # This process's rows of one global batch of `batch_size` rows (all-padding rows fill
       # it, so shapes repeat across batches); every process pads to the same width.
       rows = len(my_rows)
-      inputs = [ex['inputs'] if truncate_inputs is None else keep_last(ex['inputs'], truncate_inputs)
-                for ex in batch]
+      inputs = [ex['inputs'] if truncate_inputs is None
+                else keep_last(ex['inputs'], truncate_inputs) for ex in batch]
       width = _global_width(inputs)
       place = lambda x: multihost.global_batch(x, rows_sharding, batch_size)
       tokens = evaluation.pad_batch(evaluation.pad_tokens(inputs, min_length=width), rows)
