@@ -416,16 +416,10 @@ def _orbax_params_metadata(path: str) -> tuple[str, str, Any]:
   return state_dir, key, tree[key]
 
 
-def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any,
-                   max_bytes_in_flight: int | None = None) -> Params:
-  """Restores `{key: item}` with `restore_args`; errors name the checkpoint.
-
-  `max_bytes_in_flight` bounds the host memory of concurrent reads (Orbax counts whole chunks);
-  None keeps Orbax's default (96 GB).
-  """
+def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any) -> Params:
+  """Restores `{key: item}` with `restore_args`; errors name the checkpoint."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  gb = None if max_bytes_in_flight is None else max_bytes_in_flight / 10**9
-  checkpointer = ocp.Checkpointer(ocp.PyTreeCheckpointHandler(restore_concurrent_gb=gb))
+  checkpointer = ocp.PyTreeCheckpointer()
   try:
     restored = checkpointer.restore(state_dir, args=ocp.args.PyTreeRestore(
         item={key: item}, restore_args={key: restore_args}, partial_restore=True))

@@ -257,16 +257,19 @@ def evaluate(*,
       tokens = evaluation.pad_batch(evaluation.pad_tokens(inputs, min_length=width), rows)
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
+      # What the metrics compare, made here where the example was read (see `_write_metrics`).
+      targets = [task.postprocess_fn(target_text(ex), example=ex, is_target=True)
+                 for ex in batch]
       records = []
       if scored:
-        targets = evaluation.pad_batch(evaluation.pad_tokens(
+        target_tokens = evaluation.pad_batch(evaluation.pad_tokens(
             [ex['targets'] for ex in batch],
             min_length=_global_width([ex['targets'] for ex in batch])), rows)
         ll = multihost.gather(evaluation.partitioned_score(model, mesh)(
-            params, place(tokens), place(targets), place(taus)))[my_rows]
+            params, place(tokens), place(target_tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           records.append({'log_likelihood': float(ll[j]),
-                          'num_target_tokens': int(np.sum(targets[j] > 0))})
+                          'num_target_tokens': int(np.sum(target_tokens[j] > 0))})
       else:
         out = multihost.gather(evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id)(
             params, place(tokens), place(taus)))[my_rows]
@@ -277,15 +280,13 @@ def evaluate(*,
           if processed != prediction:
             record['postprocessed_prediction'] = processed
           if spec is not None:
-            target = task.postprocess_fn(target_text(ex), example=ex, is_target=True)
-            record['scores'] = task_metrics.score_example(spec.family, target, prediction)
+            record['scores'] = task_metrics.score_example(spec.family, targets[j], prediction)
           records.append(record)
       for j, ex in enumerate(batch):
         records[j].update({'index': int(ex['index']), 'id': _text(ex.get('id', ex['index'])),
                            'input_length': int(np.sum(np.asarray(ex['inputs']) > 0)),
                            'target': target_text(ex), 'tau': taus[j].tolist(),
-                           'postprocessed_target': task.postprocess_fn(
-                               target_text(ex), example=ex, is_target=True)})
+                           'postprocessed_target': targets[j]})
       return records
 
     evaluation.run_examples(examples, log, process, batch_size=len(my_rows), desc=task.name,
