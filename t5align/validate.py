@@ -94,15 +94,11 @@ def finite_params(params: Mapping[str, Any], source: str,
       while a sharded load read them); then `params` is not read.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  shapes = {}
+  leaves = {'/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
   if counts is None:
-    counts = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-      name = '/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)
-      counts[name] = nonfinite_count(jax.device_get(leaf))
-  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    shapes['/'.join(str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path)] = np.shape(leaf)
-  bad = [f'{name} ({count} of {int(np.prod(shapes.get(name, ())))} values)'
+    counts = {name: nonfinite_count(jax.device_get(leaf)) for name, leaf in leaves.items()}
+  bad = [f'{name} ({count} of {int(np.prod(np.shape(leaves[name])))} values)'
          for name, count in counts.items() if count]
   if bad:
     raise ValueError(f'checkpoint {source} has non-finite values (NaN or inf) in '
