@@ -113,15 +113,28 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=pr
       state.pop(key, None)
     return state
 
+  # NOTE: equality and hash both follow `vocabulary_path()` at the time of the call, so a
+  # ConfiguredVocabulary used as a dict key must not outlive a change of $T5ALIGN_VOCABULARY.
   def __eq__(self, other):
-    if self._delegate() is not None:
-      return self._delegate() == other
+    if isinstance(other, ConfiguredVocabulary):
+      other = other._delegate() or other
+    mine = self._delegate()
+    if mine is not None:
+      return mine == other
     if not isinstance(other, seqio.SentencePieceVocabulary):
       return False
     return self.__getstate__() == other.__getstate__()
 
   def __hash__(self):
-    return id(self)
+    """From the state `__eq__` compares: the delegate's hash, else the SentencePiece state's."""
+    mine = self._delegate()
+    if mine is not None:
+      return hash(mine)
+    state = self.__getstate__()
+    # The normalizer override is a proto (unhashable): hashed by its bytes.
+    return hash(tuple(sorted(
+        (k, v.SerializeToString(deterministic=True) if hasattr(v, 'SerializeToString') else v)
+        for k, v in state.items())))
 
 
 VOCABULARY = ConfiguredVocabulary()
