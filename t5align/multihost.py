@@ -101,16 +101,30 @@ def broadcast(value: Any) -> Any:
   return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(value))
 
 
+def _json_bytes(value: Any) -> np.ndarray:
+  """`value` as UTF-8 JSON, a `[num_bytes]` uint8 array (shipped padded by `_padded`)."""
+  return np.frombuffer(json.dumps(value).encode('utf-8'), np.uint8)
+
+
+def _padded(data: np.ndarray, size: int) -> np.ndarray:
+  """`[num_bytes]` -> `[size]`, zero-padded: equal shapes on every process for a collective."""
+  buffer = np.zeros(size, np.uint8)
+  buffer[:data.size] = data
+  return buffer
+
+
+def _json_value(buffer: np.ndarray, size: int) -> Any:
+  """The value `_json_bytes` packed into the first `size` bytes of `buffer`."""
+  return json.loads(bytes(np.asarray(buffer, np.uint8)[:int(size)]).decode('utf-8'))
+
+
 def broadcast_json(value: Any) -> Any:
   """Process 0's JSON-able `value` on every process (the others' `value` is ignored)."""
   if jax.process_count() == 1:
     return value
-  data = np.frombuffer(json.dumps(value).encode('utf-8') if is_writer() else b'', np.uint8)
+  data = _json_bytes(value) if is_writer() else np.zeros(0, np.uint8)
   size = int(broadcast(np.int64(data.size)))
-  buffer = np.zeros(size, np.uint8)
-  if is_writer():
-    buffer[:] = data
-  return json.loads(bytes(broadcast(buffer)).decode('utf-8'))
+  return _json_value(broadcast(_padded(data, size)), size)
 
 
 def read_on_writer(fn: Callable[[], T], what: str) -> T:
@@ -188,12 +202,7 @@ def gather_json(values: list[Any]) -> list[Any]:
   """Every process's JSON-able list, concatenated in process order, on every process."""
   if jax.process_count() == 1:
     return list(values)
-  data = np.frombuffer(json.dumps(values).encode('utf-8'), np.uint8)
+  data = _json_bytes(values)
   sizes = np.asarray(gather(np.array([data.size], np.int64)))
-  buffer = np.zeros(int(sizes.max()), np.uint8)
-  buffer[:data.size] = data
-  everyone = np.asarray(gather(buffer[None])).reshape(len(sizes), -1)
-  out = []
-  for row, size in zip(everyone, sizes):
-    out.extend(json.loads(bytes(row[:int(size)]).decode('utf-8')))
-  return out
+  everyone = np.asarray(gather(_padded(data, int(sizes.max()))[None])).reshape(len(sizes), -1)
+  return [v for row, size in zip(everyone, sizes) for v in _json_value(row, size)]

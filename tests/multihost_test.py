@@ -256,3 +256,37 @@ def test_one_process_helpers():
   assert multihost.is_writer() and multihost.broadcast_json({'a': [1]}) == {'a': [1]}
   assert multihost.on_writer(lambda: 3, 'three') == 3
   multihost.barrier('one process')
+
+
+def test_json_collectives_as_two_processes(monkeypatch):
+  """broadcast_json on process 1 and gather_json on process 0 against fake collectives that
+  hold the other process's JSON bytes (written here with json.dumps): sizes, padding, order."""
+  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(jax, 'process_count', lambda: 2)
+  sent = json.dumps({'schedule': [0.5, 2.0], 'name': 'ü'}).encode('utf-8')
+
+  def broadcast_from_0(x):  # Process 0's scalar size, then its (equal-shape) padded buffer.
+    x = np.asarray(x)
+    if x.ndim == 0:
+      return np.int64(len(sent))
+    assert x.shape == (len(sent),) and not x.any()  # Process 1 sends zeros of the right size.
+    return np.frombuffer(sent, np.uint8)
+
+  monkeypatch.setattr(multihost, 'is_writer', lambda: False)
+  monkeypatch.setattr(multihost, 'broadcast', broadcast_from_0)
+  assert multihost.broadcast_json('ignored') == {'schedule': [0.5, 2.0], 'name': 'ü'}
+
+  peer = json.dumps([{'index': 7, 'prediction': 'long answer é'}, 3]).encode('utf-8')
+
+  def gather_with_peer(x):  # Process 0's `x` stacked with process 1's.
+    x = np.asarray(x)
+    if x.shape == (1,):
+      return np.array([x[0], len(peer)], np.int64)
+    assert x.shape[1] == max(len(peer), len(json.dumps(['a']).encode()))
+    theirs = np.zeros_like(x)
+    theirs[0, :len(peer)] = np.frombuffer(peer, np.uint8)
+    return np.concatenate([x, theirs])
+
+  monkeypatch.setattr(multihost, 'gather', gather_with_peer)
+  assert multihost.gather_json(['a']) == ['a', {'index': 7, 'prediction': 'long answer é'}, 3]
