@@ -14,6 +14,7 @@ from t5align import layers
 from t5align import validate
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike  # A temperature: Python float, numpy or jax array.
 
 
 @struct.dataclass
@@ -159,9 +160,10 @@ class DecoderLayer(nn.Module):
   relative_embedding: nn.Module
 
   @nn.compact
-  def __call__(self, inputs, encoded, decoder_mask=None, encoder_decoder_mask=None,
-               deterministic=False, decode=False, max_decode_length=None,
-               cache_cross_kv=False):
+  def __call__(self, inputs: Array, encoded: Array, decoder_mask: Array | None = None,
+               encoder_decoder_mask: Array | None = None, deterministic: bool = False,
+               decode: bool = False, max_decode_length: int | None = None,
+               cache_cross_kv: bool = False) -> Array:
     """`[b, l, e]` decoder stream and `[b, k, e]` encoder output -> `[b, l, e]`."""
     cfg = self.config
     length = max_decode_length if decode and max_decode_length else inputs.shape[-2]
@@ -210,9 +212,11 @@ class Decoder(nn.Module):
   shared_embedding: nn.Module
 
   @nn.compact
-  def __call__(self, encoded, decoder_input_tokens, decoder_positions=None, decoder_mask=None,
-               encoder_decoder_mask=None, deterministic=False, decode=False,
-               max_decode_length=None, cache_cross_kv=False):
+  def __call__(self, encoded: Array, decoder_input_tokens: Array,
+               decoder_positions: Array | None = None, decoder_mask: Array | None = None,
+               encoder_decoder_mask: Array | None = None, deterministic: bool = False,
+               decode: bool = False, max_decode_length: int | None = None,
+               cache_cross_kv: bool = False) -> Array:
     """`[b, l]` tokens and `[b, k, e]` encoded -> `[b, l, vocab]` float32 logits."""
     del decoder_positions  # Relative positions only; kept for t5x's signature.
     cfg = self.config
@@ -263,8 +267,8 @@ class Transformer(nn.Module):
     self.encoder = Encoder(config=cfg, shared_embedding=self.shared_embedding)
     self.decoder = Decoder(config=cfg, shared_embedding=self.shared_embedding)
 
-  def encode(self, encoder_input_tokens, encoder_segment_ids=None, enable_dropout=True,
-             temperature=None):
+  def encode(self, encoder_input_tokens: Array, encoder_segment_ids: Array | None = None,
+             enable_dropout: bool = True, temperature: ArrayLike | None = None) -> Array:
     """`[b, l]` tokens -> `[b, l, e]` encoded."""
     cfg = self.config
     if encoder_input_tokens.ndim != 2:
@@ -276,9 +280,11 @@ class Transformer(nn.Module):
     ids = segment_ids_for(encoder_input_tokens, encoder_segment_ids)
     return self.encoder(encoder_input_tokens, ids, tau, deterministic=not enable_dropout)
 
-  def decode(self, encoded, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
-             encoder_segment_ids=None, decoder_segment_ids=None, decoder_positions=None,
-             enable_dropout=True, decode=False, max_decode_length=None, cache_cross_kv=False):
+  def decode(self, encoded: Array, encoder_input_tokens: Array, decoder_input_tokens: Array,
+             decoder_target_tokens: Array, encoder_segment_ids: Array | None = None,
+             decoder_segment_ids: Array | None = None, decoder_positions: Array | None = None,
+             enable_dropout: bool = True, decode: bool = False,
+             max_decode_length: int | None = None, cache_cross_kv: bool = False) -> Array:
     """Decoder over `[b, k, e]` encoded -> `[b, l, vocab]` logits (t5x's signature).
 
     `cache_cross_kv` (with `decode=True`; t5x's own decoder leaves it False): each layer's
@@ -311,10 +317,11 @@ class Transformer(nn.Module):
         deterministic=not enable_dropout, decode=decode, max_decode_length=max_decode_length,
         cache_cross_kv=cache_cross_kv)
 
-  def __call__(self, encoder_input_tokens, decoder_input_tokens, decoder_target_tokens,
-               encoder_segment_ids=None, decoder_segment_ids=None, encoder_positions=None,
-               decoder_positions=None, *, enable_dropout: bool = True, decode: bool = False,
-               temperature=None):
+  def __call__(self, encoder_input_tokens: Array, decoder_input_tokens: Array,
+               decoder_target_tokens: Array, encoder_segment_ids: Array | None = None,
+               decoder_segment_ids: Array | None = None, encoder_positions: Array | None = None,
+               decoder_positions: Array | None = None, *, enable_dropout: bool = True,
+               decode: bool = False, temperature: ArrayLike | None = None) -> Array:
     """Encoder then decoder: `[b, k]`, `[b, l]`, `[b, l]` tokens -> `[b, l, vocab]` logits."""
     del encoder_positions  # Relative positions only; kept for t5x's signature.
     encoded = self.encode(encoder_input_tokens, encoder_segment_ids=encoder_segment_ids,
@@ -325,13 +332,13 @@ class Transformer(nn.Module):
         decoder_positions=decoder_positions, enable_dropout=enable_dropout, decode=decode)
 
 
-def param_shapes(config: T5Config) -> dict:
+def param_shapes(config: T5Config) -> dict[str, Any]:
   """The T5X 'params' tree of `jax.ShapeDtypeStruct`s for `config`, without allocating."""
   return jax.eval_shape(lambda: init_variables(config, jax.random.PRNGKey(0)))['params']
 
 
 def init_variables(config: T5Config, rng: Array, encoder_len: int = 8,
-                   decoder_len: int = 4) -> dict:
+                   decoder_len: int = 4) -> dict[str, Any]:
   """Initializes 'params' (and 'params_axes') for `config` with tiny dummy inputs."""
   model = Transformer(config)
   enc = jnp.ones((1, encoder_len), jnp.int32)
@@ -339,7 +346,7 @@ def init_variables(config: T5Config, rng: Array, encoder_len: int = 8,
   return model.init({'params': rng, 'dropout': rng}, enc, dec, dec, enable_dropout=False)
 
 
-def encoder_row_stats(intermediates: dict, num_layers: int) -> dict[str, Array]:
+def encoder_row_stats(intermediates: dict[str, Any], num_layers: int) -> dict[str, Array]:
   """Collects the sown encoder row statistics.
 
   Args:
