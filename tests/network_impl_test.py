@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import pathlib
 
 import jax
@@ -12,29 +11,18 @@ import numpy as np
 import pytest
 
 from t5align import blockwise
+from t5align import checkpoints
 from t5align import network
 from t5align import pallas_attention
 
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny'
-_FIXTURE_WEIGHTS = [False]  # Set when `checkpoints.load_params` read the fixture's weights.
 
 
 @functools.cache
 def _fixture():
-  """(config, params, reference arrays): the fixture's weights when checkpoints can read them."""
-  ref = dict(np.load(FIXTURE / 'reference.npz'))
-  try:
-    from t5align import checkpoints  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    checkpoints = None
-  if checkpoints is not None and hasattr(checkpoints, 'load_params'):
-    params, config = checkpoints.load_params(str(FIXTURE / 'legacy' / 'checkpoint_0'))
-    _FIXTURE_WEIGHTS[0] = True
-    return config, params, ref
-  fields = json.loads((FIXTURE / 'config.json').read_text())['t5config']
-  fields['dtype'] = jnp.dtype(fields['dtype'])
-  config = network.T5Config(**fields)
-  return config, network.init_variables(config, jax.random.PRNGKey(0))['params'], ref
+  """(config, params, reference arrays): the t5x-written fixture checkpoint and its outputs."""
+  params, config = checkpoints.load_params(str(FIXTURE / 'legacy' / 'checkpoint_0'))
+  return config, params, dict(np.load(FIXTURE / 'reference.npz'))
 
 
 def _encode(config, params, tokens, temperature):
@@ -79,10 +67,9 @@ def test_blockwise_vmapped_calibration_stats_match_reference():
     expected = network.mean_row_stats(_encode(config, params, tokens, float(taus[i]))[1])
     np.testing.assert_allclose(swept['layer_pmax'][i], expected['layer_pmax'], rtol=1e-5)
     np.testing.assert_allclose(swept['layer_entropy'][i], expected['layer_entropy'], rtol=1e-5)
-  if _FIXTURE_WEIGHTS[0]:  # t5x's own numbers apply to the fixture's weights only.
-    for i, name in ((0, '1.00'), (8, '0.60')):
-      np.testing.assert_allclose(swept['pmax'][i], ref[f'mean_pmax_tau{name}'], rtol=1e-5)
-      np.testing.assert_allclose(swept['entropy'][i], ref[f'mean_entropy_tau{name}'], rtol=1e-5)
+  for i, name in ((0, '1.00'), (8, '0.60')):  # t5x's own numbers for the fixture's weights.
+    np.testing.assert_allclose(swept['pmax'][i], ref[f'mean_pmax_tau{name}'], rtol=1e-5)
+    np.testing.assert_allclose(swept['entropy'][i], ref[f'mean_entropy_tau{name}'], rtol=1e-5)
 
 
 @pytest.mark.parametrize('threshold,expected_impl', [(160, 'reference'), (159, 'blockwise')])
