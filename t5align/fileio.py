@@ -5,6 +5,12 @@ renamed over the target. URLs (`scheme://...`, e.g. `gs://bucket/dir/file`) go t
 `etils.epath` (tf.io.gfile or fsspec underneath): an object store's write of a whole object is
 atomic by itself, so it is written directly; there are no folders to create (epath makes what the
 store needs). A URL is never turned into a local path, so no local folder named `gs:` appears.
+
+Every remote operation (here, and the checkpoint readers' tensorstore reads of `gs://`) must
+answer within `remote_timeout_s()` seconds, $T5ALIGN_REMOTE_TIMEOUT_S (default 120: one
+operation may read one whole array, up to ~0.5 GB for T5-XXL's float32 embedding), else it
+raises `RemoteTimeoutError` naming the path and the timeout: a bucket without network or
+credentials fails in two minutes with a message, not after many silent retries.
 """
 from __future__ import annotations
 
@@ -13,9 +19,64 @@ import json
 import os
 import posixpath
 import tempfile
-from typing import IO, Any
+import threading
+from typing import IO, Any, Callable, TypeVar
 
 PathLike = str | os.PathLike[str]
+T = TypeVar('T')
+
+REMOTE_TIMEOUT_ENV = 'T5ALIGN_REMOTE_TIMEOUT_S'
+DEFAULT_REMOTE_TIMEOUT_S = 120.0
+
+
+class RemoteTimeoutError(TimeoutError):
+  """A remote store (`gs://`) did not answer within `remote_timeout_s()` seconds."""
+
+  def __init__(self, what: str, path: str, timeout_s: float):
+    self.path, self.timeout_s = path, timeout_s
+    super().__init__(
+        f'{what} {path}: no answer within {timeout_s:g} s ({REMOTE_TIMEOUT_ENV}). Is there a '
+        f'network route to the bucket, and credentials (gcloud auth application-default login)? '
+        f'Set {REMOTE_TIMEOUT_ENV} higher for a slow link.')
+
+
+def remote_timeout_s() -> float:
+  """Seconds a remote operation may take: $T5ALIGN_REMOTE_TIMEOUT_S, else 120."""
+  value = os.environ.get(REMOTE_TIMEOUT_ENV, '').strip()
+  if not value:
+    return DEFAULT_REMOTE_TIMEOUT_S
+  try:
+    timeout = float(value)
+  except ValueError:
+    timeout = float('nan')
+  if not timeout > 0 or timeout == float('inf'):
+    raise ValueError(f'{REMOTE_TIMEOUT_ENV}={value!r}: expected a positive number of seconds.')
+  return timeout
+
+
+def call_with_timeout(fn: Callable[[], T], what: str, path: PathLike) -> T:
+  """`fn()` (a blocking remote call), or `RemoteTimeoutError` after `remote_timeout_s()`.
+
+  NOTE: a Python call cannot be interrupted: on timeout `fn` is left running in a daemon thread
+  (it does not keep the process alive) and the caller gets the error at once.
+  """
+  timeout = remote_timeout_s()
+  outcome: dict[str, Any] = {}
+
+  def run():
+    try:
+      outcome['value'] = fn()
+    except BaseException as e:  # pylint: disable=broad-except  (re-raised in the caller)
+      outcome['error'] = e
+
+  thread = threading.Thread(target=run, name=f't5align remote: {what}', daemon=True)
+  thread.start()
+  thread.join(timeout)
+  if thread.is_alive():
+    raise RemoteTimeoutError(what, os.fspath(path), timeout)
+  if 'error' in outcome:
+    raise outcome['error']
+  return outcome['value']
 
 
 def is_remote(path: PathLike) -> bool:
@@ -41,23 +102,28 @@ def dirname(path: PathLike) -> str:
 def makedirs(path: PathLike) -> None:
   """Creates the folder `path` and its parents if missing."""
   if is_remote(path):
-    _epath(path).mkdir(parents=True, exist_ok=True)
+    call_with_timeout(lambda: _epath(path).mkdir(parents=True, exist_ok=True),
+                      'Creating the folder', path)
   else:
     os.makedirs(os.fspath(path), exist_ok=True)
 
 
 def exists(path: PathLike) -> bool:
-  return _epath(path).exists() if is_remote(path) else os.path.exists(os.fspath(path))
+  if is_remote(path):
+    return call_with_timeout(_epath(path).exists, 'Looking for', path)
+  return os.path.exists(os.fspath(path))
 
 
 def open(path: PathLike, mode: str = 'r', **kwargs: Any) -> IO[Any]:  # pylint: disable=redefined-builtin
-  """`open` for local paths and URLs (epath's file object)."""
+  """`open` for local paths and URLs (epath's file object; the opening is timed, not its reads)."""
   if is_remote(path):
-    return _epath(path).open(mode, **kwargs)
+    return call_with_timeout(lambda: _epath(path).open(mode, **kwargs), 'Opening', path)
   return builtins.open(os.fspath(path), mode, **kwargs)
 
 
 def read_bytes(path: PathLike) -> bytes:
+  if is_remote(path):
+    return call_with_timeout(lambda: _epath(path).read_bytes(), 'Reading', path)
   with open(path, 'rb') as f:
     return f.read()
 
@@ -85,8 +151,11 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
   data = data.encode('utf-8') if isinstance(data, str) else data
   if is_remote(path):
     makedirs(dirname(path))
-    with open(path, 'wb') as f:  # One object upload: atomic in GCS.
-      f.write(data)
+
+    def upload():
+      with _epath(path).open('wb') as f:  # One object upload: atomic in GCS.
+        f.write(data)
+    call_with_timeout(upload, 'Writing', path)
     return
   path = os.fspath(path)
   folder = dirname(path)

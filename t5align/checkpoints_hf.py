@@ -1,0 +1,181 @@
+"""HuggingFace T5 checkpoints (safetensors, PyTorch or Flax weights plus `config.json`).
+
+HF stores linear weights `[out, in]` (transposed here to T5X's `[in, out]`) and the relative
+bias `[32, H]` (T5X: `[H, 32]`); block names follow Mesh-TF's numbering (`block_path`).
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+from t5align import outputs
+from t5align.checkpoints_mesh_tf import block_path
+from t5align.checkpoints_mesh_tf import UNMAPPED
+from t5align.checkpoints_store import CheckpointReadError
+from t5align.checkpoints_store import flatten_params
+from t5align.checkpoints_store import Params
+from t5align.checkpoints_store import restore_msgpack
+from t5align.checkpoints_store import unflatten_params
+
+_HF_WEIGHT_FILES = ('model.safetensors.index.json', 'model.safetensors',
+                    'pytorch_model.bin.index.json', 'pytorch_model.bin', 'flax_model.msgpack')
+# HF feed_forward_proj activation -> T5X name. NOTE: HF's 'gated-gelu' means gelu_new (tanh
+# approximation) like flax's gelu; HF's plain 'gelu' is the exact erf form, which T5X lacks.
+_HF_ACTIVATIONS = {'relu': 'relu', 'gelu_new': 'gelu', 'gelu_pytorch_tanh': 'gelu',
+                   'silu': 'silu', 'swish': 'silu'}
+
+_HF_BLOCK = re.compile(r'(encoder|decoder)\.block\.(\d+)\.layer\.(\d+)\.(.+)\.weight')
+_HF_TOP = {'shared.weight': 'token_embedder/embedding',
+           'encoder.final_layer_norm.weight': 'encoder/encoder_norm/scale',
+           'decoder.final_layer_norm.weight': 'decoder/decoder_norm/scale'}
+_HF_EMBED_ALIASES = ('encoder.embed_tokens.weight', 'decoder.embed_tokens.weight')
+# HF never uses this table (cross-attention has no position bias) and skips it on load too.
+_HF_IGNORED = ('decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight',)
+
+
+def _hf_head(state: dict[str, np.ndarray], hf_config: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """Maps HF's output head to T5X; pops 'lm_head.weight' from `state`.
+
+  NOTE: HF scales the decoder output by d_model**-0.5 iff `scale_decoder_outputs` (transformers
+  >= 5) or, in older configs, `tie_word_embeddings` (default True). A scaled head on the shared
+  embedding is exactly T5X's `logits_via_embedding` (logits / sqrt(emb_dim)): no logits_dense.
+  An lm_head that differs from `shared` is untied: logits_dense = lm_head.T, unscaled.
+  """
+  scale = hf_config.get('scale_decoder_outputs', hf_config.get('tie_word_embeddings', True))
+  lm_head = state.pop('lm_head.weight', None)
+  shared = state.get('shared.weight')
+  untied = lm_head is not None and (shared is None or not np.array_equal(lm_head, shared))
+  if untied and scale:
+    raise CheckpointReadError('HF checkpoint has its own lm_head.weight but a scaled (tied) '
+                              'config; T5X has no such head.')
+  if untied:
+    return {'decoder/logits_dense/kernel': lm_head.T}
+  if not scale and shared is not None:
+    # transformers >= 5 builds unscaled tied models: an untied T5X head holding a copy.
+    return {'decoder/logits_dense/kernel': shared.T}
+  return {}
+
+
+def params_from_hf_state_dict(state_dict: Mapping[str, np.ndarray],
+                              hf_config: Mapping[str, Any]) -> Params:
+  """Maps a HuggingFace T5 state dict (torch layout, `[out, in]`) to the T5X tree.
+
+  Linear weights are transposed; the relative bias `[32, H]` becomes `[H, 32]`. HF applies no
+  1/sqrt(d) either, so queries map unchanged. Names no rule knows go under `UNMAPPED` so the strict
+  check lists them. `hf_config` is the parsed `config.json`.
+  """
+  state = dict(state_dict)
+  for name in _HF_IGNORED:
+    state.pop(name, None)
+  for alias in _HF_EMBED_ALIASES:
+    if alias in state and 'shared.weight' not in state:
+      state['shared.weight'] = state[alias]
+    if alias in state and np.array_equal(state[alias], state['shared.weight']):
+      del state[alias]
+  flat = _hf_head(state, hf_config)
+  for name, array in state.items():
+    path = _HF_TOP.get(name)
+    match = _HF_BLOCK.fullmatch(name)
+    if match:
+      stack, block, sublayer, module = match.groups()
+      path = block_path(stack, int(block), int(sublayer), module.split('.'))
+      array = array.T if path and array.ndim == 2 else array
+    flat[path or f'{UNMAPPED}/{name}'] = array
+  return unflatten_params(flat)
+
+
+def hf_flax_to_state_dict(flax_params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """Renames HF's Flax T5 params (`flax_model.msgpack`) to torch names and layout.
+
+  Flax kernels `[in, out]` become `.weight` `[out, in]`; `embedding`s (shared `[V, E]`, relative
+  bias `[32, H]`) already have torch's layout; layer norms are `.weight` in both.
+  """
+  if set(flax_params) == {'params'}:
+    flax_params = flax_params['params']
+  state = {}
+  for path, array in flatten_params(flax_params).items():
+    *module, leaf = path.split('/')
+    if leaf == 'kernel':
+      array = np.asarray(array).T
+    state['.'.join(module + ['weight'])] = np.asarray(array)
+  return state
+
+
+def _load_torch(location: str) -> dict[str, np.ndarray]:
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f'Reading {location} needs torch; install it or use safetensors.') from e
+  state = torch.load(location, map_location='cpu', weights_only=True)
+  # numpy has no bfloat16 of its own: reinterpret the bits as ml_dtypes' bfloat16.
+  return {k: v.view(torch.int16).numpy().view(jnp.bfloat16) if v.dtype == torch.bfloat16
+          else v.numpy() for k, v in state.items()}
+
+
+def _load_weight_file(location: str) -> dict[str, np.ndarray]:
+  """One safetensors or torch file as `{name: array}`; errors name the file."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(location):
+    raise FileNotFoundError(f'No such checkpoint file: {location}')
+  try:
+    return load_file(location) if location.endswith('.safetensors') else _load_torch(location)
+  except ImportError:
+    raise
+  except Exception as e:  # safetensors, pickle and zip raise many types.
+    raise CheckpointReadError(f'Cannot read weight file {location}: {e}') from e
+
+
+def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
+  """Reads the first HF weight file found (sharded safetensors, safetensors, torch, Flax)."""
+  for filename in _HF_WEIGHT_FILES:
+    location = os.path.join(path, filename)
+    if not os.path.exists(location):
+      continue
+    if filename.endswith('.msgpack'):
+      return hf_flax_to_state_dict(restore_msgpack(location))
+    if not filename.endswith('.index.json'):
+      return _load_weight_file(location)
+    index = outputs.read_json(location, 'HF weight index', CheckpointReadError)
+    if not isinstance(index, dict) or not isinstance(index.get('weight_map'), dict):
+      raise CheckpointReadError(f'{location}: no "weight_map" object.')
+    shards = sorted(set(index['weight_map'].values()))
+    return {k: v for s in shards for k, v in _load_weight_file(os.path.join(path, s)).items()}
+  raise FileNotFoundError(f'No HF weight file ({", ".join(_HF_WEIGHT_FILES)}) in {path}')
+
+
+def read_hf_config(path: str) -> dict[str, Any]:
+  location = os.path.join(path, 'config.json')
+  config = outputs.read_json(location, 'HF config', CheckpointReadError)
+  if not isinstance(config, dict):
+    raise CheckpointReadError(f'{location}: expected a JSON object; got {type(config).__name__}.')
+  return config
+
+
+def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
+  """T5Config fields an HF `config.json` fixes beyond shapes: the MLP activations.
+
+  Raises:
+    ValueError: for activations or relative-attention settings T5X cannot express.
+  """
+  buckets = (hf_config.get('relative_attention_num_buckets', 32),
+             hf_config.get('relative_attention_max_distance', 128))
+  proj = hf_config.get('feed_forward_proj', 'relu')
+  act = 'gelu' if proj == 'gated-gelu' else _HF_ACTIVATIONS.get(proj.removeprefix('gated-'))
+  if buckets != (32, 128) or act is None:
+    raise ValueError(f'HF config has feed_forward_proj={proj!r}, relative attention (buckets, '
+                     f'max distance)={buckets}; T5X supports {sorted(_HF_ACTIVATIONS)}, (32, 128)')
+  epsilon = hf_config.get('layer_norm_epsilon', 1e-6)
+  if epsilon != 1e-6:
+    raise ValueError(f'HF config has layer_norm_epsilon={epsilon!r}; T5X (and t5align) layer '
+                     'norms use 1e-6, so this model would run with other numbers than it was '
+                     'trained with.')
+  return {'mlp_activations': (act, 'linear') if proj.startswith('gated-') else (act,)}
+
+
+def read_hf_checkpoint(path: str) -> Params:
+  """Reads a HuggingFace T5 directory (`config.json` plus weights) into the T5X tree."""
+  return params_from_hf_state_dict(_load_hf_state_dict(str(path)), read_hf_config(str(path)))
