@@ -10,6 +10,8 @@ from typing import Mapping
 
 import numpy as np
 
+from t5align import fileio
+from t5align.checkpoints_store import call
 from t5align.checkpoints_store import CheckpointReadError
 from t5align.checkpoints_store import Params
 from t5align.checkpoints_store import unflatten_params
@@ -89,11 +91,14 @@ def read_mesh_tf_checkpoint(path: str) -> Params:
   except ImportError as e:
     raise ImportError('Reading Mesh-TF checkpoints needs tensorflow (pip install tensorflow); '
                       'other formats do not.') from e
-  try:
-    reader = tf.train.load_checkpoint(str(path))
+  path = str(path)
+  try:  # A gs:// prefix (tf.io.gfile): each read within the remote timeout.
+    reader = call(lambda: tf.train.load_checkpoint(path), 'Opening the Mesh-TF checkpoint', path)
     names = [n for n in reader.get_variable_to_shape_map()
              if not _is_mesh_tf_optimizer_variable(n)]
-    arrays = {n: reader.get_tensor(n) for n in names}
+    arrays = {n: call(lambda n=n: reader.get_tensor(n), f'Reading {n} of', path) for n in names}
+  except fileio.RemoteTimeoutError:
+    raise
   except Exception as e:  # tensorflow raises DataLossError, NotFoundError, ... on bad files.
     raise CheckpointReadError(f'Cannot read Mesh-TF checkpoint {path} (its .index or .data '
                               f'files): {type(e).__name__}: {str(e).strip()[:300]}') from e

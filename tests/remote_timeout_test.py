@@ -70,3 +70,18 @@ def test_bad_timeout_setting_is_named(monkeypatch, value):
   monkeypatch.setenv(fileio.REMOTE_TIMEOUT_ENV, value)
   with pytest.raises(ValueError, match=f"T5ALIGN_REMOTE_TIMEOUT_S='{value}': expected a positive"):
     fileio.remote_timeout_s()
+
+
+def test_offline_gs_mesh_tf_checkpoint_times_out(monkeypatch):
+  pytest.importorskip('tensorflow')
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv(fileio.REMOTE_TIMEOUT_ENV, '1')
+  never = threading.Event()
+  # A black-holed route (here DNS fails at once, so the hang is simulated).
+  monkeypatch.setattr(tf.train, 'load_checkpoint', lambda path: never.wait())
+  path = f'{BUCKET}/mesh_tf/model.ckpt-100'
+  error, seconds = _outcome(lambda: checkpoints.read_params(path, format='mesh_tf'))
+  never.set()
+  assert isinstance(error, fileio.RemoteTimeoutError), repr(error)
+  assert str(error).startswith(f'Opening the Mesh-TF checkpoint {path}: no answer within 1 s')
+  assert 1 <= seconds < DEADLINE_S
