@@ -12,14 +12,9 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from t5align import checkpoints_mesh_tf as mesh_tf
+from t5align import checkpoints_store as store
 from t5align import outputs
-from t5align.checkpoints_mesh_tf import block_path
-from t5align.checkpoints_mesh_tf import UNMAPPED
-from t5align.checkpoints_store import CheckpointReadError
-from t5align.checkpoints_store import flatten_params
-from t5align.checkpoints_store import Params
-from t5align.checkpoints_store import restore_msgpack
-from t5align.checkpoints_store import unflatten_params
 
 _HF_WEIGHT_FILES = ('model.safetensors.index.json', 'model.safetensors',
                     'pytorch_model.bin.index.json', 'pytorch_model.bin', 'flax_model.msgpack')
@@ -50,8 +45,8 @@ def _hf_head(state: dict[str, np.ndarray], hf_config: Mapping[str, Any]) -> dict
   shared = state.get('shared.weight')
   untied = lm_head is not None and (shared is None or not np.array_equal(lm_head, shared))
   if untied and scale:
-    raise CheckpointReadError('HF checkpoint has its own lm_head.weight but a scaled (tied) '
-                              'config; T5X has no such head.')
+    raise store.CheckpointReadError('HF checkpoint has its own lm_head.weight but a scaled (tied) '
+                                    'config; T5X has no such head.')
   if untied:
     return {'decoder/logits_dense/kernel': lm_head.T}
   if not scale and shared is not None:
@@ -61,7 +56,7 @@ def _hf_head(state: dict[str, np.ndarray], hf_config: Mapping[str, Any]) -> dict
 
 
 def params_from_hf_state_dict(state_dict: Mapping[str, np.ndarray],
-                              hf_config: Mapping[str, Any]) -> Params:
+                              hf_config: Mapping[str, Any]) -> store.Params:
   """Maps a HuggingFace T5 state dict (torch layout, `[out, in]`) to the T5X tree.
 
   Linear weights are transposed; the relative bias `[32, H]` becomes `[H, 32]`. HF applies no
@@ -82,10 +77,10 @@ def params_from_hf_state_dict(state_dict: Mapping[str, np.ndarray],
     match = _HF_BLOCK.fullmatch(name)
     if match:
       stack, block, sublayer, module = match.groups()
-      path = block_path(stack, int(block), int(sublayer), module.split('.'))
+      path = mesh_tf.block_path(stack, int(block), int(sublayer), module.split('.'))
       array = array.T if path and array.ndim == 2 else array
-    flat[path or f'{UNMAPPED}/{name}'] = array
-  return unflatten_params(flat)
+    flat[path or f'{mesh_tf.UNMAPPED}/{name}'] = array
+  return store.unflatten_params(flat)
 
 
 def hf_flax_to_state_dict(flax_params: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -97,7 +92,7 @@ def hf_flax_to_state_dict(flax_params: Mapping[str, Any]) -> dict[str, np.ndarra
   if set(flax_params) == {'params'}:
     flax_params = flax_params['params']
   state = {}
-  for path, array in flatten_params(flax_params).items():
+  for path, array in store.flatten_params(flax_params).items():
     *module, leaf = path.split('/')
     if leaf == 'kernel':
       array = np.asarray(array).T
@@ -126,7 +121,7 @@ def _load_weight_file(location: str) -> dict[str, np.ndarray]:
   except ImportError:
     raise
   except Exception as e:  # safetensors, pickle and zip raise many types.
-    raise CheckpointReadError(f'Cannot read weight file {location}: {e}') from e
+    raise store.CheckpointReadError(f'Cannot read weight file {location}: {e}') from e
 
 
 def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
@@ -136,12 +131,12 @@ def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
     if not os.path.exists(location):
       continue
     if filename.endswith('.msgpack'):
-      return hf_flax_to_state_dict(restore_msgpack(location))
+      return hf_flax_to_state_dict(store.restore_msgpack(location))
     if not filename.endswith('.index.json'):
       return _load_weight_file(location)
-    index = outputs.read_json(location, 'HF weight index', CheckpointReadError)
+    index = outputs.read_json(location, 'HF weight index', store.CheckpointReadError)
     if not isinstance(index, dict) or not isinstance(index.get('weight_map'), dict):
-      raise CheckpointReadError(f'{location}: no "weight_map" object.')
+      raise store.CheckpointReadError(f'{location}: no "weight_map" object.')
     shards = sorted(set(index['weight_map'].values()))
     return {k: v for s in shards for k, v in _load_weight_file(os.path.join(path, s)).items()}
   raise FileNotFoundError(f'No HF weight file ({", ".join(_HF_WEIGHT_FILES)}) in {path}')
@@ -149,9 +144,10 @@ def _load_hf_state_dict(path: str) -> dict[str, np.ndarray]:
 
 def read_hf_config(path: str) -> dict[str, Any]:
   location = os.path.join(path, 'config.json')
-  config = outputs.read_json(location, 'HF config', CheckpointReadError)
+  config = outputs.read_json(location, 'HF config', store.CheckpointReadError)
   if not isinstance(config, dict):
-    raise CheckpointReadError(f'{location}: expected a JSON object; got {type(config).__name__}.')
+    raise store.CheckpointReadError(
+        f'{location}: expected a JSON object; got {type(config).__name__}.')
   return config
 
 
@@ -176,6 +172,6 @@ def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
   return {'mlp_activations': (act, 'linear') if proj.startswith('gated-') else (act,)}
 
 
-def read_hf_checkpoint(path: str) -> Params:
+def read_hf_checkpoint(path: str) -> store.Params:
   """Reads a HuggingFace T5 directory (`config.json` plus weights) into the T5X tree."""
   return params_from_hf_state_dict(_load_hf_state_dict(str(path)), read_hf_config(str(path)))

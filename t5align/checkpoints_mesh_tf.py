@@ -10,11 +10,8 @@ from typing import Mapping
 
 import numpy as np
 
+from t5align import checkpoints_store as store
 from t5align import fileio
-from t5align.checkpoints_store import call
-from t5align.checkpoints_store import CheckpointReadError
-from t5align.checkpoints_store import Params
-from t5align.checkpoints_store import unflatten_params
 
 UNMAPPED = 'unmapped'  # Top-level key for source names no mapping rule knows.
 
@@ -63,7 +60,7 @@ _MESH_TF_TOP = {'shared/embedding': 'token_embedder/embedding',
                 'decoder/logits/kernel': 'decoder/logits_dense/kernel'}
 
 
-def params_from_mesh_tf(variables: Mapping[str, np.ndarray]) -> Params:
+def params_from_mesh_tf(variables: Mapping[str, np.ndarray]) -> store.Params:
   """Maps Mesh-TF T5 variables to the T5X tree; no transposes (kernels `[in, out]`, bias `[H, 32]`).
 
   Adafactor slots (`*_slot_vc`, `*_slot_vr`, `*_slot_v`) and `global_step` are dropped; T5 1.1's
@@ -81,10 +78,10 @@ def params_from_mesh_tf(variables: Mapping[str, np.ndarray]) -> Params:
       module = re.sub(r'/kernel$', '', module).split('/')
       path = block_path(stack, int(block), int(sublayer), module)
     flat[path or f'{UNMAPPED}/{name}'] = np.asarray(array)
-  return unflatten_params(flat)
+  return store.unflatten_params(flat)
 
 
-def read_mesh_tf_checkpoint(path: str) -> Params:
+def read_mesh_tf_checkpoint(path: str) -> store.Params:
   """Reads a Mesh-TF T5 checkpoint (`.../model.ckpt-N` or its directory); needs tensorflow."""
   try:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -93,14 +90,16 @@ def read_mesh_tf_checkpoint(path: str) -> Params:
                       'other formats do not.') from e
   path = str(path)
   try:  # A gs:// prefix (tf.io.gfile): each read within the remote timeout.
-    reader = call(lambda: tf.train.load_checkpoint(path), 'Opening the Mesh-TF checkpoint', path)
+    reader = store.call(lambda: tf.train.load_checkpoint(path), 'Opening the Mesh-TF checkpoint',
+                        path)
     names = [n for n in reader.get_variable_to_shape_map()
              if not _is_mesh_tf_optimizer_variable(n)]
-    arrays = {n: call(lambda n=n: reader.get_tensor(n), f'Reading {n} of', path) for n in names}
+    arrays = {n: store.call(lambda n=n: reader.get_tensor(n), f'Reading {n} of', path)
+              for n in names}
   except fileio.RemoteTimeoutError:
     raise
   except Exception as e:  # tensorflow raises DataLossError, NotFoundError, ... on bad files.
-    raise CheckpointReadError(f'Cannot read Mesh-TF checkpoint {path} (its .index or .data '
-                              f'files): {type(e).__name__}: {str(e).strip()[:300]}') from e
+    raise store.CheckpointReadError(f'Cannot read Mesh-TF checkpoint {path} (its .index or .data '
+                                    f'files): {type(e).__name__}: {str(e).strip()[:300]}') from e
   return params_from_mesh_tf(arrays)
 

@@ -21,20 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
+from t5align import checkpoints_store as store
 from t5align import fileio
-from t5align.checkpoints_store import call
-from t5align.checkpoints_store import CheckpointReadError
-from t5align.checkpoints_store import flatten_params
-from t5align.checkpoints_store import is_gcs
-from t5align.checkpoints_store import join
-from t5align.checkpoints_store import kvstore_spec
-from t5align.checkpoints_store import Params
-from t5align.checkpoints_store import read_bytes
-from t5align.checkpoints_store import restore_msgpack
-from t5align.checkpoints_store import exists
-from t5align.checkpoints_store import ts_result
-from t5align.checkpoints_store import unflatten_params
-from t5align.checkpoints_store import wait_all
 
 T5X_DUMMY_BUCKET = 't5x-dummy-bucket'  # In t5x gcs specs: "the checkpoint's own location".
 _CHUNK_BYTES = 64 * 2**20
@@ -50,11 +38,12 @@ def _is_ts_spec(value: Any) -> bool:
 def t5x_checkpoint_paths(path: str) -> tuple[str, str]:
   """`(msgpack file, checkpoint_N directory)` for a path to either of them."""
   path = str(path).rstrip('/')
-  path = path if is_gcs(path) else os.path.abspath(path)
-  is_file = posixpath.basename(path) == 'checkpoint' and (is_gcs(path) or os.path.isfile(path))
+  path = path if store.is_gcs(path) else os.path.abspath(path)
+  is_file = (posixpath.basename(path) == 'checkpoint'
+             and (store.is_gcs(path) or os.path.isfile(path)))
   if is_file:
-    return path, (posixpath.dirname(path) if is_gcs(path) else os.path.dirname(path))
-  return join(path, 'checkpoint'), path
+    return path, (posixpath.dirname(path) if store.is_gcs(path) else os.path.dirname(path))
+  return store.join(path, 'checkpoint'), path
 
 
 def resolve_ts_spec(spec: Mapping[str, Any], checkpoint_dir: str) -> dict[str, Any]:
@@ -70,22 +59,22 @@ def resolve_ts_spec(spec: Mapping[str, Any], checkpoint_dir: str) -> dict[str, A
   spec = copy.deepcopy(dict(spec))
   kvstore = spec.pop('kvstore', {'driver': 'file'})
   if isinstance(kvstore, str):  # A URL such as 'gs://b/x/' or 'file:///x/'.
-    kvstore = {'driver': 'gcs' if is_gcs(kvstore) else 'file', 'path': kvstore}
+    kvstore = {'driver': 'gcs' if store.is_gcs(kvstore) else 'file', 'path': kvstore}
   rel = posixpath.join(kvstore.get('path', ''), spec.pop('path', ''))
   driver = kvstore.get('driver')
-  if driver == 'gcs' and is_gcs(rel):
+  if driver == 'gcs' and store.is_gcs(rel):
     location = rel
   elif driver == 'gcs' and kvstore.get('bucket', T5X_DUMMY_BUCKET) != T5X_DUMMY_BUCKET:
     location = f"gs://{kvstore['bucket']}/{rel}"
   elif driver in ('gcs', 'file', 'gfile'):
-    is_absolute = is_gcs(rel) or rel.startswith(('/', 'file://'))
-    location = rel if is_absolute else join(checkpoint_dir, rel)
+    is_absolute = store.is_gcs(rel) or rel.startswith(('/', 'file://'))
+    location = rel if is_absolute else store.join(checkpoint_dir, rel)
   else:
-    raise CheckpointReadError(f'Unsupported tensorstore kvstore driver {driver!r} in {spec}')
-  spec['kvstore'] = kvstore_spec(location.rstrip('/') + '/')
+    raise store.CheckpointReadError(f'Unsupported tensorstore kvstore driver {driver!r} in {spec}')
+  spec['kvstore'] = store.kvstore_spec(location.rstrip('/') + '/')
   if spec.get('dtype') == 'uint16' or spec.get('metadata', {}).get('dtype') == '<u2':
-    raise CheckpointReadError(f'uint16 array at {location} (old bfloat16 encoding); re-save as '
-                              'bfloat16.')
+    raise store.CheckpointReadError(
+        f'uint16 array at {location} (old bfloat16 encoding); re-save as bfloat16.')
   if 'metadata' in spec:
     spec['metadata'] = {'shape': list(spec['metadata']['shape'])}
   # NOTE: t5x and Orbax write every chunk, so a missing chunk file is corruption, not zeros.
@@ -97,30 +86,30 @@ def _t5x_target(contents: Mapping[str, Any], location: str) -> Mapping[str, Any]
   """The params subtree: version >= 1 wraps it in 'optimizer'; version 0 has it at the top."""
   holder = contents['optimizer'] if 'optimizer' in contents else contents
   if 'target' not in holder:
-    raise CheckpointReadError(f'{location} has no "target" (keys: {sorted(holder)})')
+    raise store.CheckpointReadError(f'{location} has no "target" (keys: {sorted(holder)})')
   return holder['target']
 
 
 def _read_ts_arrays(specs: Mapping[str, dict]) -> dict[str, np.ndarray]:
   """Opens, then reads, all arrays concurrently."""
   opened = {name: ts.open(spec, open=True, read=True) for name, spec in specs.items()}
-  wait_all(opened, specs, 'Opening the arrays of')
-  reads = {name: ts_result(name, specs[name], f).read() for name, f in opened.items()}
-  wait_all(reads, specs, 'Reading the arrays of')
-  return {name: np.asarray(ts_result(name, specs[name], f)) for name, f in reads.items()}
+  store.wait_all(opened, specs, 'Opening the arrays of')
+  reads = {name: store.ts_result(name, specs[name], f).read() for name, f in opened.items()}
+  store.wait_all(reads, specs, 'Reading the arrays of')
+  return {name: np.asarray(store.ts_result(name, specs[name], f)) for name, f in reads.items()}
 
 
-def read_t5x_checkpoint(path: str) -> Params:
+def read_t5x_checkpoint(path: str) -> store.Params:
   """Reads a T5X legacy checkpoint's 'target' params; optimizer arrays are never opened.
 
   `path` is a checkpoint_N directory or its `checkpoint` file, local or `gs://`.
   """
   msgpack_file, checkpoint_dir = t5x_checkpoint_paths(path)
-  target = _t5x_target(restore_msgpack(msgpack_file), msgpack_file)
-  flat = flatten_params(target, is_leaf=_is_ts_spec)
+  target = _t5x_target(store.restore_msgpack(msgpack_file), msgpack_file)
+  flat = store.flatten_params(target, is_leaf=_is_ts_spec)
   specs = {k: resolve_ts_spec(v, checkpoint_dir) for k, v in flat.items() if _is_ts_spec(v)}
   flat.update(_read_ts_arrays(specs))
-  return unflatten_params({k: np.asarray(v) for k, v in flat.items()})
+  return store.unflatten_params({k: np.asarray(v) for k, v in flat.items()})
 
 
 def _zarr_spec(name: str, array: np.ndarray) -> dict[str, Any]:
@@ -197,12 +186,12 @@ def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
   """
   if optimizer_state not in OPTIMIZER_STATES:
     raise ValueError(f'optimizer_state={optimizer_state!r}; expected one of {OPTIMIZER_STATES}.')
-  if is_gcs(directory):
+  if store.is_gcs(directory):
     raise NotImplementedError('save_t5x_checkpoint writes local directories only.')
   final_dir = os.path.join(directory, f'checkpoint_{step}')
   if os.path.exists(final_dir):
     raise FileExistsError(f'Checkpoint already exists: {final_dir}')
-  flat = {path: np.asarray(value) for path, value in flatten_params(params).items()}
+  flat = {path: np.asarray(value) for path, value in store.flatten_params(params).items()}
   for path, array in flat.items():
     if array.dtype.kind not in 'fiub' and array.dtype != jnp.bfloat16:
       raise TypeError(f'Parameter {path}: cannot save dtype {array.dtype}')
@@ -219,10 +208,10 @@ def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
     written = _write_arrays(to_write, tmp_dir, inline_max_bytes)
     state = {'step': np.asarray(step, np.int32)}
     if optimizer_state is not None:
-      state['param_states'] = unflatten_params({
+      state['param_states'] = store.unflatten_params({
           f'{path}/{k}': written.get(f'state/param_states/{path}/{k}', value)
           for path, param_state in states.items() for k, value in param_state.items()})
-    target = unflatten_params({path: written[f'target/{path}'] for path in flat})
+    target = store.unflatten_params({path: written[f'target/{path}'] for path in flat})
     contents = {'version': 3, 'optimizer': {'state': state, 'target': target}}
     with open(os.path.join(tmp_dir, 'checkpoint'), 'wb') as f:
       f.write(serialization.msgpack_serialize(contents))
@@ -263,8 +252,8 @@ def _write_arrays(flat: Mapping[str, np.ndarray], tmp_dir: str,
 
 def orbax_state_dir(path: str) -> str:
   path = str(path).rstrip('/')
-  path = path if is_gcs(path) else os.path.abspath(path)  # Orbax needs absolute paths.
-  return path if posixpath.basename(path) == 'state' else join(path, 'state')
+  path = path if store.is_gcs(path) else os.path.abspath(path)  # Orbax needs absolute paths.
+  return path if posixpath.basename(path) == 'state' else store.join(path, 'state')
 
 
 def orbax_params_metadata(path: str) -> tuple[str, str, Any]:
@@ -272,28 +261,29 @@ def orbax_params_metadata(path: str) -> tuple[str, str, Any]:
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
   state_dir = orbax_state_dir(path)
-  if not exists(join(state_dir, '_METADATA')):
-    raise FileNotFoundError(f'No Orbax checkpoint metadata at {join(state_dir, "_METADATA")}')
+  if not store.exists(store.join(state_dir, '_METADATA')):
+    raise FileNotFoundError(f'No Orbax checkpoint metadata at {store.join(state_dir, "_METADATA")}')
   try:
-    metadata = call(lambda: ocp.PyTreeCheckpointer().metadata(state_dir),
-                    'Reading the Orbax metadata of', state_dir)
+    metadata = store.call(lambda: ocp.PyTreeCheckpointer().metadata(state_dir),
+                          'Reading the Orbax metadata of', state_dir)
   except fileio.RemoteTimeoutError:
     raise
   except Exception as e:  # Orbax/tensorstore errors of many types.
-    raise CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
+    raise store.CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
   tree = getattr(metadata, 'item_metadata', metadata)
   tree = getattr(tree, 'tree', tree)
   if not isinstance(tree, Mapping):
-    raise CheckpointReadError(
+    raise store.CheckpointReadError(
         f'Cannot read Orbax checkpoint {state_dir}: its metadata lists no arrays (got '
         f'{type(tree).__name__}); is manifest.ocdbt or _METADATA missing or truncated?')
   key = next((k for k in ('target', 'params') if k in tree), None)
   if key is None:
-    raise CheckpointReadError(f'{state_dir} holds no "target" or "params" (keys: {list(tree)})')
+    raise store.CheckpointReadError(
+        f'{state_dir} holds no "target" or "params" (keys: {list(tree)})')
   return state_dir, key, tree[key]
 
 
-def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any) -> Params:
+def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any) -> store.Params:
   """Restores `{key: item}` with `restore_args`; errors name the checkpoint.
 
   NOTE: no overall deadline: an unsharded restore may read many GB. The remote metadata reads
@@ -305,13 +295,13 @@ def _restore_orbax(state_dir: str, key: str, item: Any, restore_args: Any) -> Pa
     restored = checkpointer.restore(state_dir, args=ocp.args.PyTreeRestore(
         item={key: item}, restore_args={key: restore_args}, partial_restore=True))
   except Exception as e:  # Orbax/tensorstore errors of many types.
-    if isinstance(e, (FileNotFoundError, CheckpointReadError)):
+    if isinstance(e, (FileNotFoundError, store.CheckpointReadError)):
       raise
-    raise CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
+    raise store.CheckpointReadError(f'Cannot read Orbax checkpoint {state_dir}: {e}') from e
   return restored[key]
 
 
-def read_t5x_orbax_checkpoint(path: str) -> Params:
+def read_t5x_orbax_checkpoint(path: str) -> store.Params:
   """Restores only the params ('target', else 'params') of a T5X Orbax checkpoint as numpy.
 
   `path` is a checkpoint_N directory or its `state/` directory.
@@ -321,7 +311,8 @@ def read_t5x_orbax_checkpoint(path: str) -> Params:
   state_dir, key, item = orbax_params_metadata(path)
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
   restored = _restore_orbax(state_dir, key, item, restore_args)
-  return unflatten_params({k: np.asarray(v) for k, v in flatten_params(restored).items()})
+  flat = store.flatten_params(restored)
+  return store.unflatten_params({k: np.asarray(v) for k, v in flat.items()})
 
 
 # Sharded reading: opened, not read.
@@ -343,24 +334,24 @@ def _lazy_ts_arrays(specs: Mapping[str, dict], where: Mapping[str, dict],
   context = context or ts.Context()
   opened = {name: ts.open(spec, open=True, read=True, context=context)
             for name, spec in specs.items()}
-  wait_all(opened, where, 'Opening the arrays of')
+  store.wait_all(opened, where, 'Opening the arrays of')
   lazy = {}
   for name, future in opened.items():
-    store = ts_result(name, where[name], future)
+    array = store.ts_result(name, where[name], future)
 
-    def read(index, name=name, store=store):
-      return np.asarray(ts_result(name, where[name], store[index].read()))
+    def read(index, name=name, array=array):
+      return np.asarray(store.ts_result(name, where[name], array[index].read()))
 
-    chunk = math.prod(store.chunk_layout.read_chunk.shape) * store.dtype.numpy_dtype.itemsize
-    lazy[name] = LazyArray(store.shape, store.dtype.numpy_dtype, read, chunk)
+    chunk = math.prod(array.chunk_layout.read_chunk.shape) * array.dtype.numpy_dtype.itemsize
+    lazy[name] = LazyArray(array.shape, array.dtype.numpy_dtype, read, chunk)
   return lazy
 
 
 def lazy_t5x_arrays(path: str) -> dict[str, LazyArray]:
   """The legacy checkpoint's params by '/'-path, opened (metadata only) but not read."""
   msgpack_file, checkpoint_dir = t5x_checkpoint_paths(path)
-  target = _t5x_target(restore_msgpack(msgpack_file), msgpack_file)
-  flat = flatten_params(target, is_leaf=_is_ts_spec)
+  target = _t5x_target(store.restore_msgpack(msgpack_file), msgpack_file)
+  flat = store.flatten_params(target, is_leaf=_is_ts_spec)
   specs = {k: resolve_ts_spec(v, checkpoint_dir) for k, v in flat.items() if _is_ts_spec(v)}
   lazy = _lazy_ts_arrays(specs, specs)
   for name, value in flat.items():
@@ -377,21 +368,22 @@ def lazy_orbax_arrays(state_dir: str, item: Any) -> dict[str, LazyArray]:
   key-value store (or its own folder without OCDBT), with Orbax's tensorstore context.
   """
   from orbax.checkpoint.serialization import ts_utils  # pylint: disable=g-import-not-at-top
-  flags = json.loads(read_bytes(join(state_dir, '_METADATA')))
-  use_ocdbt = flags.get('use_ocdbt', exists(join(state_dir, 'manifest.ocdbt')))
+  flags = json.loads(store.read_bytes(store.join(state_dir, '_METADATA')))
+  use_ocdbt = flags.get('use_ocdbt', store.exists(store.join(state_dir, 'manifest.ocdbt')))
   driver = 'zarr3' if flags.get('use_zarr3', False) else 'zarr'
   # NOTE: as Orbax reads: older Orbax skipped chunks equal to the fill value (absent = zeros);
   # newer Orbax writes every chunk, so an absent one is corruption.
   fill_missing = not flags.get('store_array_data_equal_to_fill_value', False)
   specs, where = {}, {}
-  for path, metadata in flatten_params(item).items():
+  for path, metadata in store.flatten_params(item).items():
     if use_ocdbt:
-      kvstore = {'driver': 'ocdbt', 'base': kvstore_spec(state_dir + '/'), 'path': metadata.name}
+      kvstore = {'driver': 'ocdbt', 'base': store.kvstore_spec(state_dir + '/'),
+                 'path': metadata.name}
     else:
-      kvstore = kvstore_spec(join(state_dir, metadata.name) + '/')
+      kvstore = store.kvstore_spec(store.join(state_dir, metadata.name) + '/')
     specs[path] = {'driver': driver, 'kvstore': kvstore, 'recheck_cached_data': False,
                    'recheck_cached_metadata': False, 'fill_missing_data_reads': fill_missing}
-    where[path] = {'kvstore': kvstore_spec(join(state_dir, metadata.name))}
+    where[path] = {'kvstore': store.kvstore_spec(store.join(state_dir, metadata.name))}
   context = ts_utils.get_ts_context(use_ocdbt=use_ocdbt)
   return _lazy_ts_arrays(specs, where, context)
 
