@@ -24,8 +24,9 @@ import jax
 import numpy as np
 
 from t5align import calibration
-from t5align import evaluation
+from t5align import batching
 from t5align import fileio
+from t5align import labels
 from t5align import multihost
 from t5align import network
 from t5align import outputs
@@ -38,9 +39,8 @@ from t5align import train_data
 STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer')
 # Evaluated rows (the issue's list); prop1/prop2 are calibrated and tabulated, not evaluated.
 EVALUATED = ('pmax', 'entropy', 'log_length', 'pmax_per_layer')
-ROW_LABELS = {'tau=1': 'tau = 1', 'pmax': 'w/ P_max', 'entropy': 'w/ H',
-              'log_length': 'w/ log_L L_tr', 'prop1': 'w/ Prop. 1', 'prop2': 'w/ Prop. 2',
-              'pmax_per_layer': 'w/ P_max per layer'}
+# Report rows: 'tau=1' and the strategies, named as every other table names them.
+ROW_LABELS = {'tau=1': labels.TAU_ONE, **labels.STRATEGY_LABELS}
 CALIBRATION_SEED = 7  # Calibration samples and evaluation examples never share a seed.
 EVAL_SEED = 2000
 
@@ -77,7 +77,7 @@ def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATIO
   """
   rows = [ex.input_ids for task in train_data.TASKS
           for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
-  return evaluation.pad_tokens(rows, multiple=length, min_length=length)
+  return batching.pad_tokens(rows, multiple=length, min_length=length)
 
 
 def task_calibration_inputs(vocab, task: str, lengths: Sequence[int], reference_length: int,
@@ -87,7 +87,7 @@ def task_calibration_inputs(vocab, task: str, lengths: Sequence[int], reference_
   paper's per-task calibration, its L_tr reference being the task at its training length."""
   def prompts(length):
     rows = [ex.input_ids for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
-    return evaluation.pad_tokens(rows, multiple=length, min_length=length)
+    return batching.pad_tokens(rows, multiple=length, min_length=length)
   reference = prompts(reference_length)
   return [(prompts(L), reference) for L in lengths]
 
