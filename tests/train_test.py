@@ -1,4 +1,4 @@
-"""Tests for t5align/train.py, train_data.py, vocab.py, heldout.py and the shipped model (assets.py)."""
+"""Tests for t5align/train.py, train_data.py, vocab.py, heldout.py and the shipped model."""
 from __future__ import annotations
 
 import json
@@ -141,7 +141,8 @@ def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
   assert record['input_length'] == L_TR and '\nNUM_STEPS = 2\n' in record['gin_config']
   params, config, _ = assets.load_shipped(str(export_dir))
   assert config.emb_dim == shipped[1].emb_dim
-  assert (export_dir / assets.VOCAB_FILE).read_bytes() == (model_dir / assets.VOCAB_FILE).read_bytes()
+  vocab_file = assets.VOCAB_FILE
+  assert (export_dir / vocab_file).read_bytes() == (model_dir / vocab_file).read_bytes()
 
 
 def test_saved_optimizer_state_round_trips(tmp_path):
