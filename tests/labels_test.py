@@ -1,4 +1,4 @@
-"""One strategy-label table (t5align/labels.py) for every printout; report.py stays off JAX."""
+"""One strategy-label table (labels.py) for every printout; report.py off JAX; one JSON cleaner."""
 from __future__ import annotations
 
 import dataclasses
@@ -64,3 +64,12 @@ def test_report_imports_no_jax():
   done = subprocess.run([sys.executable, '-c', code], env=env, cwd=REPO_ROOT,
                         capture_output=True, text=True, timeout=120)
   assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_jsonable_converts_numpy_and_handles_non_finite():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5align import outputs  # pylint: disable=g-import-not-at-top
+  value = {1: (np.float32(0.5), np.arange(2)), 'x': [np.int64(3), float('nan')]}
+  assert outputs.jsonable(value, non_finite='null') == {'1': [0.5, [0, 1]], 'x': [3, None]}
+  with pytest.raises(ValueError, match='non-finite value nan cannot be stored in a schedule'):
+    outputs.jsonable(value, what='a schedule')
