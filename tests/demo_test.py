@@ -110,16 +110,13 @@ def test_accuracy_rescored_from_written_predictions(shortened):
     assert os.path.exists(demo.predictions_path(out, 'tau=1', length, task))
 
 
-def _naive_greedy(model, params, tokens, steps, eos_id, tau):
+def _naive_greedy(apply, steps, eos_id, tau):
   """Greedy decoding without a cache: the whole model re-run on the growing prefix each step."""
-  apply = jax.jit(lambda dec: model.apply(
-      {'params': params}, tokens, dec, jnp.ones_like(dec), enable_dropout=False,
-      temperature=tau))
   out = np.zeros((1, steps), np.int32)
   for t in range(steps):
     dec_in = np.zeros((1, steps), np.int32)
     dec_in[0, 1:t + 1] = out[0, :t]
-    out[0, t] = int(np.argmax(np.asarray(apply(jnp.asarray(dec_in)))[0, t]))
+    out[0, t] = int(np.argmax(np.asarray(apply(jnp.asarray(dec_in), tau))[0, t]))
     if out[0, t] == eos_id:
       break
   return out[0]
@@ -137,12 +134,16 @@ def test_written_prediction_equals_uncached_greedy_decoding(shortened):
   tokens = np.zeros((1, length), np.int32)
   tokens[0, :len(example.input_ids)] = example.input_ids
   steps = heldout.DECODE_LENGTH['passkey']
+  # [1, length] inputs, [1, steps] decoder tokens -> [1, steps, vocab]; one compile for both taus.
+  apply = jax.jit(lambda dec, tau: model.apply(
+      {'params': params}, jnp.asarray(tokens), dec, jnp.ones_like(dec), enable_dropout=False,
+      temperature=tau))
   for row, tau in (('tau=1', 1.0), ('pmax', schedule['tasks']['passkey']['pmax'][0]['tau'])):
     path = demo.predictions_path(out, row, length, 'passkey')
     if not os.path.exists(path):
       continue
     recorded = _read_predictions(out, row, length, 'passkey')[0]['prediction']
-    naive = _naive_greedy(model, params, jnp.asarray(tokens), steps, vocab.eos_id, tau)
+    naive = _naive_greedy(apply, steps, vocab.eos_id, jnp.float32(tau))
     assert vocab.decode(naive) == recorded, row
 
 
