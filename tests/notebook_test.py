@@ -50,6 +50,16 @@ def test_install_cell_on_fresh_colab_installs_from_the_repository_url(monkeypatc
                         't5align @ git+https://git.example/owner/t5align']]
 
 
+def test_install_cell_takes_the_url_from_its_first_assignment(monkeypatch, pip_calls):
+  _on_colab(monkeypatch, installed=False)
+  source = _install_cell()
+  first = next(l for l in source.splitlines() if not l.startswith('#'))
+  assert first == "REPOSITORY_URL = ''", first  # What a Colab user edits.
+  edited = source.replace(first, "REPOSITORY_URL = 'https://git.example/me/t5align'", 1)
+  exec(edited, {})  # pylint: disable=exec-used
+  assert pip_calls[0][-1] == 't5align @ git+https://git.example/me/t5align'
+
+
 def test_install_cell_on_colab_with_t5align_installed_does_nothing(monkeypatch, pip_calls):
   _on_colab(monkeypatch, installed=True)
   exec(_install_cell(), {})  # pylint: disable=exec-used
