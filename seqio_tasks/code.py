@@ -21,7 +21,6 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from seqio_tasks import data
-from seqio_tasks import retrieval
 
 CountTokens = Callable[[str], int]
 # Test and tooling folders left out of the standard-library corpus.
@@ -94,18 +93,18 @@ def trim_left(lines: Sequence[str], budget: int, count_tokens: CountTokens) -> l
 
 
 def lcc_completion_examples(path: str, num_examples: int | None = None
-                            ) -> Iterator[retrieval.Example]:
+                            ) -> Iterator[data.Example]:
   """LCC examples as is: inputs = context, target = the next line."""
   for i, (line, context, gt) in enumerate(read_lcc(path)):
     if num_examples is not None and i >= num_examples:
       return
-    yield retrieval.example(f'lcc/{line}', context, gt.strip())
+    yield data.example(f'lcc/{line}', context, gt.strip())
 
 
 def stdlib_completion_examples(num_examples: int, count_tokens: CountTokens, *,
                                min_tokens: int = 1000, max_tokens: int = 16000, seed: int = 0,
                                files: Sequence[pathlib.Path] | None = None,
-                               chars_per_token: float = 2.0) -> Iterator[retrieval.Example]:
+                               chars_per_token: float = 2.0) -> Iterator[data.Example]:
   """Next-line examples cut from standard-library files, context lengths spread over buckets.
 
   Example i aims at a context of `budget` tokens drawn from bucket (i mod #buckets) of
@@ -118,7 +117,7 @@ def stdlib_completion_examples(num_examples: int, count_tokens: CountTokens, *,
   starts = list(range(min_tokens, max_tokens, 1000)) or [min_tokens]
   sizes = np.array([f.stat().st_size for f in files])
   for i in range(num_examples):
-    rng = retrieval.rng_for(seed, 1, i)
+    rng = data.rng_for(seed, 1, i)
     lo = starts[i % len(starts)]
     budget = int(rng.integers(lo, min(lo + 1000, max_tokens) if max_tokens > lo else lo + 1))
     need = budget * chars_per_token
@@ -137,7 +136,7 @@ def stdlib_completion_examples(num_examples: int, count_tokens: CountTokens, *,
     late = [j for j in targets if chars_before[j] >= need] or targets[-1:]
     j = int(late[int(rng.integers(len(late)))])
     context = '\n'.join(trim_left(lines[:j], budget, count_tokens)) + '\n'
-    yield retrieval.example(f'stdlib/{i}', context, lines[j].strip(), budget=budget)
+    yield data.example(f'stdlib/{i}', context, lines[j].strip(), budget=budget)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +159,7 @@ def _code_stream(rng: np.random.Generator, files: Sequence[pathlib.Path],
 
 def code_key_examples(num_tokens: int, num_examples: int, count_tokens: CountTokens, *,
                       seed: int = 0, files: Sequence[pathlib.Path] | None = None,
-                      lcc_path: str | None = None) -> Iterator[retrieval.Example]:
+                      lcc_path: str | None = None) -> Iterator[data.Example]:
   """Key retrieval: a function returning an integer in 1..100 hidden in ~`num_tokens` of code.
 
   Example i: code files drawn with a generator seeded (seed, num_tokens, i) fill the budget; the
@@ -170,7 +169,7 @@ def code_key_examples(num_tokens: int, num_examples: int, count_tokens: CountTok
   files = list(files or ()) if lcc_path else list(files or stdlib_files())
   contexts = [c for _, c, _ in read_lcc(lcc_path)] if lcc_path else None
   for i in range(num_examples):
-    rng = retrieval.rng_for(seed, num_tokens, i)
+    rng = data.rng_for(seed, num_tokens, i)
     key = int(rng.integers(1, KEY_MAX + 1))
     function = KEY_FUNCTION.format(key=key)
     budget = num_tokens - count_tokens(function) - count_tokens(KEY_QUESTION)
@@ -184,5 +183,5 @@ def code_key_examples(num_tokens: int, num_examples: int, count_tokens: CountTok
     tops = [j for j, text in enumerate(code) if text and not text[0].isspace()] or [0]
     at = int(tops[int(rng.integers(len(tops)))])
     body = '\n'.join(code[:at] + function.splitlines() + [''] + code[at:]).rstrip()
-    yield retrieval.example(f'code_key_{num_tokens}/{i}', body + KEY_QUESTION, str(key),
-                            depth=at / max(len(code), 1))
+    yield data.example(f'code_key_{num_tokens}/{i}', body + KEY_QUESTION, str(key),
+                       depth=at / max(len(code), 1))

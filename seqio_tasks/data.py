@@ -1,4 +1,4 @@
-"""Data files: where they live, how they are read, and errors that name the file and line.
+"""Data files (where they live, how they are read, errors naming the file and line) and examples.
 
 Nothing here imports seqio. Files are found under a data directory, resolved in this order:
 `data_dir(path=...)` bound in gin (`seqio_tasks.data.data_dir.path = '/data'`), the environment
@@ -10,7 +10,8 @@ variable `T5ALIGN_DATA_DIR`, then `./data`. Its layout mirrors the upstream repo
   lost_in_the_middle/kv-retrieval-{N}_keys.jsonl[.gz]
   lost_in_the_middle/qa_data/{N}_total_documents/nq-open-{N}_total_documents_gold_at_{K}.jsonl[.gz]
 
-A file given by absolute path (e.g. `lcc_path`) is used as is.
+A file given by absolute path (e.g. `lcc_path`) is used as is. Every task module builds its
+examples with `example` and draws random content from `rng_for` generators.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pathlib
 from typing import Any, Iterator, Sequence
 
 import gin
+import numpy as np
 
 ENV_DATA_DIR = 'T5ALIGN_DATA_DIR'
 
@@ -34,6 +36,22 @@ SOURCES = {
            '(the microsoft/LCC_python data set on the HuggingFace hub)',
     'text': 'a JSONL file of documents with a "text" field (e.g. PG-19 or any long-form corpus)',
 }
+
+
+# A task example: {'id', 'inputs', 'targets', 'meta'} ('meta': a JSON string of what the metrics
+# need beyond 'targets').
+Example = dict[str, str]
+
+
+def rng_for(*keys: int) -> np.random.Generator:
+  """A generator seeded by integers only (no hash()), so examples are the same in every run."""
+  return np.random.default_rng([int(k) for k in keys])
+
+
+def example(example_id: str, inputs: str, targets: str, **meta) -> Example:
+  """A task example; `meta` is stored as a JSON string."""
+  return {'id': example_id, 'inputs': inputs, 'targets': targets,
+          'meta': json.dumps(meta, ensure_ascii=False, sort_keys=True)}
 
 
 class DataError(ValueError):

@@ -18,7 +18,6 @@ import numpy as np
 
 from seqio_tasks import data
 from seqio_tasks import qa
-from seqio_tasks import retrieval
 
 Encode = Callable[[str], Sequence[int]]
 CONTINUATION = 128
@@ -30,7 +29,7 @@ def _window(tokens: np.ndarray, length: int, continuation: int, eos_id: int):
 
 
 def _lm_example(example_id: str, inputs, targets, **meta) -> dict:
-  out = retrieval.example(example_id, '', '', **meta)
+  out = data.example(example_id, '', '', **meta)
   out['inputs'], out['targets'] = inputs, targets
   return out
 
@@ -50,7 +49,7 @@ def wiki_examples(length: int, num_examples: int, encode: Encode, *,
   if total < need:
     raise ValueError(f'the passages hold {total} tokens; a window needs {need}.')
   for i in range(num_examples):
-    rng = retrieval.rng_for(seed, length, i)
+    rng = data.rng_for(seed, length, i)
     parts, count = [], 0
     for j in rng.permutation(len(docs)):
       parts.append(docs[j])

@@ -17,7 +17,6 @@ from typing import Any, Iterator, Sequence
 
 from seqio_tasks import data
 from seqio_tasks import metrics
-from seqio_tasks import retrieval
 
 QA_INSTRUCTION = ('Write a high-quality answer for the given question using only the provided '
                   'search results (some of which might be irrelevant).')
@@ -61,7 +60,7 @@ def read_qa_file(path) -> Iterator[tuple[int, str, list[str], list[tuple[str, st
     yield line, question, _answers(record, path, line), _documents(record, path, line)
 
 
-def upstream_examples(num_docs: int, gold_index: int) -> Iterator[retrieval.Example]:
+def upstream_examples(num_docs: int, gold_index: int) -> Iterator[data.Example]:
   """The released Lost in the Middle file for (num_docs, gold_index), as is."""
   path = data.find_file(
       f'lost_in_the_middle/qa_data/{num_docs}_total_documents/'
@@ -69,12 +68,12 @@ def upstream_examples(num_docs: int, gold_index: int) -> Iterator[retrieval.Exam
   for line, question, answers, docs in read_qa_file(path):
     if len(docs) != num_docs:
       raise data.DataError(f'{path}:{line}: {len(docs)} documents; expected {num_docs}.')
-    yield retrieval.example(f'mdqa_{num_docs}/{gold_index}/{line}', qa_prompt(question, docs),
-                            answers[0], answers=answers)
+    yield data.example(f'mdqa_{num_docs}/{gold_index}/{line}', qa_prompt(question, docs),
+                       answers[0], answers=answers)
 
 
 def oracle_examples(num_docs: int, gold_index: int, seed: int = 0,
-                    num_examples: int | None = None) -> Iterator[retrieval.Example]:
+                    num_examples: int | None = None) -> Iterator[data.Example]:
   """The built-in variant from nq-open-oracle (see the module docstring)."""
   if not 0 <= gold_index < num_docs:
     raise ValueError(f'gold_index={gold_index} outside [0, {num_docs}).')
@@ -89,7 +88,7 @@ def oracle_examples(num_docs: int, gold_index: int, seed: int = 0,
   for i in range(count):
     line, question, answers, docs = records[i]
     normalized = [f' {a} ' for a in (metrics.normalize_answer(a) for a in answers) if a]
-    rng = retrieval.rng_for(seed, num_docs, i)
+    rng = data.rng_for(seed, num_docs, i)
     distractors = []
     for j in rng.permutation(len(records)):
       # Whole-word match, so that a one-letter answer ('S') does not rule out every passage.
@@ -102,5 +101,5 @@ def oracle_examples(num_docs: int, gold_index: int, seed: int = 0,
       raise data.DataError(f'{path}:{line}: only {len(distractors)} documents without the '
                            f'answer; {num_docs - 1} distractors needed.')
     ordered = distractors[:gold_index] + [docs[0]] + distractors[gold_index:]
-    yield retrieval.example(f'mdqa_oracle_{num_docs}/{gold_index}/{line}',
-                            qa_prompt(question, ordered), answers[0], answers=answers)
+    yield data.example(f'mdqa_oracle_{num_docs}/{gold_index}/{line}',
+                       qa_prompt(question, ordered), answers[0], answers=answers)

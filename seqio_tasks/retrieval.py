@@ -5,14 +5,9 @@ with what the metrics need beyond 'targets'. Nothing here imports seqio.
 """
 from __future__ import annotations
 
-import json
 from typing import Iterator, Sequence
 
-import numpy as np
-
 from seqio_tasks import data
-
-Example = dict[str, str]
 
 # Passkey retrieval (Mohtashami & Jaggi 2023, landmark attention), upstream wording.
 PASSKEY_TASK = ('There is an important info hidden inside a lot of irrelevant text. Find it and '
@@ -22,18 +17,19 @@ PASSKEY_FILLER = ('The grass is green. The sky is blue. The sun is yellow. Here 
 PASSKEY_QUESTION = 'What is the pass key? The pass key is'
 PASSKEY_MAX = 50000
 
+# LongChat LongEval line retrieval (longeval/evaluation/lines), upstream wording. Upstream ships the
+# prompt only inside its data files (`lines_examples` reads them); `lines_prompt` rebuilds it.
+LINES_HEADER = (
+    "Below is a record of lines I want you to remember. Each line begins with 'line <line "
+    "index>' and contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. "
+    'For each line index, memorize its corresponding <REGISTER_CONTENT>. At the end of the '
+    'record, I will ask you to retrieve the corresponding <REGISTER_CONTENT> of a certain line '
+    'index. Now the record start:\n\n')
+LINES_QUESTION = ('\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {}? '
+                  'I need the number. ')
+
 # Lost in the Middle key-value retrieval prompt.
 KV_INSTRUCTION = 'Extract the value corresponding to the specified key in the JSON object below.'
-
-
-def rng_for(*keys: int) -> np.random.Generator:
-  """A generator seeded by integers only (no hash()), so examples are the same in every run."""
-  return np.random.default_rng([int(k) for k in keys])
-
-
-def example(example_id: str, inputs: str, targets: str, **meta) -> Example:
-  return {'id': example_id, 'inputs': inputs, 'targets': targets,
-          'meta': json.dumps(meta, ensure_ascii=False, sort_keys=True)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,27 +66,33 @@ def passkey_prompt(n_garbage: int, prefix_chars: int, key: int,
   return '\n'.join(parts + [filler[:n_garbage - done], PASSKEY_QUESTION])
 
 
-def passkey_examples(n_garbage: int, num_examples: int, seed: int = 0) -> Iterator[Example]:
+def passkey_examples(n_garbage: int, num_examples: int, seed: int = 0) -> Iterator[data.Example]:
   """Example i: needle depth and key in 1..50000 drawn from a generator seeded (seed, n, i)."""
   for i in range(num_examples):
-    rng = rng_for(seed, n_garbage, i)
+    rng = data.rng_for(seed, n_garbage, i)
     prefix = int(rng.integers(0, n_garbage + 1))
     key = int(rng.integers(1, PASSKEY_MAX + 1))
-    yield example(f'passkey_{n_garbage}/{i}', passkey_prompt(n_garbage, prefix, key), str(key),
-                  depth=prefix / max(n_garbage, 1))
+    yield data.example(f'passkey_{n_garbage}/{i}', passkey_prompt(n_garbage, prefix, key),
+                       str(key), depth=prefix / max(n_garbage, 1))
 
 
 # ---------------------------------------------------------------------------------------------
 # LongChat LongEval lines and topics.
 
 
-def lines_examples(num_lines: int) -> Iterator[Example]:
+def lines_examples(num_lines: int) -> Iterator[data.Example]:
   """LongEval line retrieval: the file's prompt; target the expected REGISTER_CONTENT number."""
   path = data.find_file(f'longeval/lines/{num_lines}_lines.jsonl', 'longeval')
   for line, record in data.read_jsonl(path, ('prompt', 'expected_number')):
     prompt = data.field(record, 'prompt', str, path, line)
     number = data.field(record, 'expected_number', int, path, line)
-    yield example(f'{num_lines}_lines/{line}', prompt, str(number), line=line)
+    yield data.example(f'{num_lines}_lines/{line}', prompt, str(number), line=line)
+
+
+def lines_prompt(records: Sequence[tuple[str, int]], line_id: str) -> str:
+  """LongEval's prompt: header, one 'line <id>: REGISTER_CONTENT is <n>' per line, question."""
+  body = ''.join(f'line {k}: REGISTER_CONTENT is <{v}>\n' for k, v in records)
+  return LINES_HEADER + body + LINES_QUESTION.format(line_id)
 
 
 def _topic_list(value, path, line) -> list[str]:
@@ -101,13 +103,13 @@ def _topic_list(value, path, line) -> list[str]:
   return value
 
 
-def topics_examples(num_topics: int) -> Iterator[Example]:
+def topics_examples(num_topics: int) -> Iterator[data.Example]:
   """LongEval topic retrieval: the file's prompt; target topics[0], the first topic discussed."""
   path = data.find_file(f'longeval/topics/{num_topics}_topics.jsonl', 'longeval')
   for line, record in data.read_jsonl(path, ('prompt', 'topics')):
     prompt = data.field(record, 'prompt', str, path, line)
     topics = _topic_list(record['topics'], path, line)
-    yield example(f'{num_topics}_topics/{line}', prompt, topics[0], topics=topics)
+    yield data.example(f'{num_topics}_topics/{line}', prompt, topics[0], topics=topics)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,7 +130,7 @@ def kv_gold_positions(num_keys: int) -> tuple[int, ...]:
               num_keys, tuple(sorted({0, *(round(num_keys * q / 4) - 1 for q in (1, 2, 3, 4))})))
 
 
-def kv_examples(num_keys: int, gold_index: int) -> Iterator[Example]:
+def kv_examples(num_keys: int, gold_index: int) -> Iterator[data.Example]:
   """Key-value retrieval with the queried pair moved to `gold_index`, as upstream does."""
   path = data.find_file(f'lost_in_the_middle/kv-retrieval-{num_keys}_keys.jsonl',
                         'lost_in_the_middle')
@@ -148,5 +150,5 @@ def kv_examples(num_keys: int, gold_index: int) -> Iterator[Example]:
       raise ValueError(f'gold_index={gold_index} outside the {len(records)} records of {path}.')
     records.remove((key, value))
     records.insert(gold_index, (key, value))
-    yield example(f'kv_{num_keys}/{gold_index}/{line}', kv_prompt(records, key), value,
-                  key=key)
+    yield data.example(f'kv_{num_keys}/{gold_index}/{line}', kv_prompt(records, key), value,
+                       key=key)

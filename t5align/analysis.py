@@ -14,8 +14,10 @@ import jax
 import numpy as np
 
 from t5align import attention
+from t5align import batching
 from t5align import calibration
 from t5align import fileio
+from t5align import outputs
 from t5align import partitioning
 
 
@@ -271,7 +273,7 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
     raise ValueError(f'heads={heads}: the model has heads 0..{len(all_values) - 1}.')
   values = all_values[heads]
   cols = min(4, len(values))
-  rows = -(-len(values) // cols)
+  rows = batching.ceil_div(len(values), cols)
   fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.2 * rows), squeeze=False)
   for h, ax in enumerate(axes.flat):
     if h >= len(values):
@@ -328,7 +330,8 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
             'algorithm1': {k: algorithm1_taus(numbers, k) for k in ('pmax', 'entropy')},
             'closed_form_curves': closed_form_curves(numbers)}
   # NaN (Prop. 1 without a real root) is written as null.
-  fileio.write_atomic(paths['analysis.json'], json.dumps(_nan_to_none(record), indent=1))
+  fileio.write_atomic(paths['analysis.json'],
+                      json.dumps(outputs.jsonable(record, non_finite='null'), indent=1))
   fileio.write_atomic(paths['dispersion.txt'], '\n\n'.join(tables) + '\n')
   plot_statistic_curves(numbers, paths['statistic_curves.png'])
   plot_temperature_curves(numbers, paths['temperature_curves.png'], schedule)
@@ -337,12 +340,3 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   plot_qq(numbers, paths['qq_layer0.png'])
   return paths
 
-
-def _nan_to_none(x: Any) -> Any:
-  if isinstance(x, dict):
-    return {str(k): _nan_to_none(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_nan_to_none(v) for v in x]
-  if isinstance(x, float) and not np.isfinite(x):
-    return None
-  return x

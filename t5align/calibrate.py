@@ -18,6 +18,7 @@ import gin
 import jax
 import numpy as np
 
+from t5align import batching
 from t5align import calibration
 from t5align import gin_cli
 from t5align import memory
@@ -188,10 +189,9 @@ def task_inputs(examples: Sequence[np.ndarray], reference_length: int, eos_id: i
   sequence of length L_ex" (paper Sec. 4), and the paper reports one temperature per task and
   setting (Tables 8-11), so both come from the task itself.
   """
-  from t5align import evaluation  # pylint: disable=g-import-not-at-top
-  tokens = evaluation.pad_tokens(list(examples), multiple=1)
+  tokens = batching.pad_tokens(list(examples), multiple=1)
   if reference is not None:
-    ref = evaluation.pad_tokens(list(reference), multiple=1)
+    ref = batching.pad_tokens(list(reference), multiple=1)
     if ref.shape[1] > reference_length:
       ref = calibration.cut_at_boundary(ref, reference_length, boundaries, eos_id)
   else:

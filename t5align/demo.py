@@ -7,7 +7,8 @@ Steps: calibrate the encoder temperature at each length L_ex (2x..16x L_tr) with
 per task (each task's prompts at L_ex against the same task's at L_tr, as the paper does) and
 pooled over the tasks (for comparison); evaluate passkey (plain and with decoys), line and
 key-value retrieval at L_tr and each L_ex with tau = 1 and each strategy's per-task temperature;
-write a report folder (report.md, results.json, schedule.json, PNGs).
+write a report folder (report.md, results.json, schedule.json, PNGs, and per evaluated cell
+predictions/<row>_<length>_<task>.jsonl with each example's answer and score).
 Results are saved cell by cell (atomically); rerunning the same command resumes where it stopped.
 """
 from __future__ import annotations
@@ -24,23 +25,24 @@ import jax
 import numpy as np
 
 from t5align import calibration
-from t5align import evaluation
+from t5align import assets
+from t5align import batching
 from t5align import fileio
+from t5align import heldout
+from t5align import labels
 from t5align import multihost
 from t5align import network
 from t5align import outputs
 from t5align import partitioning
 from t5align import report
 from t5align import schedule as schedule_lib
-from t5align import train
 from t5align import train_data
 
 STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer')
 # Evaluated rows (the issue's list); prop1/prop2 are calibrated and tabulated, not evaluated.
 EVALUATED = ('pmax', 'entropy', 'log_length', 'pmax_per_layer')
-ROW_LABELS = {'tau=1': 'tau = 1', 'pmax': 'w/ P_max', 'entropy': 'w/ H',
-              'log_length': 'w/ log_L L_tr', 'prop1': 'w/ Prop. 1', 'prop2': 'w/ Prop. 2',
-              'pmax_per_layer': 'w/ P_max per layer'}
+# Report rows: 'tau=1' and the strategies, named as every other table names them.
+ROW_LABELS = {'tau=1': labels.TAU_ONE, **labels.STRATEGY_LABELS}
 CALIBRATION_SEED = 7  # Calibration samples and evaluation examples never share a seed.
 EVAL_SEED = 2000
 
@@ -77,7 +79,7 @@ def calibration_tokens(vocab, length: int, per_task: int, seed: int = CALIBRATIO
   """
   rows = [ex.input_ids for task in train_data.TASKS
           for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
-  return evaluation.pad_tokens(rows, multiple=length, min_length=length)
+  return batching.pad_tokens(rows, multiple=length, min_length=length)
 
 
 def task_calibration_inputs(vocab, task: str, lengths: Sequence[int], reference_length: int,
@@ -87,7 +89,7 @@ def task_calibration_inputs(vocab, task: str, lengths: Sequence[int], reference_
   paper's per-task calibration, its L_tr reference being the task at its training length."""
   def prompts(length):
     rows = [ex.input_ids for ex in train_data.eval_examples(task, vocab, length, per_task, seed)]
-    return evaluation.pad_tokens(rows, multiple=length, min_length=length)
+    return batching.pad_tokens(rows, multiple=length, min_length=length)
   reference = prompts(reference_length)
   return [(prompts(L), reference) for L in lengths]
 
@@ -203,7 +205,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
 
 
 @outputs.claims('output_dir', '--output_dir')
-def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
+def run(*, output_dir: str = 'demo_output', model_dir: str = assets.ASSET_DIR,
         lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
         num_examples: int = 20, num_samples: int = 1, batch_size: int = 20,
         attention_impl: str = 'blockwise') -> dict[str, Any]:
@@ -222,10 +224,9 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   """
   from t5align import analysis  # pylint: disable=g-import-not-at-top
   start = time.time()
-  params, config, vocab = train.load_shipped(model_dir)
+  params, config, vocab = assets.load_shipped(model_dir)
   config = dataclasses.replace(config, attention_impl=attention_impl, dropout_rate=0.0)
-  with open(os.path.join(model_dir, 'training.json'), encoding='utf-8') as f:
-    reference_length = int(json.load(f)['input_length'])
+  reference_length = assets.training_length(model_dir)
   lengths = sorted(lengths or [reference_length * k for k in (2, 4, 8, 16)])
   eval_lengths = [reference_length, *lengths]
   rows = ['tau=1', *(s for s in strategies if s in EVALUATED)]
@@ -299,9 +300,11 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   # Work per cell ~ L^2 (attention dominates at these lengths): the ETA's weights.
   eval_eta = Eta([L * L for L, *_ in cells])
   for i, (L, row, tau, todo) in enumerate(cells):
-    acc = train.evaluate(model, params, vocab, tasks=todo, length=L, num_examples=num_examples,
-                         seed=EVAL_SEED, batch_size=min(batch_size, num_examples),
-                         temperature=tau)
+    records = heldout.retrieval_predictions(
+        model, params, vocab, tasks=todo, length=L, num_examples=num_examples, seed=EVAL_SEED,
+        batch_size=min(batch_size, num_examples), temperature=tau)
+    write_predictions(output_dir, row, L, records)
+    acc = heldout.accuracy(records)
     for task, value in acc.items():
       results.put(row, task, L, value)
     _log(f'{ROW_LABELS[row]:>20} @ {L:>5}: ' +
@@ -331,6 +334,22 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = train.ASSET_DIR,
   multihost.on_writer(write, f'writing {output_dir}/report.md')
   multihost.barrier('t5align.demo:done')
   return results.data
+
+
+def predictions_path(output_dir: str, row: str, length: int, task: str) -> str:
+  """predictions/<row>_<length>_<task>.jsonl: an evaluated cell's per-example records."""
+  return os.path.join(output_dir, 'predictions', f'{row}_{length}_{task}.jsonl')
+
+
+def write_predictions(output_dir: str, row: str, length: int,
+                      records: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+  """One JSONL file per (row, length, task) cell, written atomically (`heldout` records)."""
+  def write():
+    for task, items in records.items():
+      path = predictions_path(output_dir, row, length, task)
+      fileio.makedirs(os.path.dirname(path))
+      fileio.write_atomic(path, ''.join(json.dumps(r, sort_keys=True) + '\n' for r in items))
+  multihost.on_writer(write, f'writing {output_dir}/predictions')
 
 
 def write_report(output_dir: str, results: Mapping[str, Any], rows: Sequence[str],
@@ -364,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(prog='python -m t5align.demo', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--output_dir', default='demo_output')
-  parser.add_argument('--model_dir', default=train.ASSET_DIR)
+  parser.add_argument('--model_dir', default=assets.ASSET_DIR)
   parser.add_argument('--lengths', type=int, nargs='+')
   parser.add_argument('--strategies', nargs='+', default=list(STRATEGIES))
   parser.add_argument('--num_examples', type=int, default=20)

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5align import batching
 from t5align import checkpoints
 from t5align import evaluation
 from t5align import fileio
@@ -46,6 +47,9 @@ from t5align import multihost
 from t5align import network
 from t5align import outputs
 from t5align import partitioning
+from t5align import predictions
+from t5align import schedule as schedule_lib
+from t5align import temperature as temperature_lib
 from t5align import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
@@ -85,18 +89,18 @@ def _plain(value: Any) -> Any:
 
 def make_temperature(config: network.T5Config, temperature: Any = None,
                      schedule_path: str | None = None, schedule_strategy: str | None = None,
-                     label: str | None = None) -> evaluation.Temperature:
+                     label: str | None = None) -> temperature_lib.Temperature:
   """A constant (the override, else the config's) or a schedule file's temperatures."""
   if temperature is not None and schedule_path:
     raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
   if schedule_path:
-    schedule = evaluation.schedule_lib.load_schedule(schedule_path, schedule_strategy)
+    schedule = schedule_lib.load_schedule(schedule_path, schedule_strategy)
     calibrated = schedule.provenance.get('dtype')
     if calibrated and jnp.dtype(calibrated) != jnp.dtype(config.dtype):
       warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
                     f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
                     '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
-    return evaluation.Temperature(schedule=schedule, label=label or '')
+    return temperature_lib.Temperature(schedule=schedule, label=label or '')
   if schedule_strategy:
     raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
   if temperature is None:
@@ -106,10 +110,10 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
   else:
     temperature = float(temperature)
   network.check_temperature(temperature, 'TEMPERATURE')
-  return evaluation.Temperature(constant=temperature, label=label or '')
+  return temperature_lib.Temperature(constant=temperature, label=label or '')
 
 
-def task_temperature(temp: evaluation.Temperature, task: str) -> evaluation.Temperature:
+def task_temperature(temp: temperature_lib.Temperature, task: str) -> temperature_lib.Temperature:
   """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
   schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
   if temp.schedule is None:
@@ -185,7 +189,7 @@ def evaluate(*,
     label = TRUNCATION_LABEL
   temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
   data_size = mesh.shape['data']
-  batch_size = -(-batch_size // data_size) * data_size
+  batch_size = batching.round_up(batch_size, data_size)
   model_name = model_name or _model_name(checkpoint_path)
   rows_sharding = partitioning.batch_sharding(mesh, 2)
   my_rows = multihost.process_rows(rows_sharding, batch_size)  # This process's rows of a batch.
@@ -254,7 +258,7 @@ def evaluate(*,
                 else keep_last(ex['inputs'], truncate_inputs) for ex in batch]
       width = _global_width(inputs)
       place = lambda x: multihost.global_batch(x, rows_sharding, batch_size)
-      tokens = evaluation.pad_batch(evaluation.pad_tokens(inputs, min_length=width), rows)
+      tokens = batching.pad_batch(batching.pad_tokens(inputs, min_length=width), rows)
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
       # What the metrics compare, made here where the example was read (see `_write_metrics`).
@@ -262,7 +266,7 @@ def evaluate(*,
                  for ex in batch]
       records = []
       if scored:
-        target_tokens = evaluation.pad_batch(evaluation.pad_tokens(
+        target_tokens = batching.pad_batch(batching.pad_tokens(
             [ex['targets'] for ex in batch],
             min_length=_global_width([ex['targets'] for ex in batch])), rows)
         ll = multihost.gather(evaluation.partitioned_score(model, mesh)(
@@ -274,7 +278,7 @@ def evaluate(*,
         out = multihost.gather(evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id)(
             params, place(tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
-          prediction = vocab.decode(evaluation.strip_eos(out[j], eos_id))
+          prediction = vocab.decode(batching.strip_eos(out[j], eos_id))
           record = {'prediction': prediction}
           processed = task.postprocess_fn(prediction, example=ex, is_target=False)
           if processed != prediction:
@@ -289,7 +293,7 @@ def evaluate(*,
                            'postprocessed_target': targets[j]})
       return records
 
-    evaluation.run_examples(examples, log, process, batch_size=len(my_rows), desc=task.name,
+    predictions.run_examples(examples, log, process, batch_size=len(my_rows), desc=task.name,
                             show_progress=show_progress, total=total,
                             collect=multihost.gather_json)
     metrics = multihost.on_writer(
@@ -305,7 +309,7 @@ def evaluate(*,
 def _global_width(rows: Sequence[Sequence[int]], multiple: int = 128) -> int:
   """The padded width (a multiple of `multiple`) of the longest row over every process."""
   longest = max([len(r) for r in rows] + [1])
-  return int(np.asarray(multihost.gather(np.array([-(-longest // multiple) * multiple]))).max())
+  return int(np.asarray(multihost.gather(np.array([batching.round_up(longest, multiple)]))).max())
 
 
 class SharedLog:
@@ -317,7 +321,7 @@ class SharedLog:
   two processes could both cut a torn last line. Appends happen on process 0 only.
   """
 
-  def __init__(self, log: evaluation.PredictionLog | None, done: np.ndarray):
+  def __init__(self, log: predictions.PredictionLog | None, done: np.ndarray):
     self.log = log  # On process 0; None elsewhere.
     self.done = set(int(i) for i in np.flatnonzero(done))
 
@@ -325,8 +329,8 @@ class SharedLog:
   def open(cls, folder: str, settings: Mapping[str, Any], num_examples: int) -> SharedLog:
     """Checks or writes run.json and opens predictions.jsonl (process 0), then broadcasts."""
     def open_log():
-      evaluation.check_run(folder, settings)
-      return evaluation.PredictionLog(os.path.join(folder, 'predictions.jsonl'))
+      predictions.check_run(folder, settings)
+      return predictions.PredictionLog(os.path.join(folder, 'predictions.jsonl'))
 
     log = multihost.on_writer(open_log, f'opening {folder}')
     done = np.zeros(num_examples, np.int32)
@@ -360,9 +364,9 @@ def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
     for fn in task.score_metric_fns:
       values.update(fn(targets, scores))
   else:
-    predictions = [r.get('postprocessed_prediction', r['prediction']) for r in records]
+    predicted = [r.get('postprocessed_prediction', r['prediction']) for r in records]
     for fn in task.predict_metric_fns:
-      values.update(fn(targets, predictions))
+      values.update(fn(targets, predicted))
   result = {
       'task': task.name, 'model': model_name, 'label': temp.label,
       'checkpoint': str(checkpoint_path), 'num_examples': total,

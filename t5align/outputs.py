@@ -16,6 +16,7 @@ import fcntl
 import functools
 import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -246,3 +247,27 @@ def read_json(path: fileio.PathLike, what: str = 'JSON file',
   except json.JSONDecodeError as e:
     raise error(f'{what} {path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}); '
                 'is it truncated?') from e
+
+
+def jsonable(x: Any, *, non_finite: str = 'raise', what: str = 'a JSON file') -> Any:
+  """`x` as plain JSON values: str keys, lists for tuples and arrays, Python numbers.
+
+  Args:
+    x: dicts, lists, tuples, numpy arrays and scalars (anything with `.tolist()`), plain values.
+    non_finite: what a NaN or infinite float becomes: 'raise' (ValueError naming `what`) or
+      'null' (None).
+    what: the file or record being written, for the error.
+  """
+  if non_finite not in ('raise', 'null'):
+    raise ValueError(f"non_finite={non_finite!r}; expected 'raise' or 'null'.")
+  if isinstance(x, dict):
+    return {str(k): jsonable(v, non_finite=non_finite, what=what) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [jsonable(v, non_finite=non_finite, what=what) for v in x]
+  if hasattr(x, 'tolist'):  # numpy arrays and scalars
+    return jsonable(x.tolist(), non_finite=non_finite, what=what)
+  if isinstance(x, float) and not math.isfinite(x):
+    if non_finite == 'null':
+      return None
+    raise ValueError(f'non-finite value {x} cannot be stored in {what}.')
+  return x

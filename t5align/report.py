@@ -3,8 +3,8 @@
     python -m t5align.report RESULTS_DIR [RESULTS_DIR ...] [--output report.md]
 
 Every metrics.json under the folders (written by `t5align.eval`) is one cell: its row is
-(model, label) with labels ordered tau = 1, w/ P_max, w/ H, w/ log_Lex L_tr, then others; its
-column is the task's (group, column). Tables: language modeling (Table 3, perplexity), retrieval
+(model, label), labels in `labels.PAPER_ORDER` (tau = 1, w/ P_max, w/ H, w/ log_Lex L_tr) first;
+its column is the task's (group, column). Tables: language modeling (Table 3, perplexity), retrieval
 (Table 4, accuracy), multi-document QA (Table 5, accuracy per gold position with per-group
 averages), code completion (Table 6, EM and ES per context-length bucket), key-value and code
 key retrieval. Cells without a result are '-'.
@@ -15,9 +15,9 @@ import argparse
 import os
 import re
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from t5align import evaluation
+from t5align import labels
 from t5align import outputs
 
 TITLES = {
@@ -35,10 +35,19 @@ GROUP_ORDER = ('Topic', 'Line', 'Passkey')
 PER_GROUP_AVERAGE = ('mdqa', 'mdqa_oracle', 'kv')
 
 
+def iter_metrics_files(folders: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
+  """metrics.json files under each folder (the folder itself may be a task folder)."""
+  for folder in folders:
+    for root, dirs, files in os.walk(os.fspath(folder)):
+      dirs.sort()
+      if 'metrics.json' in files:
+        yield os.path.join(root, 'metrics.json')
+
+
 def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
   """Every metrics.json under `folders`; a corrupt or incomplete one raises, naming it."""
   results = []
-  for path in evaluation.iter_metrics_files(folders):
+  for path in iter_metrics_files(folders):
     result = outputs.read_json(path, 'metrics file')
     if not isinstance(result, dict):
       raise ValueError(f'metrics file {path}: expected a JSON object; got '
@@ -95,7 +104,7 @@ def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) 
 
 def _row_keys(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
   keys = {(r.get('model', ''), r.get('label', '')) for r in results}
-  return sorted(keys, key=lambda k: (k[0], evaluation.label_order(k[1])))
+  return sorted(keys, key=lambda k: (k[0], labels.label_order(k[1])))
 
 
 def _row_name(model: str, label: str, first: bool) -> str:

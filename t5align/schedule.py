@@ -26,34 +26,12 @@ import numpy as np
 
 from t5align import calibration
 from t5align import fileio
+from t5align import labels
 from t5align import outputs
 from t5align import partitioning
 from t5align import validate
 
 FORMAT = 't5align.temperature_schedule.v1'
-_LABELS = {'pmax': 'w/ P_max', 'entropy': 'w/ H', 'log_length': 'w/ log_Lex L_tr',
-           'prop1': 'Prop. 1 (P_max)', 'prop2': 'Prop. 2 (H)'}
-
-
-def _label(strategy: str) -> str:
-  base, search, per_layer = calibration.parse_strategy(strategy)
-  if strategy in _LABELS:
-    return _LABELS[strategy]
-  return f'{_LABELS[base]} ({"per layer" if per_layer else search})'
-
-
-def _jsonable(x: Any) -> Any:
-  if isinstance(x, dict):
-    return {str(k): _jsonable(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_jsonable(v) for v in x]
-  if isinstance(x, (np.generic, np.ndarray)):
-    return _jsonable(x.tolist())
-  if isinstance(x, float) and not np.isfinite(x):
-    raise ValueError(f'non-finite value {x} cannot be stored in a schedule.')
-  return x
-
-
 @dataclasses.dataclass(frozen=True)
 class TemperatureSchedule:
   """Calibrations per strategy (sorted by length), the strategy applied, and provenance."""
@@ -133,7 +111,8 @@ class TemperatureSchedule:
     """Plain-text per-task vs pooled temperatures (`task_comparison`)."""
     rows = self.task_comparison(strategy)
     head = f'{"task":<32}{"L_ex":>8}{"tau task":>10}{"tau pooled":>12}{"diff":>8}'
-    lines = [f'Per-task vs pooled temperatures ({_label(strategy or self.strategy)}, '
+    label = labels.strategy_label(strategy or self.strategy)
+    lines = [f'Per-task vs pooled temperatures ({label}, '
              f'L_tr = {self.reference_length})', head, '-' * len(head)]
     lines += [f'{r["task"]:<32}{r["length"]:>8}{r["tau_task"]:>10.3f}{r["tau_pooled"]:>12.3f}'
               f'{r["difference"]:>+8.3f}' for r in rows]
@@ -177,7 +156,7 @@ class TemperatureSchedule:
     return jnp.stack([jnp.interp(x, xp, fp[:, j]) for j in range(fp.shape[1])], axis=-1)
 
   def to_dict(self) -> dict[str, Any]:
-    return _jsonable({
+    return outputs.jsonable({
         'format': FORMAT,
         'reference_length': self.reference_length,
         'strategy': self.strategy,
@@ -187,7 +166,7 @@ class TemperatureSchedule:
         # Optional: files without it (and readers that ignore it) keep working.
         **({'tasks': {t: {k: [dataclasses.asdict(c) for c in v] for k, v in cals.items()}
                       for t, cals in self.tasks.items()}} if self.tasks else {}),
-    })
+    }, what='a schedule')
 
   @classmethod
   def from_dict(cls, data: Mapping[str, Any], source: str = 'schedule') -> TemperatureSchedule:
@@ -258,7 +237,7 @@ class TemperatureSchedule:
       per_layer = np.ndim(items[0].tau) == 1
       rows = range(len(items[0].tau)) if per_layer else [None]
       for layer in rows:
-        label = _label(name) if layer is None else f'{_label(name)} L{layer}'
+        label = labels.strategy_label(name) + ('' if layer is None else f' L{layer}')
         cells = []
         for L in lengths:
           c = by_length.get(L)
@@ -266,7 +245,7 @@ class TemperatureSchedule:
           cells.append(f'{"-":>8}' if c is None else
                        f'{tau:>{7}.{digits}f}{"*" if c.clamped else " "}')
         lines.append(f'{label:<24}' + ''.join(cells))
-    notes = [f'  * {_label(name)} at {c.length}: {c.note}' for name, items in
+    notes = [f'  * {labels.strategy_label(name)} at {c.length}: {c.note}' for name, items in
              self.calibrations.items() for c in items if c.clamped and c.note]
     return '\n'.join(lines + notes)
 

@@ -13,8 +13,8 @@ import glob
 import os
 from typing import Any
 
-from t5align.train import ASSET_DIR
-from t5align.train import VOCAB_FILE
+from t5align.assets import ASSET_DIR
+from t5align.assets import VOCAB_FILE
 
 
 def task_feature_lengths(mixture_or_task_name: str,

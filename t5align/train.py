@@ -14,7 +14,7 @@ it (optax state and step; written first, atomically), train_log.jsonl and, at th
 newest checkpoint that has its train state; the data stream is a function of (seed, step), so a
 resumed run sees the same batches as an uninterrupted one.
 
-The small model trained this way ships in t5align/assets/retrieval_t5/ (`load_shipped`).
+The small model trained this way ships in t5align/assets/retrieval_t5/ (`assets.load_shipped`).
 """
 from __future__ import annotations
 
@@ -37,10 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t5align import assets
 from t5align import checkpoints
-from t5align import decoding
 from t5align import fileio
 from t5align import gin_cli
+from t5align import heldout
 from t5align import network
 from t5align import outputs
 from t5align import train_data
@@ -48,11 +49,6 @@ from t5align import validate
 from t5align import vocab as vocab_lib
 
 Array = jax.Array
-ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assets', 'retrieval_t5')
-VOCAB_FILE = 'sentencepiece.model'
-# Greedy decoding steps per scoring family (`train_data.FAMILY`): a key or number of <= 5 digits,
-# or a 36-character UUID (+ EOS).
-DECODE_LENGTH = {'passkey': 8, 'lines': 8, 'kv': 40}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,47 +206,8 @@ def export(params: Any, vocab_path: str, export_dir: str, step: int, dtype: str)
   cast = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), jax.device_get(params))
   path = checkpoints.save_t5x_checkpoint(cast, export_dir, step)
   os.chmod(path, 0o755)  # The writer's temporary directory is private (0700).
-  shutil.copyfile(vocab_path, os.path.join(export_dir, VOCAB_FILE))
+  shutil.copyfile(vocab_path, os.path.join(export_dir, assets.VOCAB_FILE))
   return path
-
-
-def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_lib.Vocabulary]:
-  """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/."""
-  found = sorted(glob.glob(os.path.join(path, 'checkpoint_*')))
-  if len(found) != 1:
-    raise FileNotFoundError(f'expected one checkpoint_N/ in {path}; found {found}.')
-  params, config = checkpoints.load_params(found[0])
-  return params, config, vocab_lib.Vocabulary(os.path.join(path, VOCAB_FILE))
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation: held-out examples, greedy decoding, the tasks' metrics.
-
-
-def evaluate(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary, *,
-             tasks: Sequence[str] = train_data.TASKS, length: int = 256, num_examples: int = 100,
-             seed: int = 1000, batch_size: int = 16, temperature: Any = None
-             ) -> dict[str, float]:
-  """Accuracy (percent) per task on `num_examples` held-out examples filled to `length` tokens.
-
-  Inputs are padded to `length`; `temperature` is the encoder temperature (None: the config's).
-  """
-  out = {}
-  for task in tasks:
-    examples = train_data.eval_examples(task, vocab, length, num_examples, seed)
-    scores, steps = [], DECODE_LENGTH[train_data.FAMILY[task]]
-    for i in range(0, len(examples), batch_size):
-      chunk = examples[i:i + batch_size]
-      # Pad the last batch with copies so every call has the same shape (one compilation).
-      padded = list(chunk) + [chunk[0]] * (batch_size - len(chunk))
-      arrays = train_data.batch_arrays(padded, length, steps)
-      tokens = decoding.greedy_decode(
-          model, params, jnp.asarray(arrays['encoder_input_tokens']),
-          max_decode_length=steps, eos_id=vocab.eos_id, temperature=temperature)
-      tokens = np.asarray(tokens)
-      scores += [ex.score(vocab.decode(t)) for ex, t in zip(chunk, tokens)]
-    out[task] = 100.0 * float(np.mean(scores))
-  return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,7 +320,7 @@ def train(*,
   fileio.makedirs(model_dir)
   outputs.repair_jsonl(os.path.join(model_dir, 'train_log.jsonl'))  # A torn line from a kill.
   start = time.time()
-  vocab_path = os.path.join(model_dir, VOCAB_FILE)
+  vocab_path = os.path.join(model_dir, assets.VOCAB_FILE)
   if not os.path.exists(vocab_path):
     vocab_lib.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
   vocab = vocab_lib.Vocabulary(vocab_path)
@@ -410,9 +367,9 @@ def train(*,
     export(params, vocab_path, export_dir, step, export_dtype)
   results: dict[str, Any] = {}
   for length in eval_lengths:
-    results[str(length)] = evaluate(model, params, vocab, length=length,
-                                    num_examples=eval_examples, seed=eval_seed,
-                                    batch_size=eval_batch_size)
+    results[str(length)] = heldout.retrieval_accuracy(model, params, vocab, length=length,
+                                                      num_examples=eval_examples, seed=eval_seed,
+                                                      batch_size=eval_batch_size)
     _log(model_dir, {'event': 'eval', 'length': length, **results[str(length)]})
   logged = logged_training(model_dir)  # Covers earlier segments of a resumed run too.
   summary = {'step': step, 'loss': logged['loss'], 'token_accuracy': logged['token_accuracy'],

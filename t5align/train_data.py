@@ -1,9 +1,9 @@
 """Synthetic retrieval examples for training a small T5: passkey (also with decoy codes), line
 and key-value retrieval.
 
-Prompts come from `seqio_tasks.retrieval` (passkey, Lost in the Middle key-value); the LongChat
-LongEval line-retrieval prompt, which upstream ships only inside its data files, is rebuilt here
-from random line ids and numbers. Every example is drawn from a generator seeded by integers
+Prompts come from `seqio_tasks.retrieval` (passkey, LongChat LongEval lines, Lost in the Middle
+key-value); the line-retrieval prompt, which upstream ships only inside its data files, is filled
+here with random line ids and numbers. Every example is drawn from a generator seeded by integers
 only, so a (seed, index) pair always gives the same example, and is filled to a token budget:
 the largest number of filler characters / lines / key-value pairs whose input, with EOS, fits.
 
@@ -17,7 +17,9 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from seqio_tasks import data
 from seqio_tasks import retrieval
+from t5align import batching
 from t5align import vocab as vocab_lib
 
 TASKS = ('passkey', 'passkey_decoys', 'lines', 'kv')
@@ -28,15 +30,6 @@ DECOY_NAMES = ('door code', 'room number', 'locker code', 'safe code', 'gate cod
                'ticket number', 'order number', 'badge number')
 MAX_DECOYS = 3
 
-# LongChat LongEval line retrieval (longeval/evaluation/lines), upstream wording.
-LINES_HEADER = (
-    "Below is a record of lines I want you to remember. Each line begins with 'line <line "
-    "index>' and contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. "
-    'For each line index, memorize its corresponding <REGISTER_CONTENT>. At the end of the '
-    'record, I will ask you to retrieve the corresponding <REGISTER_CONTENT> of a certain line '
-    'index. Now the record start:\n\n')
-LINES_QUESTION = ('\nNow the record is over. Tell me what is the <REGISTER_CONTENT> in line {}? '
-                  'I need the number. ')
 LINES_MAX = 50000
 # Line ids are '<first>-<second>' as upstream's random word pairs (e.g. 'torpid-kid').
 ID_FIRST = (
@@ -52,12 +45,6 @@ ID_SECOND = (
     'mirror', 'needle', 'orchard', 'otter', 'pepper', 'pillow', 'planet', 'pocket', 'rabbit',
     'river', 'saddle', 'shadow', 'spoon', 'thistle', 'tiger', 'tunnel', 'valley', 'wagon',
     'walnut', 'whale', 'window')
-
-
-def lines_prompt(records: Sequence[tuple[str, int]], line_id: str) -> str:
-  """LongEval's prompt: header, one 'line <id>: REGISTER_CONTENT is <n>' per line, question."""
-  body = ''.join(f'line {k}: REGISTER_CONTENT is <{v}>\n' for k, v in records)
-  return LINES_HEADER + body + LINES_QUESTION.format(line_id)
 
 
 def random_uuid(rng: np.random.Generator) -> str:
@@ -131,7 +118,7 @@ def _lines_draft(rng: np.random.Generator, capacity: int) -> Draft:
 
   def build(n):
     q = min(int(depth * n), n - 1)
-    return (lines_prompt(records[:n], records[q][0]), str(records[q][1]),
+    return (retrieval.lines_prompt(records[:n], records[q][0]), str(records[q][1]),
             {'depth': q / max(n - 1, 1), 'units': n})
   return Draft('lines', 1, capacity, build)
 
@@ -222,7 +209,7 @@ def eval_examples(task: str, vocab: vocab_lib.Vocabulary, length: int, num_examp
                   seed: int) -> list[Example]:
   """Held-out examples filled to `length` input tokens; example i uses rng (seed, task, length, i)."""
   t = TASKS.index(task)
-  return [fill(draft(task, retrieval.rng_for(seed, t, length, i), length), vocab, length)
+  return [fill(draft(task, data.rng_for(seed, t, length, i), length), vocab, length)
           for i in range(num_examples)]
 
 
@@ -252,7 +239,7 @@ class Mix:
 def train_example(vocab: vocab_lib.Vocabulary, mix: Mix, seed: int, index: int) -> Example:
   """Training example `index`: task by `mix`, then its content, then its input budget (see
   `Mix`)."""
-  rng = retrieval.rng_for(seed, index)
+  rng = data.rng_for(seed, index)
   task = TASKS[int(rng.choice(len(TASKS), p=mix.probabilities()))]
   d = draft(task, rng, mix.max_length)
   smallest = len(_tokenize(vocab, d.build(d.min_units)[0]))
@@ -286,10 +273,6 @@ def batch_arrays(examples: Sequence[Example], input_length: int,
           'decoder_target_tokens': tgt}
 
 
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
-
-
 def train_batches(vocab: vocab_lib.Vocabulary, mix: Mix, *, seed: int, batch_size: int,
                   target_length: int, start_step: int = 0, group: int = 8,
                   input_multiple: int = 64, short_target: int = 8
@@ -308,11 +291,11 @@ def train_batches(vocab: vocab_lib.Vocabulary, mix: Mix, *, seed: int, batch_siz
   while True:
     examples = [train_example(vocab, mix, seed, g * n + j) for j in range(n)]
     examples.sort(key=lambda e: (len(e.target_ids) > short_target, len(e.input_ids)))
-    order = retrieval.rng_for(seed, g, group).permutation(group)  # 3 keys: not an example's.
+    order = data.rng_for(seed, g, group).permutation(group)  # 3 keys: not an example's.
     for k in order[skip:]:
       chunk = examples[k * batch_size:(k + 1) * batch_size]
       length = min(mix.max_length,
-                   _round_up(max(len(e.input_ids) for e in chunk), input_multiple))
+                   batching.round_up(max(len(e.input_ids) for e in chunk), input_multiple))
       short = max(len(e.target_ids) for e in chunk) <= short_target
       yield batch_arrays(chunk, length, short_target if short else target_length)
     g, skip = g + 1, 0
@@ -322,13 +305,13 @@ def vocabulary_corpus(seed: int = 0, num_prompts: int = 300) -> Iterator[str]:
   """Text for the SentencePiece model: prompts of every task (filler, line words, UUIDs and
   numbers), cut into sentences, plus the line-id words and numbers on their own."""
   for i in range(num_prompts):
-    rng = retrieval.rng_for(seed, len(TASKS), i)  # Not a training stream (those have 2 keys).
+    rng = data.rng_for(seed, len(TASKS), i)  # Not a training stream (those have 2 keys).
     task = TASKS[i % len(TASKS)]
     d = draft(task, rng, 256)
     inputs, targets, _ = d.build(int(rng.integers(d.min_units, d.capacity + 1)))
     yield from (s for s in inputs.split('\n') if s.strip())
     yield targets
   yield ' '.join(ID_FIRST + ID_SECOND)
-  rng = retrieval.rng_for(seed, len(TASKS), num_prompts)
+  rng = data.rng_for(seed, len(TASKS), num_prompts)
   yield ' '.join(str(n) for n in rng.integers(1, LINES_MAX + 1, size=200))
 

@@ -121,7 +121,7 @@ def _task_jsonl(tmp_path: pathlib.Path) -> str:
 def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-  from t5align import evaluation  # pylint: disable=g-import-not-at-top
+  from t5align import temperature  # pylint: disable=g-import-not-at-top
   vocab = str(ASSET / 'sentencepiece.model')
   jsonl = _task_jsonl(tmp_path)
   out = tmp_path / 'schedule.json'
@@ -161,7 +161,7 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
     row = row[row > 0]
     assert row[-1] == sp.eos_id() and row[-2] in period and len(row) <= 64
   # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
-  temp = evaluation.Temperature(schedule=loaded)
+  temp = temperature.Temperature(schedule=loaded)
   tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
   np.testing.assert_allclose(t5align_eval.task_temperature(temp, 'lines').taus(tokens),
                              [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)

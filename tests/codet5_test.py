@@ -14,7 +14,7 @@ import pytest
 from t5align import checkpoints
 from t5align import decoding
 from t5align import eval as t5align_eval
-from t5align import evaluation
+from t5align import batching
 from t5align import network
 from t5align import report
 from t5align import vocabularies
@@ -84,7 +84,7 @@ def test_codet5_code_completion_and_truncation_row(codet5, tmp_path, monkeypatch
     assert vocab.eos_id == 2 and r['input_length'] == len(ids) > TRUNCATE
     x = np.asarray(ids[-TRUNCATE:], np.int32)[None]
     out = np.asarray(decoding.greedy_decode(model, params, x, max_decode_length=4, eos_id=2))[0]
-    assert r['prediction'] == vocab.decode(evaluation.strip_eos(out, 2))
+    assert r['prediction'] == vocab.decode(batching.strip_eos(out, 2))
   # Table 6 gets its truncation row, last, after tau = 1.
   text = report.render(report.load_results([tmp_path]))
   lines = [l for l in text.splitlines() if l.startswith('| tiny-codet5') or

@@ -6,19 +6,24 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip('seqio')  # The tasks' metrics live in seqio_tasks.
-
-from t5align import calibration  # pylint: disable=g-import-not-at-top
+from seqio_tasks import metrics
+from t5align import assets
+from t5align import calibration
 from t5align import demo
+from t5align import heldout
 from t5align import network
-from t5align import train
 from t5align import train_data
 
-MODEL_DIR = os.environ.get('T5ALIGN_MODEL_DIR', train.ASSET_DIR)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_DIR = os.environ.get('T5ALIGN_MODEL_DIR', assets.ASSET_DIR)
 STRATEGIES = ('pmax', 'log_length')
 NUM_EXAMPLES = 4
 
@@ -26,8 +31,7 @@ NUM_EXAMPLES = 4
 @pytest.fixture(scope='module')
 def shortened(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('demo'))
-  with open(os.path.join(MODEL_DIR, 'training.json'), encoding='utf-8') as f:
-    reference_length = int(json.load(f)['input_length'])
+  reference_length = assets.training_length(MODEL_DIR)
   length = 2 * reference_length
   results = demo.run(output_dir=out, model_dir=MODEL_DIR, lengths=[length],
                      strategies=STRATEGIES, num_examples=NUM_EXAMPLES, num_samples=1,
@@ -44,19 +48,20 @@ def test_report_files(shortened):
 
 def test_accuracy_equals_recomputation(shortened):
   out, results, reference_length, length = shortened
-  params, config, vocab = train.load_shipped(MODEL_DIR)
+  params, config, vocab = assets.load_shipped(MODEL_DIR)
   config = dataclasses.replace(config, attention_impl='blockwise', dropout_rate=0.0)
   model = network.Transformer(config)
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
-  expected = train.evaluate(model, params, vocab, length=length, num_examples=NUM_EXAMPLES,
-                            seed=demo.EVAL_SEED, batch_size=NUM_EXAMPLES, temperature=1.0)
+  expected = heldout.retrieval_accuracy(model, params, vocab, length=length,
+                                        num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
+                                        batch_size=NUM_EXAMPLES, temperature=1.0)
   for task, value in expected.items():
     assert results['accuracy']['tau=1'][task][str(length)] == value, task
   for task in train_data.TASKS:  # Each task at its own calibrated temperature.
     tau = schedule['tasks'][task]['pmax'][0]['tau']
-    value = train.evaluate(model, params, vocab, tasks=[task], length=length,
-                           num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
-                           batch_size=NUM_EXAMPLES, temperature=tau)[task]
+    value = heldout.retrieval_accuracy(model, params, vocab, tasks=[task], length=length,
+                                       num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
+                                       batch_size=NUM_EXAMPLES, temperature=tau)[task]
     assert results['accuracy']['pmax'][task][str(length)] == value, task
   # The report's Markdown tables print the same numbers.
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
@@ -67,9 +72,100 @@ def test_accuracy_equals_recomputation(shortened):
         round(results['accuracy']['tau=1'][task][str(L)]) for L in (reference_length, length)]
 
 
+def _read_predictions(out: str, row: str, length: int, task: str) -> list[dict]:
+  with open(demo.predictions_path(out, row, length, task), encoding='utf-8') as f:
+    return [json.loads(line) for line in f]
+
+
+# Each family's answer check, written out from the metrics' primitives (not `score_example`).
+RESCORE = {
+    'passkey': lambda target, prediction: metrics.first_integer(prediction) == int(target),
+    'lines': lambda target, prediction: metrics.last_integer(prediction) == int(target),
+    'kv': lambda target, prediction: target.lower() in prediction.lower(),
+}
+
+
+def test_accuracy_rescored_from_written_predictions(shortened):
+  """Every evaluated cell's accuracy from its predictions file, re-scored and averaged in float64;
+  the examples' targets regenerated from their seed."""
+  out, results, reference_length, length = shortened
+  vocab = assets.load_shipped(MODEL_DIR)[2]
+  for row in results['accuracy']:
+    for task in train_data.TASKS:
+      for L in (reference_length, length):
+        path = demo.predictions_path(out, row, L, task)
+        if not os.path.exists(path):  # A cell copied from an earlier row with the same tau.
+          continue
+        records = _read_predictions(out, row, L, task)
+        examples = train_data.eval_examples(task, vocab, L, NUM_EXAMPLES, demo.EVAL_SEED)
+        assert [r['index'] for r in records] == list(range(NUM_EXAMPLES)), path
+        assert [r['target'] for r in records] == [e.targets for e in examples], path
+        assert all(r['input_tokens'] <= L for r in records), path
+        hits = np.array([RESCORE[train_data.FAMILY[task]](r['target'], r['prediction'])
+                         for r in records], np.float64)
+        assert results['accuracy'][row][task][str(L)] == pytest.approx(100.0 * hits.mean(),
+                                                                       abs=1e-9), path
+  # tau = 1 at L_ex is evaluated, never copied: its files exist for every task.
+  for task in train_data.TASKS:
+    assert os.path.exists(demo.predictions_path(out, 'tau=1', length, task))
+
+
+def _naive_greedy(apply, steps, eos_id, tau):
+  """Greedy decoding without a cache: the whole model re-run on the growing prefix each step."""
+  out = np.zeros((1, steps), np.int32)
+  for t in range(steps):
+    dec_in = np.zeros((1, steps), np.int32)
+    dec_in[0, 1:t + 1] = out[0, :t]
+    out[0, t] = int(np.argmax(np.asarray(apply(jnp.asarray(dec_in), tau))[0, t]))
+    if out[0, t] == eos_id:
+      break
+  return out[0]
+
+
+def test_written_prediction_equals_uncached_greedy_decoding(shortened):
+  """The passkey cell's first answer at L_ex, tau = 1 and P_max: the same text from a decoder that
+  re-runs the whole model per token (no cache, no `decoding` module)."""
+  out, _, _, length = shortened
+  params, config, vocab = assets.load_shipped(MODEL_DIR)
+  model = network.Transformer(dataclasses.replace(config, attention_impl='blockwise',
+                                                  dropout_rate=0.0))
+  schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
+  [example] = train_data.eval_examples('passkey', vocab, length, 1, demo.EVAL_SEED)
+  tokens = np.zeros((1, length), np.int32)
+  tokens[0, :len(example.input_ids)] = example.input_ids
+  steps = heldout.DECODE_LENGTH['passkey']
+  # [1, length] inputs, [1, steps] decoder tokens -> [1, steps, vocab]; one compile for both taus.
+  apply = jax.jit(lambda dec, tau: model.apply(
+      {'params': params}, jnp.asarray(tokens), dec, jnp.ones_like(dec), enable_dropout=False,
+      temperature=tau))
+  for row, tau in (('tau=1', 1.0), ('pmax', schedule['tasks']['passkey']['pmax'][0]['tau'])):
+    path = demo.predictions_path(out, row, length, 'passkey')
+    if not os.path.exists(path):
+      continue
+    recorded = _read_predictions(out, row, length, 'passkey')[0]['prediction']
+    naive = _naive_greedy(apply, steps, vocab.eos_id, jnp.float32(tau))
+    assert vocab.decode(naive) == recorded, row
+
+
+def test_demo_needs_no_seqio():
+  """With seqio unimportable, the demo's modules import and its examples score (no TensorFlow)."""
+  code = ('import sys; sys.modules["seqio"] = None\n'
+          'from t5align import demo, heldout, train_data\n'
+          'import os; from t5align import assets, vocab\n'
+          'v = vocab.Vocabulary(os.path.join(assets.ASSET_DIR, assets.VOCAB_FILE))\n'
+          '[ex] = train_data.eval_examples("passkey", v, 256, 1, 1)\n'
+          'assert ex.score(ex.targets) == 1.0\n'
+          'heavy = [m for m in ("seqio", "tensorflow") if sys.modules.get(m) is not None]\n'
+          'print(heavy); sys.exit(1 if heavy else 0)\n')
+  env = {**os.environ, 'PYTHONPATH': REPO_ROOT, 'JAX_PLATFORMS': 'cpu'}
+  done = subprocess.run([sys.executable, '-c', code], env=env, cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_temperatures_equal_recomputation(shortened):
   out, _, reference_length, length = shortened
-  params, config, vocab = train.load_shipped(MODEL_DIR)
+  params, config, vocab = assets.load_shipped(MODEL_DIR)
   config = dataclasses.replace(config, attention_impl='blockwise', dropout_rate=0.0)
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
   tokens = demo.calibration_tokens(vocab, length, 1)

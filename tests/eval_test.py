@@ -1,4 +1,5 @@
-"""Tests for t5align/evaluation.py, report.py and eval.py.
+"""Tests for t5align/predictions.py, temperature.py, batching.py, evaluation.py, scheduled.py,
+report.py and eval.py.
 
 The library tests need no seqio. The end-to-end test runs `python -m t5align.eval` with the gin
 run file on the t5x tiny fixture (vocabulary 128) and a SentencePiece model trained here, kills it
@@ -21,14 +22,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5align import batching
 from t5align import calibration
 from t5align import evaluation
 from t5align import fileio
 from t5align import network
 from t5align import outputs
 from t5align import partitioning
+from t5align import predictions
 from t5align import report
 from t5align import schedule
+from t5align import scheduled
+from t5align import temperature
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
@@ -40,10 +45,10 @@ FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 
 
 def test_prediction_log_appends_and_reopens(tmp_path):
   path = tmp_path / 'task' / 'predictions.jsonl'
-  log = evaluation.PredictionLog(path)
+  log = predictions.PredictionLog(path)
   log.append([{'index': 0, 'prediction': 'a'}, {'index': 1, 'prediction': 'b'}])
   log.append([{'index': 2, 'prediction': 'c'}])
-  again = evaluation.PredictionLog(path)
+  again = predictions.PredictionLog(path)
   assert [r['prediction'] for r in again.ordered()] == ['a', 'b', 'c']
   with pytest.raises(ValueError, match='index 1 is already recorded'):
     again.append([{'index': 1, 'prediction': 'x'}])
@@ -52,11 +57,11 @@ def test_prediction_log_appends_and_reopens(tmp_path):
 def test_prediction_log_drops_a_torn_last_line(tmp_path):
   path = tmp_path / 'predictions.jsonl'
   path.write_text('{"index": 0, "prediction": "a"}\n{"index": 1, "predic')
-  log = evaluation.PredictionLog(path)
+  log = predictions.PredictionLog(path)
   assert sorted(log.records) == [0]
   assert path.read_text() == '{"index": 0, "prediction": "a"}\n'
   log.append([{'index': 1, 'prediction': 'b'}])
-  assert sorted(evaluation.PredictionLog(path).records) == [0, 1]
+  assert sorted(predictions.PredictionLog(path).records) == [0, 1]
 
 
 @pytest.mark.parametrize('content, message', [
@@ -68,26 +73,26 @@ def test_prediction_log_corruption(tmp_path, content, message):
   path = tmp_path / 'predictions.jsonl'
   path.write_text(content)
   with pytest.raises(ValueError, match=message):
-    evaluation.PredictionLog(path)
+    predictions.PredictionLog(path)
 
 
 def test_write_json_atomic_and_check_run(tmp_path):
   fileio.write_json_atomic(tmp_path / 'm.json', {'a': 1})
   assert json.loads((tmp_path / 'm.json').read_text()) == {'a': 1}
   assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
-  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
-  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
   # No result yet (the first run failed before its first batch): a corrected rerun may start.
-  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
   assert json.loads((tmp_path / 'run.json').read_text())['temperature'] == 0.9
-  evaluation.PredictionLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
-  evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  predictions.PredictionLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
+  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
   with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.9, 0\.7\)"):
-    evaluation.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
+    predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
 
 
 def test_run_examples_skips_recorded(tmp_path):
-  log = evaluation.PredictionLog(tmp_path / 'p.jsonl')
+  log = predictions.PredictionLog(tmp_path / 'p.jsonl')
   log.append([{'index': 1, 'prediction': 'old'}])
   seen = []
 
@@ -95,18 +100,31 @@ def test_run_examples_skips_recorded(tmp_path):
     seen.append([e['index'] for e in batch])
     return [{'index': e['index'], 'prediction': str(e['index'])} for e in batch]
 
-  evaluation.run_examples([{'index': i} for i in range(5)], log, process, batch_size=2,
+  predictions.run_examples([{'index': i} for i in range(5)], log, process, batch_size=2,
                           show_progress=False)
   assert seen == [[0, 2], [3, 4]]
   assert [r['prediction'] for r in log.ordered()] == ['0', 'old', '2', '3', '4']
 
 
-def test_progress_bar():
-  stream = io.StringIO()
-  bar = evaluation.Progress(4, 'task', done=1, stream=stream, width=8)
-  bar.update(3)
-  bar.close()
-  assert '1/4' in stream.getvalue() and '[########] 4/4' in stream.getvalue()
+def test_progress_bar_off_a_terminal_writes_plain_lines(tmp_path):
+  log = predictions.PredictionLog(tmp_path / 'p.jsonl')
+  log.append([{'index': 1}])
+  stream = io.StringIO()  # Not a TTY: every redraw is its own line, no carriage returns.
+  predictions.run_examples([{'index': i} for i in range(5)], log,
+                           lambda batch: [{'index': e['index']} for e in batch], batch_size=2,
+                           desc='task', stream=stream)
+  text = stream.getvalue()
+  assert '\r' not in text and text.endswith('\n'), repr(text)
+  lines = text.splitlines()
+  assert lines[0].startswith('task:') and '1/5' in lines[0], lines
+  assert '100%' in lines[-1] and '5/5' in lines[-1], lines
+
+
+def test_ceil_div_and_round_up():
+  assert [batching.ceil_div(n, 4) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
+  assert [batching.round_up(n, 128) for n in (1, 128, 129)] == [128, 128, 256]
+  with pytest.raises(ValueError, match='divisor must be positive; got 0'):
+    batching.ceil_div(3, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,24 +141,24 @@ def _schedule(tmp_path=None):
 
 def test_temperature_labels_and_values():
   tokens = np.array([[5] * 40 + [0] * 8, [5] * 8 + [0] * 40])
-  const = evaluation.Temperature(constant=1.0)
+  const = temperature.Temperature(constant=1.0)
   assert const.label == 'tau = 1'
   np.testing.assert_array_equal(const.taus(tokens), [[1.0], [1.0]])
-  assert evaluation.Temperature(constant=(0.8, 0.9)).taus(tokens).shape == (2, 2)
-  assert evaluation.Temperature(constant=0.75).label == 'tau = 0.75'
-  sched = evaluation.Temperature(schedule=_schedule())
+  assert temperature.Temperature(constant=(0.8, 0.9)).taus(tokens).shape == (2, 2)
+  assert temperature.Temperature(constant=0.75).label == 'tau = 0.75'
+  sched = temperature.Temperature(schedule=_schedule())
   assert sched.label == 'w/ P_max'
   # 40 tokens: past the last calibrated length, tau holds 0.5; 8 tokens: below L_tr, tau 1.
   np.testing.assert_allclose(sched.taus(tokens), [[0.5], [1.0]])
   with pytest.raises(ValueError, match='exactly one'):
-    evaluation.Temperature()
+    temperature.Temperature()
 
 
 def test_pad_and_strip():
-  out = evaluation.pad_tokens([[1, 2, 3], [4]], multiple=4)
+  out = batching.pad_tokens([[1, 2, 3], [4]], multiple=4)
   np.testing.assert_array_equal(out, [[1, 2, 3, 0], [4, 0, 0, 0]])
-  assert evaluation.pad_batch(out, 3).shape == (3, 4)
-  assert evaluation.strip_eos([5, 6, 1, 7, 0]) == [5, 6]
+  assert batching.pad_batch(out, 3).shape == (3, 4)
+  assert batching.strip_eos([5, 6, 1, 7, 0]) == [5, 6]
 
 
 @pytest.fixture(scope='module')
@@ -190,8 +208,8 @@ def test_scheduled_transformer_equals_explicit_temperature(tiny, tmp_path):
   _schedule(tmp_path)
   tokens = jnp.array([[5] * 40 + [1], [5] * 8 + [1] + [0] * 32])
   plain = network.Transformer(config)
-  scheduled = evaluation.ScheduledTransformer(config, schedule_path=str(tmp_path / 'schedule.json'))
-  got = scheduled.apply({'params': params}, tokens, enable_dropout=False, method='encode')
+  model = scheduled.ScheduledTransformer(config, schedule_path=str(tmp_path / 'schedule.json'))
+  got = model.apply({'params': params}, tokens, enable_dropout=False, method='encode')
   want = plain.apply({'params': params}, tokens, enable_dropout=False, method='encode',
                      temperature=jnp.array([[0.5], [1.0]]))
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from t5align import evaluation
+from t5align import predictions
 from t5align import fileio
 
 
@@ -44,16 +44,16 @@ def test_gs_writes_go_through_epath(fake_bucket):
 
 def test_prediction_log_on_gs_rewrites_the_object_and_reopens(fake_bucket):
   root, _ = fake_bucket
-  log = evaluation.PredictionLog('gs://b/eval/task/predictions.jsonl')
+  log = predictions.PredictionLog('gs://b/eval/task/predictions.jsonl')
   log.append([{'index': 0, 'prediction': 'x'}])
   log.append([{'index': 1, 'prediction': 'y'}])
   lines = (root / 'b/eval/task/predictions.jsonl').read_text().splitlines()
   assert [json.loads(line)['index'] for line in lines] == [0, 1]
-  again = evaluation.PredictionLog('gs://b/eval/task/predictions.jsonl')
+  again = predictions.PredictionLog('gs://b/eval/task/predictions.jsonl')
   assert [r['prediction'] for r in again.ordered()] == ['x', 'y']
-  evaluation.check_run('gs://b/eval/task', {'k': 1})
+  predictions.check_run('gs://b/eval/task', {'k': 1})
   with pytest.raises(ValueError, match='different run'):
-    evaluation.check_run('gs://b/eval/task', {'k': 2})
+    predictions.check_run('gs://b/eval/task', {'k': 2})
 
 
 def test_gs_without_the_mock_uses_the_library_not_a_local_folder(tmp_path, monkeypatch):

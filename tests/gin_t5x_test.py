@@ -28,7 +28,7 @@ pytest.importorskip('seqio')
 import seqio  # pylint: disable=g-import-not-at-top,wrong-import-position
 import seqio_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 import t5align  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5align import evaluation  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import scheduled  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import network  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -348,7 +348,7 @@ def test_temperature_reaches_the_network():
 def test_schedule_and_its_refusal_of_a_temperature():
   run = _eval(('retrieval_t5.gin', 'schedule.gin'), "SCHEDULE_PATH = '/s.json'")
   module = run['model'].module
-  assert isinstance(module, evaluation.ScheduledTransformer)
+  assert isinstance(module, scheduled.ScheduledTransformer)
   assert (module.schedule_path, module.config.encoder_attention_temperature) == ('/s.json', 1.0)
   for tau in ('0.3', '1.0'):
     with pytest.raises(ValueError, match=rf'TEMPERATURE={tau} is set together with '

@@ -31,7 +31,7 @@ _SCRIPT = textwrap.dedent('''
     import jax
     sys.path.insert(0, 'tests')
     from conftest import _load
-    from t5align import calibration, decoding, evaluation, network, partitioning
+    from t5align import batching, calibration, decoding, evaluation, network, partitioning
     from t5align import multihost
 
     config, params, ref = _load('t5_1_1_tiny')
@@ -41,7 +41,7 @@ _SCRIPT = textwrap.dedent('''
     # Eval: 8 rows (the fixture's two, cut to several lengths), one tau per row.
     rows = [calibration.cut_to_length(ref['encoder_input_tokens'], n, 1)[i]
             for n in (160, 120, 81, 40) for i in (0, 1)]
-    inputs = evaluation.pad_tokens(rows, multiple=8)
+    inputs = batching.pad_tokens(rows, multiple=8)
     targets = np.tile(ref['decoder_target_tokens'], (4, 1))
     taus = np.linspace(0.6, 1.0, 8, dtype=np.float32)[:, None]
     ll_one = np.asarray(evaluation.score_batch(model, params, inputs, targets, taus))

@@ -17,7 +17,7 @@ import pytest
 
 from t5align import calibrate
 from t5align import checkpoints
-from t5align import evaluation
+from t5align import predictions
 from t5align import fileio
 from t5align import gin_cli
 from t5align import network
@@ -201,7 +201,7 @@ def test_non_utf8_calibration_text_and_prediction_line(tmp_path):
   log = tmp_path / 'predictions.jsonl'
   log.write_bytes(b'{"index": 0}\n{"index": 1, "prediction": "\xff"}\n')
   with pytest.raises(ValueError, match=rf'{log}:2: not UTF-8 text'):
-    evaluation.PredictionLog(log)
+    predictions.PredictionLog(log)
 
 
 @pytest.mark.parametrize('content, message', [
@@ -262,7 +262,7 @@ def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_pa
 def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(tmp_path):
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   out = tmp_path / 'out'
-  log = evaluation.PredictionLog(out / 'task' / 'predictions.jsonl')
+  log = predictions.PredictionLog(out / 'task' / 'predictions.jsonl')
   with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # The first run, mid-way.
     log.append([{'index': 0, 'prediction': 'a'}])
     before = log.path and pathlib.Path(log.path).read_bytes()
@@ -271,7 +271,7 @@ def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(t
                             output_dir=str(out))
     log.append([{'index': 1, 'prediction': 'b'}])
   assert pathlib.Path(log.path).read_bytes() == before + b'{"index": 1, "prediction": "b"}\n'
-  assert sorted(evaluation.PredictionLog(log.path).records) == [0, 1]
+  assert sorted(predictions.PredictionLog(log.path).records) == [0, 1]
 
 
 def test_calibrate_refuses_a_directory_output_path_before_any_work(tmp_path):
@@ -355,8 +355,8 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
 
 
 def test_failed_start_leaves_the_folder_reusable(tmp_path):
-  evaluation.check_run(tmp_path, {'checkpoint': '/wrong/path'})  # Then the run failed.
-  evaluation.check_run(tmp_path, {'checkpoint': '/right/path'})  # The corrected rerun starts.
+  predictions.check_run(tmp_path, {'checkpoint': '/wrong/path'})  # Then the run failed.
+  predictions.check_run(tmp_path, {'checkpoint': '/right/path'})  # The corrected rerun starts.
   assert json.loads((tmp_path / 'run.json').read_text()) == {'checkpoint': '/right/path'}
 
 

@@ -459,3 +459,11 @@ def test_vocabulary_matches_t5x_model_vocabulary(seqio_env, spm_model):
   seqio, tasks = seqio_env
   assert tasks.VOCABULARY == seqio.SentencePieceVocabulary(str(spm_model))
   assert tasks.VOCABULARY != seqio.SentencePieceVocabulary(tasks.T5_VOCABULARY)
+
+
+def test_lines_prompt_is_longeval_format():
+  prompt = retrieval.lines_prompt([('torpid-kid', 2416), ('calm-otter', 7)], 'torpid-kid')
+  assert prompt.startswith('Below is a record of lines I want you to remember.')
+  assert 'record start:\n\nline torpid-kid: REGISTER_CONTENT is <2416>\n' in prompt
+  assert 'line calm-otter: REGISTER_CONTENT is <7>\n\nNow the record is over.' in prompt
+  assert prompt.endswith('in line torpid-kid? I need the number. ')

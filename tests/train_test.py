@@ -1,4 +1,4 @@
-"""Tests for t5align/train.py, train_data.py, vocab.py and the shipped retrieval model."""
+"""Tests for t5align/train.py, train_data.py, vocab.py, heldout.py and the shipped model."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,9 @@ import jax
 import numpy as np
 import pytest
 
+from t5align import assets
 from t5align import checkpoints
+from t5align import heldout
 from t5align import network
 from t5align import train
 from t5align import train_data
@@ -31,7 +33,7 @@ TINY = network.T5Config(vocab_size=1024, emb_dim=16, num_heads=2, num_encoder_la
 @pytest.fixture(scope='module')
 def shipped():
   """(params, config, vocabulary) of t5align/assets/retrieval_t5."""
-  return train.load_shipped()
+  return assets.load_shipped()
 
 
 def _flat(tree) -> dict[str, np.ndarray]:
@@ -71,8 +73,8 @@ def test_train_steps_reduce_the_loss_on_a_fixed_batch(shipped):
 
 def _tiny_run(model_dir, vocab_path, **overrides):
   os.makedirs(model_dir, exist_ok=True)
-  if not os.path.exists(os.path.join(model_dir, train.VOCAB_FILE)):
-    shutil.copyfile(vocab_path, os.path.join(model_dir, train.VOCAB_FILE))
+  if not os.path.exists(os.path.join(model_dir, assets.VOCAB_FILE)):
+    shutil.copyfile(vocab_path, os.path.join(model_dir, assets.VOCAB_FILE))
   kwargs = dict(model=network.Transformer(TINY), model_dir=str(model_dir), seed=3, num_steps=4,
                 batch_size=2, learning_rate=1e-3, warmup_steps=1, mix={'passkey': 1.0},
                 input_length=128, target_length=8, checkpoint_every=2, keep_checkpoints=5,
@@ -120,7 +122,7 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
 def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
   model_dir, export_dir = tmp_path / 'run', tmp_path / 'export'
   os.makedirs(model_dir)
-  shutil.copyfile(shipped[2].path, model_dir / train.VOCAB_FILE)  # Skips training a vocabulary.
+  shutil.copyfile(shipped[2].path, model_dir / assets.VOCAB_FILE)  # Skips training a vocabulary.
   argv = ['--gin_file=gin/runs/train_retrieval.gin', '--gin_file=gin/models/retrieval_small.gin',
           f"--gin.MODEL_DIR='{model_dir}'", f"--gin.EXPORT_DIR='{export_dir}'",
           '--gin.NUM_STEPS=2', '--gin.BATCH_SIZE=2', '--gin.EVAL_LENGTHS=()']
@@ -137,9 +139,10 @@ def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
   assert record['command'] == 'python -m t5align.train ' + ' '.join(
       shlex.quote(a) for a in argv)
   assert record['input_length'] == L_TR and '\nNUM_STEPS = 2\n' in record['gin_config']
-  params, config, _ = train.load_shipped(str(export_dir))
+  params, config, _ = assets.load_shipped(str(export_dir))
   assert config.emb_dim == shipped[1].emb_dim
-  assert (export_dir / train.VOCAB_FILE).read_bytes() == (model_dir / train.VOCAB_FILE).read_bytes()
+  vocab_file = assets.VOCAB_FILE
+  assert (export_dir / vocab_file).read_bytes() == (model_dir / vocab_file).read_bytes()
 
 
 def test_saved_optimizer_state_round_trips(tmp_path):
@@ -216,14 +219,6 @@ def test_passkey_decoys_examples(shipped):
     assert all(ex.score(str(v)) == 0.0 for name, v in zip(names, values) if name != 'pass key')
 
 
-def test_lines_prompt_is_longeval_format():
-  prompt = train_data.lines_prompt([('torpid-kid', 2416), ('calm-otter', 7)], 'torpid-kid')
-  assert prompt.startswith('Below is a record of lines I want you to remember.')
-  assert 'record start:\n\nline torpid-kid: REGISTER_CONTENT is <2416>\n' in prompt
-  assert 'line calm-otter: REGISTER_CONTENT is <7>\n\nNow the record is over.' in prompt
-  assert prompt.endswith('in line torpid-kid? I need the number. ')
-
-
 def test_vocabulary_is_deterministic_and_splits_digits(tmp_path, shipped):
   corpus = list(train_data.vocabulary_corpus(seed=0, num_prompts=30))
   a = vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'a.model'), 300)
@@ -258,22 +253,22 @@ def test_shipped_asset_has_the_documented_config_and_size(shipped):
   assert {f: getattr(config, f) for f in fields} == {f: getattr(documented, f) for f in fields}
   assert documented.mlp_activations == ('gelu', 'linear') and not documented.logits_via_embedding
   assert vocab.vocab_size <= config.vocab_size
-  total = sum(p.stat().st_size for p in pathlib.Path(train.ASSET_DIR).rglob('*') if p.is_file())
+  total = sum(p.stat().st_size for p in pathlib.Path(assets.ASSET_DIR).rglob('*') if p.is_file())
   assert total <= MAX_ASSET_BYTES, total
-  assert (pathlib.Path(train.ASSET_DIR) / 'TRAINING.md').exists()
+  assert (pathlib.Path(assets.ASSET_DIR) / 'TRAINING.md').exists()
 
 
 def test_shipped_model_reproduces_its_documented_accuracy_at_l_tr(shipped):
   """training.json's held-out accuracy at L_tr (tau = 1), recomputed for the passkey tasks."""
   params, config, vocab = shipped
-  record = json.loads((pathlib.Path(train.ASSET_DIR) / 'training.json').read_text())
+  record = json.loads((pathlib.Path(assets.ASSET_DIR) / 'training.json').read_text())
   # The run's evaluation settings (gin/runs/train_retrieval.gin), as recorded.
   for binding in ('EVAL_EXAMPLES = 50', 'train.train.eval_seed = 1000',
                   'train.train.eval_batch_size = 8'):
     assert f'\n{binding}\n' in record['gin_config'], binding
   tasks = ('passkey', 'passkey_decoys')
-  accuracy = train.evaluate(network.Transformer(config), params, vocab, tasks=tasks,
-                            length=L_TR, num_examples=50, seed=1000, batch_size=8)
+  accuracy = heldout.retrieval_accuracy(network.Transformer(config), params, vocab, tasks=tasks,
+                                        length=L_TR, num_examples=50, seed=1000, batch_size=8)
   documented = record['summary']['eval'][str(L_TR)]
   assert accuracy == {t: documented[t] for t in tasks}
   assert min(accuracy.values()) >= 95.0  # What TRAINING.md claims for L_tr.

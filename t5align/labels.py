@@ -1,0 +1,36 @@
+"""Row labels of the paper's tables: the one name of each temperature strategy, for every printout.
+
+`t5align.eval` (metrics.json 'label'), `t5align.report`, `schedule.TemperatureSchedule.table` and
+the demo's report all name a strategy through `strategy_label`. Nothing here imports JAX.
+"""
+from __future__ import annotations
+
+TAU_ONE = 'tau = 1'
+# Every `calibration.STRATEGIES` name (tests/labels_test.py checks they are the same set).
+STRATEGY_LABELS = {
+    'pmax': 'w/ P_max',
+    'entropy': 'w/ H',
+    'log_length': 'w/ log_Lex L_tr',
+    'pmax_bisect': 'w/ P_max (bisect)',
+    'entropy_bisect': 'w/ H (bisect)',
+    'pmax_per_layer': 'w/ P_max (per layer)',
+    'entropy_per_layer': 'w/ H (per layer)',
+    'prop1': 'w/ Prop. 1 (P_max)',
+    'prop2': 'w/ Prop. 2 (H)',
+}
+# The paper's row order: tau = 1, then Algorithm 1 and its baseline; other rows follow.
+PAPER_ORDER = (TAU_ONE, STRATEGY_LABELS['pmax'], STRATEGY_LABELS['entropy'],
+               STRATEGY_LABELS['log_length'])
+
+
+def strategy_label(strategy: str) -> str:
+  """The row label of a calibration strategy; raises ValueError naming an unknown one."""
+  if strategy not in STRATEGY_LABELS:
+    raise ValueError(f'strategy={strategy!r} has no label; expected one of '
+                     f'{tuple(STRATEGY_LABELS)}.')
+  return STRATEGY_LABELS[strategy]
+
+
+def label_order(label: str) -> tuple[int, str]:
+  """Sort key of a table row: `PAPER_ORDER` first, then the rest by name."""
+  return (PAPER_ORDER.index(label), label) if label in PAPER_ORDER else (len(PAPER_ORDER), label)
