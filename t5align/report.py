@@ -12,6 +12,7 @@ key retrieval. Cells without a result are '-'.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -88,6 +89,31 @@ def _fmt(value: float | None, table: str) -> str:
 def _mean(values: Sequence[float | None]) -> float | None:
   values = [v for v in values if v is not None]
   return sum(values) / len(values) if values else None
+
+
+def binomial_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+  """Wilson score interval (95% for the default z) of a success rate, as fractions in [0, 1].
+
+  Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or `trials`
+  successes, where small retrieval evaluations often sit.
+  """
+  if trials <= 0 or not 0 <= successes <= trials or int(successes) != successes:
+    raise ValueError(f'binomial_interval: need 0 <= successes <= trials, trials > 0 and whole '
+                     f'successes; got successes={successes}, trials={trials}.')
+  p = successes / trials
+  scale = 1 + z * z / trials
+  center = (p + z * z / (2 * trials)) / scale
+  half = z / scale * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+  return max(0.0, center - half), min(1.0, center + half)
+
+
+def accuracy_cell(percent: float, trials: int) -> str:
+  """'90 [79-96]': an accuracy (%) over `trials` examples with its 95% Wilson interval (%)."""
+  successes = round(percent * trials / 100)
+  if abs(successes - percent * trials / 100) > 1e-6:
+    raise ValueError(f'accuracy {percent}% is not a whole number of {trials} examples.')
+  low, high = binomial_interval(successes, trials)
+  return f'{percent:.0f} [{100 * low:.0f}-{100 * high:.0f}]'
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
