@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks import attention_bench
+from benchmarks import encoder_bench
 
 
 def _args(argv):
@@ -35,3 +36,29 @@ def test_pallas_variants_and_repeats():
   assert attention_bench.repeats_for(args, preset, 'hf') == 1
   assert attention_bench.repeats_for(_args(['--hf-repeats', '3']), preset, 'hf') == 3
   assert attention_bench.repeats_for(_args([]), {'repeats': 5}, 'hf') == 5
+
+
+def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
+  """The 'smoke' preset (tiny model, the 'cpu' preset's structure): rows checked, then timed."""
+  encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths', '--decode-variants',
+                      'cached'])
+  rows = json.loads(capsys.readouterr().out)['rows']
+  assert [(r['kind'], r['impl'], r['length']) for r in rows] == [
+      ('forward', 'blockwise', 160), ('calibration', 'blockwise', 128)]
+  forward, calibration = rows
+  for row in rows:
+    assert 'error' not in row and row['seconds'] > 0, row
+    assert row['check_vs_reference']['all_finite'], row
+  assert forward['check_vs_reference']['out_rel_err'] < 1e-5, forward
+  assert forward['check_vs_reference']['length'] == 160
+  assert calibration['check_vs_reference']['pmax_max_abs_err'] < 1e-5, calibration
+  assert forward['weights_bytes'] == 4 * sum(  # tiny: embedding + 2 encoder layers + norms.
+      [128 * 64, 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64), 4 * 32, 64])
+  assert len(calibration['pmax']) == 11
+
+
+def test_encoder_bench_skips_hf_past_its_time_limit():
+  rows = [{'kind': 'forward', 'impl': 'hf', 'length': 8192, 'seconds': 60.0}]
+  assert encoder_bench.hf_skip_reason(rows[0], 16384, 180).startswith('HF at 16384 tokens')
+  assert encoder_bench.hf_skip_reason(rows[0], 8192, 180) is None
+  assert encoder_bench.hf_skip_reason(None, 16384, 180) is None
