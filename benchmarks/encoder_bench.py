@@ -255,8 +255,7 @@ def _torch_worker(spec: dict) -> dict:
       vocab_size=sizes['vocab_size'], d_model=sizes['emb_dim'], d_kv=sizes['head_dim'],
       d_ff=sizes['mlp_dim'], num_layers=sizes['num_encoder_layers'],
       num_heads=sizes['num_heads'], feed_forward_proj='gated-gelu', dropout_rate=0.0,
-      attn_implementation=spec.get('hf_attention', 'eager') if spec['kind'] == 'forward'
-      else 'eager')
+      attn_implementation=spec.get('hf_attention', 'eager'))
   torch.set_default_dtype(dtype)
   with torch.device(device):
     model = transformers.T5EncoderModel(config).eval()
@@ -373,7 +372,8 @@ def main(argv=None) -> None:
           spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
                       repeats=common.repeats_for(args, preset, impl), **extra)
           if impl == 'hf':
-            spec['hf_attention'] = preset.get('hf_attention', 'eager')
+            spec['hf_attention'] = (preset.get('hf_attention', 'eager') if kind == 'forward'
+                                    else 'eager')
             reason = hf_skip_reason(hf_last.get(kind), length, preset.get('hf_max_s'))
             if reason:
               rows.append({**spec, 'skipped': reason})
@@ -385,8 +385,9 @@ def main(argv=None) -> None:
                                       {**spec, 'kind': f'check_{kind}', 'length': checked},
                                       args.timeout)
             if checked != length:
-              check['note'] = (f"'reference' does not fit at {length} tokens here: checked at "
-                               f'{checked} with the same weights and settings')
+              check['note'] = (f"'reference' is not run above check_max_length={checked} (its "
+                               f'[b, h, L, L] arrays): checked at {checked} tokens with the same '
+                               'weights and settings')
           row = common.run_worker('benchmarks.encoder_bench', spec, args.timeout)
           if check is not None:
             row['check_vs_reference'] = check
