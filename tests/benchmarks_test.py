@@ -40,21 +40,16 @@ def test_pallas_variants_and_repeats():
 
 def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
   """The 'smoke' preset (tiny model, the 'cpu' preset's structure): rows checked, then timed."""
-  encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths', '--decode-variants',
-                      'cached'])
-  rows = json.loads(capsys.readouterr().out)['rows']
-  assert [(r['kind'], r['impl'], r['length']) for r in rows] == [
-      ('forward', 'blockwise', 160), ('calibration', 'blockwise', 128)]
-  forward, calibration = rows
-  for row in rows:
-    assert 'error' not in row and row['seconds'] > 0, row
-    assert row['check_vs_reference']['all_finite'], row
-  assert forward['check_vs_reference']['out_rel_err'] < 1e-5, forward
-  assert forward['check_vs_reference']['length'] == 160
-  assert calibration['check_vs_reference']['pmax_max_abs_err'] < 1e-5, calibration
+  # Forward only (2 subprocesses: the check, then the timed row), to stay cheap.
+  encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths',
+                      '--calibration-lengths'])
+  (forward,) = json.loads(capsys.readouterr().out)['rows']
+  assert (forward['kind'], forward['impl'], forward['length']) == ('forward', 'blockwise', 160)
+  assert 'error' not in forward and forward['seconds'] > 0, forward
+  check = forward['check_vs_reference']
+  assert check['all_finite'] and check['out_rel_err'] < 1e-5 and check['length'] == 160, check
   assert forward['weights_bytes'] == 4 * sum(  # tiny: embedding + 2 encoder layers + norms.
       [128 * 64, 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64), 4 * 32, 64])
-  assert len(calibration['pmax']) == 11
 
 
 def test_encoder_bench_skips_hf_past_its_time_limit():
