@@ -121,24 +121,33 @@ def attention_flops(length: int, heads: int, depth: int) -> float:
   return 4.0 * length * length * heads * depth
 
 
-def configure_pallas(spec: dict) -> None:
-  """Sets the Pallas kernel's module defaults from `spec['pallas']` = [bq, bk, warps, stages]."""
-  if spec.get('pallas'):
-    from t5align import pallas_attention  # pylint: disable=g-import-not-at-top
-    (pallas_attention.BLOCK_Q, pallas_attention.BLOCK_K, pallas_attention.NUM_WARPS,
-     pallas_attention.NUM_STAGES) = spec['pallas']
+def kernel_options(spec: dict) -> dict:
+  """`layers.self_attention` keywords from `spec['pallas']` = [bq, bk, warps, stages] (or {})."""
+  if not spec.get('pallas'):
+    return {}
+  return dict(zip(('block_q', 'block_k', 'num_warps', 'num_stages'), spec['pallas']))
 
 
-def check_against_reference(impl: str, heads: int, depth: int, dtype) -> dict:
+def config_options(spec: dict) -> dict:
+  """The same settings as `T5Config` fields (for the encoder benchmark)."""
+  names = {'block_q': 'attention_block_q', 'block_k': 'attention_block_k',
+           'num_warps': 'pallas_num_warps', 'num_stages': 'pallas_num_stages'}
+  return {names[k]: v for k, v in kernel_options(spec).items()}
+
+
+def check_against_reference(impl: str, heads: int, depth: int, dtype,
+                            options: dict | None = None) -> dict:
   """`impl` vs 'reference' on batch 2, 1000 tokens (not a block multiple), padding, taus 0.8/0.6.
 
   Both run in `dtype`; errors over real (non-pad) query rows: relative L2 error of the output,
   largest absolute P_max and entropy differences, and whether any value is not finite.
+  `options`: `impl`'s kernel keywords (`kernel_options`).
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align import attention  # pylint: disable=g-import-not-at-top
+  from t5align import layers  # pylint: disable=g-import-not-at-top
   length = 1000
   keys = jax.random.split(jax.random.PRNGKey(42), 4)
   q, k, v = (jax.random.normal(key, (2, length, heads, depth), dtype) for key in keys[:3])
@@ -146,10 +155,10 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype) -> dict:
   ids = jnp.stack([jnp.ones(length, jnp.int32),
                    (jnp.arange(length) < 700).astype(jnp.int32)])  # [2, l]; row 1 padded.
   taus = jnp.asarray([0.8, 0.6], jnp.float32)
-  run = lambda name: jax.jit(functools.partial(
-      attention.self_attention, impl=name, dtype=dtype, with_stats=True))(
+  run = lambda name, **kw: jax.jit(functools.partial(
+      layers.self_attention, impl=name, dtype=dtype, with_stats=True, **kw))(
           q, k, v, rel_embedding=table, segment_ids=ids, temperature=taus)
-  (out, stats), (ref, ref_stats) = run(impl), run('reference')
+  (out, stats), (ref, ref_stats) = run(impl, **(options or {})), run('reference')
   real = np.asarray(ids > 0)  # [b, l]
   out, ref = (np.asarray(x, np.float64)[real] for x in (out, ref))  # [rows, h, d]
   pick = lambda x: np.asarray(x, np.float64).transpose(0, 2, 1)[real]  # [b, h, l] -> [rows, h]
@@ -166,17 +175,18 @@ def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import attention  # pylint: disable=g-import-not-at-top
-  configure_pallas(spec)
+  from t5align import layers  # pylint: disable=g-import-not-at-top
+  options = kernel_options(spec)
   length, heads, depth = spec['length'], spec['heads'], spec['depth']
   dtype = jnp.dtype(spec['dtype'])
   check = (None if spec['impl'] == 'reference'
-           else check_against_reference(spec['impl'], heads, depth, dtype))
+           else check_against_reference(spec['impl'], heads, depth, dtype, options))
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   q, k, v = (jax.random.normal(key, (1, length, heads, depth), dtype) for key in keys[:3])
   table = jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS), jnp.float32)
   ids = jnp.ones((1, length), jnp.int32)
-  fn = jax.jit(functools.partial(attention.self_attention, impl=spec['impl'], dtype=dtype,
-                                 with_stats=True))
+  fn = jax.jit(functools.partial(layers.self_attention, impl=spec['impl'], dtype=dtype,
+                                 with_stats=True, **options))
   result, _ = time_calls(
       lambda: fn(q, k, v, rel_embedding=table, segment_ids=ids, temperature=0.8),
       jax.block_until_ready, spec['repeats'])

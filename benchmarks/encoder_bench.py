@@ -1,6 +1,9 @@
 """T5 encoder forward and an 11-tau calibration sweep, t5align beside HuggingFace; prints JSON.
 
 Run from the repository root:
+  python -m benchmarks.encoder_bench --preset cpu         # T5 1.1 small, float32, L 1k..16k
+  python -m benchmarks.encoder_bench --preset cpu --lengths 1024 2048 --calibration-lengths \
+      --decode-lengths                                    # a quick subset
   python -m benchmarks.encoder_bench --preset cpu-small   # tiny model, float32, L 512..16k
   python -m benchmarks.encoder_bench --preset gpu         # Flan-T5-XL/XXL shapes, bf16
   python -m benchmarks.encoder_bench --preset cpu-small --lengths --calibration-lengths \
@@ -18,6 +21,16 @@ cross-attention keys/values projected once into the decode cache ('cached', what
 (the one-time work: cache set-up, cached projections), `seconds_per_token` each further token,
 (t(16) - t(1)) / 15. Each measurement runs in its own subprocess (see attention_bench.py for the
 memory and TFLOP/s conventions; FLOPs here are the whole encoder's matmuls).
+
+Before a t5align forward or calibration row is timed, a separate subprocess checks that
+implementation against 'reference' with the same weights on a batch of 2 (row 1 padded), at the
+row's length where 'reference' fits (`check_max_length`), else at that length, saying so
+(`check_vs_reference`: length checked, output relative error, largest P_max / entropy error).
+HF rows use the preset's `hf_attention` ('sdpa': PyTorch's fused attention) for 'forward';
+calibration needs the probabilities (forward hooks), so HF calibration is 'eager'. An HF forward
+whose time, extrapolated quadratically from the previous length, would exceed `hf_max_s` is
+skipped with the reason in its row. Weights are random (numpy, scaled like t5x's initializers);
+`weights_bytes` is their size and `baseline_rss_bytes` the process's RSS before they exist.
 """
 from __future__ import annotations
 
@@ -33,13 +46,21 @@ MODELS = {
     'small': dict(vocab_size=32128, emb_dim=512, num_heads=6, head_dim=64, num_encoder_layers=8,
                   num_decoder_layers=8, mlp_dim=1024),
     'tiny': dict(vocab_size=128, emb_dim=64, num_heads=4, head_dim=16, num_encoder_layers=2,
-                 mlp_dim=128),
+                 num_decoder_layers=2, mlp_dim=128),
     'xl': dict(vocab_size=32128, emb_dim=2048, num_heads=32, head_dim=64, num_encoder_layers=24,
                num_decoder_layers=24, mlp_dim=5120),
     'xxl': dict(vocab_size=32128, emb_dim=4096, num_heads=64, head_dim=64, num_encoder_layers=24,
                 num_decoder_layers=24, mlp_dim=10240),
 }
 PRESETS = {
+    'cpu': dict(models=['small'], lengths=[1024, 2048, 4096, 8192, 16384], dtype='float32',
+                impls=['blockwise', 'reference'], repeats=2, hf_repeats=1, hf_attention='sdpa',
+                hf_max_s=180, calibration_lengths=[2048], decode_model='small',
+                decode_lengths=[4096, 16384], check_max_length=4096,
+                max_length={'reference': 4096, 'pallas': 0}),
+    'smoke': dict(models=['tiny'], lengths=[160], dtype='float32', impls=['blockwise'],
+                  repeats=0, hf_attention='sdpa', calibration_lengths=[128], decode_model='tiny',
+                  decode_lengths=[128], check_max_length=4096, max_length={}),
     'cpu-small': dict(models=['tiny'], lengths=[512, 2048, 4096, 16384], dtype='float32',
                       impls=['reference', 'blockwise', 'pallas'], repeats=2,
                       calibration_lengths=[2048], decode_model='small',
@@ -63,29 +84,92 @@ def encoder_flops(model: dict, length: int) -> float:
 
 
 def _random_params(config, dtype, parts=('token_embedder', 'encoder')):
-  """Random params (the top-level `parts`) in `dtype`, scaled like t5x's initializers."""
+  """Random params (the top-level `parts`) in `dtype`, scaled like t5x's initializers.
+
+  Drawn with numpy in float32, one array at a time, so that making them costs no more memory
+  than holding them (jax.random's counters would take several times the embedding's size).
+  """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   shapes = network.param_shapes(config)
   shapes = {k: shapes[k] for k in parts}
-  leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+  rng = np.random.default_rng(0)
 
-  @jax.jit
-  def make(key):
-    out = []
-    for (path, leaf), k in zip(leaves, jax.random.split(key, len(leaves))):
-      name = jax.tree_util.keystr(path)
-      if 'scale' in name:
-        out.append(jnp.ones(leaf.shape, dtype))
-        continue
-      std = 1.0 if 'embedding' in name else leaf.shape[0] ** -0.5
-      if 'query' in name:
-        std /= config.head_dim ** 0.5  # T5 folds 1/sqrt(d) into the query kernel.
-      out.append((std * jax.random.normal(k, leaf.shape, jnp.float32)).astype(dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
+  def make(path, leaf):
+    name = jax.tree_util.keystr(path)
+    if 'scale' in name:
+      return jnp.ones(leaf.shape, dtype)
+    std = 1.0 if 'embedding' in name else leaf.shape[0] ** -0.5
+    if 'query' in name:
+      std /= config.head_dim ** 0.5  # T5 folds 1/sqrt(d) into the query kernel.
+    values = rng.standard_normal(leaf.shape, dtype=np.float32)
+    values *= np.float32(std)
+    return jnp.asarray(values, dtype)
 
-  return make(jax.random.PRNGKey(0))
+  return jax.tree_util.tree_map_with_path(make, shapes)
+
+
+def _config(spec: dict, **overrides):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  fields = dict(MODELS[spec['model']], dtype=jnp.dtype(spec['dtype']), dropout_rate=0.0,
+                mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'],
+                **common.config_options(spec))
+  return network.T5Config(**{**fields, **overrides})
+
+
+def _rss_bytes() -> int:
+  """The process's resident set now (Linux)."""
+  import os  # pylint: disable=g-import-not-at-top
+  with open('/proc/self/statm') as f:
+    return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
+def _check_worker(spec: dict) -> dict:
+  """`spec['impl']` vs 'reference', same weights, batch 2 (row 1 padded to 70%) at `length`.
+
+  'forward': relative L2 error of the encoder output over real rows; 'calibration': the mean
+  P_max / entropy at 3 of the taus (1.0, 0.75, 0.5), largest absolute differences.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  length = spec['length']
+  config = _config(spec)
+  params = _random_params(config, config.dtype)
+  tokens = np.array(jax.random.randint(jax.random.PRNGKey(3), (2, length), 2,
+                                         config.vocab_size))
+  tokens[1, int(length * 0.7):] = 0
+  real = tokens > 0
+  result = {'length': length}
+  for_impl = {}
+  for impl in (spec['impl'], 'reference'):
+    model = network.Transformer(_config(spec, attention_impl=impl))
+    if spec['kind'] == 'forward':
+      out = jax.jit(lambda p, t, model=model: model.apply(
+          {'params': p}, t, method=model.encode, enable_dropout=False))(params, tokens)
+      for_impl[impl] = np.asarray(out, np.float64)[real]
+    else:
+      def stats(p, t, tau, model=model):
+        _, state = model.apply({'params': p}, t, method=model.encode, enable_dropout=False,
+                               temperature=tau, mutable=['intermediates'])
+        return network.mean_row_stats(
+            network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))
+      fn = jax.jit(jax.vmap(stats, in_axes=(None, None, 0)))
+      out = fn(params, tokens, jnp.asarray([1.0, 0.75, 0.5], jnp.float32))
+      for_impl[impl] = {k: np.asarray(out[k], np.float64) for k in ('pmax', 'entropy')}
+  got, ref = for_impl[spec['impl']], for_impl['reference']
+  if spec['kind'] == 'forward':
+    result['out_rel_err'] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    result['all_finite'] = bool(np.isfinite(got).all())
+  else:
+    result['pmax_max_abs_err'] = float(np.abs(got['pmax'] - ref['pmax']).max())
+    result['entropy_max_abs_err'] = float(np.abs(got['entropy'] - ref['entropy']).max())
+    result['all_finite'] = bool(all(np.isfinite(v).all() for v in got.values()))
+  return result
 
 
 def _decode_worker(spec: dict) -> dict:
@@ -95,8 +179,7 @@ def _decode_worker(spec: dict) -> dict:
   from t5align import decoding  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   dtype = jnp.dtype(spec['dtype'])
-  config = network.T5Config(**MODELS[spec['model']], dtype=dtype, dropout_rate=0.0,
-                            mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'])
+  config = _config(spec)
   params = _random_params(config, dtype, ('token_embedder', 'decoder'))
   model = network.Transformer(config)
   key_e, key_t = jax.random.split(jax.random.PRNGKey(1))
@@ -126,10 +209,9 @@ def _jax_worker(spec: dict) -> dict:
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
-  common.configure_pallas(spec)
   dtype = jnp.dtype(spec['dtype'])
-  config = network.T5Config(**MODELS[spec['model']], dtype=dtype, dropout_rate=0.0,
-                            mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'])
+  config = _config(spec)
+  baseline = _rss_bytes()
   # Parameters sharded over 'model' across every device (one device: as plain jit), traced
   # under the logical axis rules, as calibration runs it (taus over 'tau', here of size 1).
   mesh = partitioning.calibration_mesh(1, 1, jax.device_count())
@@ -158,7 +240,9 @@ def _jax_worker(spec: dict) -> dict:
   if spec['kind'] == 'calibration':
     result['pmax'] = [round(float(x), 5) for x in out['pmax']]
     result['entropy'] = [round(float(x), 4) for x in out['entropy']]
-  return {**result, 'device': str(jax.devices()[0].device_kind), 'mesh': dict(mesh.shape)}
+  weights = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+  return {**result, 'device': str(jax.devices()[0].device_kind), 'mesh': dict(mesh.shape),
+          'weights_bytes': int(weights), 'baseline_rss_bytes': baseline}
 
 
 def _torch_worker(spec: dict) -> dict:
@@ -171,7 +255,7 @@ def _torch_worker(spec: dict) -> dict:
       vocab_size=sizes['vocab_size'], d_model=sizes['emb_dim'], d_kv=sizes['head_dim'],
       d_ff=sizes['mlp_dim'], num_layers=sizes['num_encoder_layers'],
       num_heads=sizes['num_heads'], feed_forward_proj='gated-gelu', dropout_rate=0.0,
-      attn_implementation='eager')
+      attn_implementation=spec.get('hf_attention', 'eager'))
   torch.set_default_dtype(dtype)
   with torch.device(device):
     model = transformers.T5EncoderModel(config).eval()
@@ -218,6 +302,8 @@ def _torch_worker(spec: dict) -> dict:
 
 
 def worker(spec: dict) -> dict:
+  if spec['kind'].startswith('check_'):
+    return _check_worker({**spec, 'kind': spec['kind'][len('check_'):]})
   if spec['kind'] == 'decode':
     result = _decode_worker(spec)
     result['peak_bytes'] = common.peak_memory_bytes('jax')
@@ -233,6 +319,18 @@ def worker(spec: dict) -> dict:
   lxl = spec['length'] ** 2 * model['num_heads'] * 4
   result['peak_over_hLL_f32'] = round(result['peak_bytes'] / lxl, 4)
   return {**spec, **result}
+
+
+def hf_skip_reason(previous: dict | None, length: int, limit_s: float | None) -> str | None:
+  """Why an HF row at `length` is not run: its time extrapolated quadratically from `previous`
+  (the last timed HF row of the same kind) exceeds `limit_s`; None to run it."""
+  if not limit_s or previous is None:
+    return None
+  estimate = previous['seconds'] * (length / previous['length']) ** 2
+  if estimate <= limit_s:
+    return None
+  return (f'HF at {length} tokens would take about {estimate:.0f} s per call (quadratic from '
+          f'{previous["seconds"]:.1f} s at {previous["length"]}), over hf_max_s={limit_s}')
 
 
 def main(argv=None) -> None:
@@ -265,6 +363,7 @@ def main(argv=None) -> None:
   for model in args.models or preset['models']:
     plan = [('forward', n) for n in (preset['lengths'] if args.lengths is None else args.lengths)]
     plan += [('calibration', n) for n in calibration]
+    hf_last = {}  # kind -> the last timed HF row, to extrapolate from.
     for kind, length in plan:
       for impl in impls:
         if length > preset['max_length'].get(impl, length):
@@ -272,7 +371,29 @@ def main(argv=None) -> None:
         for extra in common.variants(args, impl):
           spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
                       repeats=common.repeats_for(args, preset, impl), **extra)
-          rows.append(common.run_worker('benchmarks.encoder_bench', spec, args.timeout))
+          if impl == 'hf':
+            spec['hf_attention'] = (preset.get('hf_attention', 'eager') if kind == 'forward'
+                                    else 'eager')
+            reason = hf_skip_reason(hf_last.get(kind), length, preset.get('hf_max_s'))
+            if reason:
+              rows.append({**spec, 'skipped': reason})
+              continue
+          check = None
+          if impl not in ('hf', 'reference'):
+            checked = min(length, preset.get('check_max_length', length))
+            check = common.run_worker('benchmarks.encoder_bench',
+                                      {**spec, 'kind': f'check_{kind}', 'length': checked},
+                                      args.timeout)
+            if checked != length:
+              check['note'] = (f"'reference' is not run above check_max_length={checked} (its "
+                               f'[b, h, L, L] arrays): checked at {checked} tokens with the same '
+                               'weights and settings')
+          row = common.run_worker('benchmarks.encoder_bench', spec, args.timeout)
+          if check is not None:
+            row['check_vs_reference'] = check
+          if impl == 'hf' and 'seconds' in row:
+            hf_last[kind] = row
+          rows.append(row)
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   common.add_ratios(rows, ('kind', 'model', 'length'))
   print(json.dumps({'benchmark': 'encoder', 'preset': args.preset, 'rows': rows}, indent=1))

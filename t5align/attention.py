@@ -10,12 +10,15 @@ NOTE: T5 has no 1/sqrt(d) at run time (it is folded into the query kernel's init
 divides the raw sum, relative-position bias included. Masked keys carry -1e10 before the division,
 so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in t5x.
 
+This module is the math only and imports nothing of t5align's: blockwise.py and
+pallas_attention.py build on it, and layers.py chooses among the three ('reference' here).
+
 Row statistics (flash-attention accumulators, REFERENCE sec. 2): with s = logits / tau, m = max s,
 l = sum exp(s - m), w = sum exp(s - m) * s over keys:  P_max = 1 / l  and  H = m + log l - w / l.
 """
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +29,6 @@ Array = jax.Array
 NUM_BUCKETS = 32
 MAX_DISTANCE = 128
 MASK_VALUE = -1e10  # t5x's additive mask value.
-
-AttentionImpl = Literal['reference', 'blockwise', 'pallas']
 
 
 class RowStats(NamedTuple):
@@ -65,6 +66,27 @@ def relative_position_bucket(
   return bucket + jnp.where(n < max_exact, n, large)
 
 
+def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
+  """The bias of every clipped offset: `[heads, 2 * MAX_DISTANCE + 1]`, column `o + MAX_DISTANCE`
+  holding offset `o = key - query` in `[-MAX_DISTANCE, MAX_DISTANCE]`.
+
+  Every offset with `|o| >= MAX_DISTANCE` falls in the last bucket of its side (REFERENCE sec. 3;
+  `test_bias_by_offset_covers_every_offset` checks it), so
+  `bias(o) = bias_by_offset[:, clip(o, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE]` exactly.
+  """
+  offsets = np.arange(-MAX_DISTANCE, MAX_DISTANCE + 1, dtype=np.int32)
+  with jax.ensure_compile_time_eval():
+    buckets = np.asarray(relative_position_bucket(offsets, bidirectional, rel_embedding.shape[-1]))
+  # [h, num_buckets] -> [h, 2 * MAX_DISTANCE + 1]
+  return jnp.take(rel_embedding, buckets, axis=1)
+
+
+def offset_index(q_pos: Array, k_pos: Array) -> Array:
+  """Column of `bias_by_offset` for each (query, key): int32 `[q, k]` from `[q]`, `[k]`."""
+  offsets = k_pos[None, :] - q_pos[:, None]
+  return jnp.clip(offsets, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE
+
+
 def relative_position_bias(
     rel_embedding: Array, q_len: int, k_len: int, bidirectional: bool, q_offset: int = 0
 ) -> Array:
@@ -80,13 +102,14 @@ def relative_position_bias(
   Returns:
     `[1, heads, q_len, k_len]` bias in the table's dtype.
   """
-  q_pos = np.arange(q_len, dtype=np.int32)[:, None] + q_offset
-  k_pos = np.arange(k_len, dtype=np.int32)[None, :]
-  # [q, k]
-  buckets = relative_position_bucket(k_pos - q_pos, bidirectional, rel_embedding.shape[-1])
-  # [h, buckets] -> [h, q, k]; a one-hot contraction avoids a gather (SPMD friendly).
-  one_hot = jax.nn.one_hot(buckets, rel_embedding.shape[-1], dtype=rel_embedding.dtype)
-  return jnp.einsum('hn,qkn->hqk', rel_embedding, one_hot)[None]
+  # NOTE: positions pass through an optimization barrier so that XLA cannot constant-fold the
+  # [q, k] offsets (and what follows) at compile time: at 4k tokens that folding took minutes.
+  q_pos, k_pos = jax.lax.optimization_barrier(
+      (jnp.arange(q_len, dtype=jnp.int32) + q_offset, jnp.arange(k_len, dtype=jnp.int32)))
+  # [h, 2 * MAX_DISTANCE + 1] -> [h, q, k]
+  bias = jnp.take(bias_by_offset(rel_embedding, bidirectional), offset_index(q_pos, k_pos),
+                  axis=1)
+  return bias[None]
 
 
 def mask_from_ids(q_ids: Array, k_ids: Array) -> Array:
@@ -203,7 +226,7 @@ def dot_product_attention(
   return jnp.einsum('bhqk,bkhd->bqhd', probs, value), stats
 
 
-def self_attention(
+def reference_self_attention(
     query: Array,
     key: Array,
     value: Array,
@@ -212,17 +235,16 @@ def self_attention(
     segment_ids: Array,
     temperature: Array | None = None,
     bidirectional: bool = True,
-    impl: AttentionImpl = 'reference',
     dtype: jnp.dtype = jnp.float32,
     float32_logits: bool = False,
     with_stats: bool = False,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
 ) -> tuple[Array, RowStats | None]:
-  """Self-attention with T5 relative bias and padding/segment mask, given by its parts.
+  """Self-attention with T5 relative bias and padding/segment mask, `[L, L]` materialized.
 
-  Every implementation takes the parts (table and ids), never a materialized `[h, L, L]` bias,
-  so that long-input implementations can build the bias block by block.
+  The 'reference' implementation (see `layers.self_attention` for the others, which take the
+  same parts: table and ids, never a materialized bias).
 
   Args:
     query: `[b, l, h, d]`.
@@ -232,7 +254,6 @@ def self_attention(
     segment_ids: int `[b, l]`; 0 marks padding, positions attend within equal ids.
     temperature: `[b]` or `[1]` float32 softmax temperature, None for 1.
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
-    impl: 'reference' (materialized); other implementations register in IMPLEMENTATIONS.
     dtype: computation dtype.
     float32_logits: compute q.k in float32.
     with_stats: also return per-row P_max and entropy.
@@ -244,23 +265,12 @@ def self_attention(
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
-  if impl not in IMPLEMENTATIONS:
-    raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(IMPLEMENTATIONS)}.')
-  return IMPLEMENTATIONS[impl](
-      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
-      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
-      float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
-      dropout_rate=dropout_rate)
-
-
-def _reference_self_attention(
-    query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
-    float32_logits, with_stats, dropout_rng, dropout_rate):
   length = query.shape[1]
   # [1, h, l, l]
   bias = relative_position_bias(rel_embedding.astype(jnp.float32), length, length, bidirectional)
   if not bidirectional:
-    causal = np.tril(np.ones((length, length), bool))
+    positions = jax.lax.optimization_barrier(jnp.arange(length, dtype=jnp.int32))
+    causal = positions[None, :] <= positions[:, None]  # [l, l]
     mask = mask_from_ids(segment_ids, segment_ids) & causal
   else:
     mask = mask_from_ids(segment_ids, segment_ids)
@@ -270,21 +280,3 @@ def _reference_self_attention(
       query, key, value, bias, temperature=temperature, dtype=dtype,
       float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
       dropout_rate=dropout_rate)
-
-
-def _lazy(module: str):
-  """An implementation living in `module` (as its `self_attention`), imported on first call.
-
-  Importing at call time keeps attention.py free of import cycles (those modules import it).
-  """
-  def impl(*args, **kwargs):
-    import importlib  # pylint: disable=g-import-not-at-top
-    return importlib.import_module(module).self_attention(*args, **kwargs)
-  return impl
-
-
-IMPLEMENTATIONS = {
-    'reference': _reference_self_attention,
-    'blockwise': _lazy('t5align.blockwise'),
-    'pallas': _lazy('t5align.pallas_attention'),
-}

@@ -3,10 +3,11 @@
 Pure JAX. Queries are processed one block at a time (`lax.map`) and, for each, keys one block at a
 time (`lax.scan`) with flash-attention accumulators, so the largest intermediate is
 `[b, h, block_q, block_k]`: memory is O(L * block), never `[L, L]`. The relative-position bias of a
-block is looked up from the `[heads, 32]` table with `attention.relative_position_bucket` on the
-block's offsets, except on tiles entirely beyond `MAX_DISTANCE` from the diagonal, where it is one
-value per head (a `lax.cond` skips the bucketing there); the padding/segment mask comes from the
-segment ids. Same math as 'reference' (see attention.py):
+tile is one lookup in `attention.bias_by_offset` (`[heads, 2 * MAX_DISTANCE + 1]`, built once per
+call from the `[heads, 32]` table: every offset beyond `MAX_DISTANCE` shares its side's last
+bucket), so no tile computes buckets; the padding/segment mask comes from the segment ids.
+Block sizes are arguments (T5Config.attention_block_q / _k); None picks `default_blocks()` for
+the backend. Same math as 'reference' (see attention.py):
 `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
 t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key block, so it drops
 exactly the keys 'reference' (and t5x) drop.
@@ -23,9 +24,17 @@ from t5align import attention
 
 Array = jax.Array
 
-# 512 x 512 float32 logits per head: small enough for CPU caches, large enough for GPU matmuls.
-BLOCK_Q = 512
-BLOCK_K = 512
+
+def default_blocks(backend: str | None = None) -> tuple[int, int]:
+  """`(block_q, block_k)` for `backend` (default: jax's): measured on CPU, 512 x 512 elsewhere.
+
+  CPU: 256 queries x 512 keys (a `[h, 256, 512]` float32 tile stays in cache; larger tiles
+  measured slower on a 2-core machine, smaller ones no faster); accelerators: 512 x 512, large
+  enough for their matmuls.
+  """
+  if (backend or jax.default_backend()) == 'cpu':
+    return 256, 512
+  return 512, 512
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -39,7 +48,7 @@ def _pad_axis(x: Array, length: int, axis: int) -> Array:
 
 
 def block_logits(
-    q: Array, k: Array, qk_dtype: jnp.dtype, rel_embedding: Array, q_ids: Array, k_ids: Array,
+    q: Array, k: Array, qk_dtype: jnp.dtype, bias_by_offset: Array, q_ids: Array, k_ids: Array,
     q_start: Array, k_start: Array, bidirectional: bool) -> tuple[Array, Array]:
   """Unmasked logits (q.k + relpos bias, before tau) and mask of one `[block_q, block_k]` tile.
 
@@ -47,12 +56,12 @@ def block_logits(
     q: `[b, h, bq, d]` queries.
     k: `[b, h, bk, d]` keys.
     qk_dtype: dtype in which q.k is rounded ('reference' computes it in the input dtype).
-    rel_embedding: `[h, num_buckets]` float32 table.
+    bias_by_offset: `[h, 2 * MAX_DISTANCE + 1]` float32, `attention.bias_by_offset`.
     q_ids: int `[b, bq]` segment ids of the queries.
     k_ids: int `[b, bk]` segment ids of the keys.
     q_start: position of the first query of the tile.
     k_start: position of the first key of the tile.
-    bidirectional: bucketing (and no causal mask) of an encoder.
+    bidirectional: no causal mask (an encoder).
 
   Returns:
     float32 `[b, h, bq, bk]` logits and bool `[b, 1, bq, bk]` mask (True = may attend).
@@ -64,29 +73,8 @@ def block_logits(
   qk = qk.astype(qk_dtype).astype(jnp.float32)
   q_pos = q_start + jnp.arange(bq, dtype=jnp.int32)  # [bq]
   k_pos = k_start + jnp.arange(bk, dtype=jnp.int32)  # [bk]
-  heads, num_buckets = rel_embedding.shape
-
-  def near():
-    # [bq, bk]
-    buckets = attention.relative_position_bucket(
-        k_pos[None, :] - q_pos[:, None], bidirectional, num_buckets)
-    # [h, num_buckets] -> [h, bq, bk]
-    return jnp.take(rel_embedding, buckets, axis=1)
-
-  def far():
-    # NOTE: |key - query| >= MAX_DISTANCE is the last bucket of its side: one value per head.
-    with jax.ensure_compile_time_eval():
-      left, right = (int(attention.relative_position_bucket(
-          np.int32(side * attention.MAX_DISTANCE), bidirectional, num_buckets)) for side in (-1, 1))
-    column = jnp.where(k_start > q_start, right, left)
-    # [h, num_buckets] -> [h, 1, 1] -> [h, bq, bk]
-    value = jax.lax.dynamic_slice_in_dim(rel_embedding, column, 1, axis=1)[:, :, None]
-    return jnp.broadcast_to(value, (heads, bq, bk))
-
-  lowest = k_start - (q_start + bq - 1)  # Smallest key - query offset of the tile.
-  highest = k_start + bk - 1 - q_start
-  is_far = (lowest >= attention.MAX_DISTANCE) | (highest <= -attention.MAX_DISTANCE)
-  relpos = jax.lax.cond(is_far, far, near)  # [h, bq, bk]; only one branch runs.
+  # [h, 2 * MAX_DISTANCE + 1] -> [h, bq, bk]
+  relpos = jnp.take(bias_by_offset, attention.offset_index(q_pos, k_pos), axis=1)
   # [b, 1, bq, bk]
   mask = attention.mask_from_ids(q_ids, k_ids)
   if not bidirectional:
@@ -103,7 +91,7 @@ def init_carry(shape: tuple[int, ...], depth: int):
 
 
 def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Array,
-                        p_dtype: jnp.dtype, dropout: Array | None = None):
+                        p_dtype: jnp.dtype, dropout: Array | None = None, stats: bool = True):
   """One key block of the online softmax.
 
   Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
@@ -126,6 +114,7 @@ def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Arra
     dropout: optional `[..., 1, k]` float32 attention-dropout multiplier (keep / keep_prob) of
       the block's keys. It scales what reaches `v` (acc and v_sum), never l or c: the softmax is
       normalized, and its statistics taken, before dropout, as in 'reference'.
+    stats: update c (for the entropy); False leaves it as it is (outputs only).
 
   Returns:
     The updated carry.
@@ -140,7 +129,7 @@ def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Arra
   # NOTE: rescaling c to the new max: sum e^(s-m_new)(s-m_new) = alpha (c + (m - m_new) l).
   c_old = c + jnp.where(l > 0, m - m_safe, 0.0) * l
   l_new = alpha * l + jnp.sum(p, axis=-1)
-  c_new = alpha * c_old + jnp.sum(p * shifted, axis=-1)
+  c_new = alpha * c_old + jnp.sum(p * shifted, axis=-1) if stats else c
   p_v = p if dropout is None else p * dropout  # [..., q, k]
   # [..., q, k] x [..., k, d] -> [..., q, d]
   pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
@@ -187,12 +176,12 @@ def blockwise_attention(
     dtype: jnp.dtype = jnp.float32,
     float32_logits: bool = False,
     with_stats: bool = False,
-    block_q: int = BLOCK_Q,
-    block_k: int = BLOCK_K,
+    block_q: int | None = None,
+    block_k: int | None = None,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
 ) -> tuple[Array, attention.RowStats | None]:
-  """Self-attention with the T5 bias built block by block (see `attention.self_attention`).
+  """Self-attention with the T5 bias built block by block (see `layers.self_attention`).
 
   Args:
     query: `[b, l, h, d]`.
@@ -205,8 +194,9 @@ def blockwise_attention(
     dtype: dtype of the probabilities used against `value`.
     float32_logits: compute q.k in float32.
     with_stats: also return per-row P_max and entropy.
-    block_q: queries per block (lengths are padded internally to a multiple).
-    block_k: keys per block.
+    block_q: queries per block (lengths are padded internally to a multiple); None: the
+      backend's `default_blocks()`.
+    block_k: keys per block; None: the backend's default.
     dropout_rng: PRNG key, enables attention dropout: t5x's `[b, h, 1, l]` mask, drawn once
       with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
       sliced per key block.
@@ -221,8 +211,9 @@ def blockwise_attention(
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
-  rel = rel_embedding.astype(jnp.float32)
-  bq, bk = min(block_q, length), min(block_k, length)
+  lut = attention.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
+  default_q, default_k = default_blocks()
+  bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = _round_up(length, bq), _round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
 
@@ -256,10 +247,11 @@ def blockwise_attention(
     def step(carry, xs):
       kb, vb, kb_ids, kb_valid, k_start, kb_dropout = xs
       # [b, h, bq, bk], [b, 1, bq, bk]
-      logits, allowed = block_logits(qb, kb, qk_dtype, rel, qb_ids, kb_ids, q_start, k_start,
+      logits, allowed = block_logits(qb, kb, qk_dtype, lut, qb_ids, kb_ids, q_start, k_start,
                                      bidirectional)
       s = logits / tau4
-      return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype, kb_dropout), None
+      return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype, kb_dropout,
+                                 with_stats), None
 
     init = init_carry((batch, heads, bq), depth)
     carry, _ = jax.lax.scan(
@@ -278,13 +270,3 @@ def blockwise_attention(
   to_rows = lambda x: jnp.transpose(x, (1, 2, 0, 3)).reshape(batch, heads, len_q)[..., :length]
   return out, attention.RowStats(pmax=to_rows(pmax), entropy=to_rows(entropy))
 
-
-def self_attention(
-    query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
-    float32_logits, with_stats, dropout_rng=None, dropout_rate=0.0):
-  """`attention.IMPLEMENTATIONS['blockwise']`: `blockwise_attention` with the module's blocks."""
-  return blockwise_attention(
-      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
-      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
-      float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K,
-      dropout_rng=dropout_rng, dropout_rate=dropout_rate)

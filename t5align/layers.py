@@ -2,6 +2,10 @@
 
 Parameter names, shapes and logical axes follow t5x/examples/t5/layers.py so that T5X checkpoints
 and t5x's PjitPartitioner work unchanged. Axis letters: see attention.py.
+
+The encoder's self-attention implementation is chosen here (`self_attention`, `IMPLEMENTATIONS`):
+the math modules (attention.py for 'reference', blockwise.py, pallas_attention.py) import nothing
+above them.
 """
 from __future__ import annotations
 
@@ -16,11 +20,100 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5align import attention
+from t5align import blockwise
+from t5align import pallas_attention
 
 Array = jax.Array
 Initializer = Callable[..., Array]
 param_with_axes = nn_partitioning.param_with_axes
 with_sharding_constraint = nn_partitioning.with_sharding_constraint
+
+
+def _reference(query, key, value, *, block_q, block_k, num_warps, num_stages, **kwargs):
+  del block_q, block_k, num_warps, num_stages  # Materialized: no blocks.
+  return attention.reference_self_attention(query, key, value, **kwargs)
+
+
+def _blockwise(query, key, value, *, block_q, block_k, num_warps, num_stages, **kwargs):
+  del num_warps, num_stages  # Triton launch parameters.
+  return blockwise.blockwise_attention(query, key, value, block_q=block_q, block_k=block_k,
+                                       **kwargs)
+
+
+def _pallas(query, key, value, *, block_q, block_k, num_warps, num_stages, dropout_rng,
+            dropout_rate, **kwargs):
+  # NOTE: the kernel has no attention dropout; dropout on is refused rather than run without it.
+  if dropout_rng is not None and dropout_rate > 0.0:
+    raise ValueError(
+        f"attention_impl='pallas' does not implement attention dropout, but dropout is on "
+        f'(T5Config.dropout_rate={dropout_rate}, enable_dropout=True / deterministic=False). '
+        "Train with attention_impl='reference' or 'blockwise' (same parameters, t5x's dropout), "
+        'or set dropout_rate=0.0 or enable_dropout=False.')
+  return pallas_attention.pallas_attention(
+      query, key, value, block_q=block_q, block_k=block_k, num_warps=num_warps,
+      num_stages=num_stages, interpret=pallas_attention.interpret_mode(), **kwargs)
+
+
+# Encoder self-attention implementations by name (T5Config.attention_impl, besides 'auto').
+IMPLEMENTATIONS: dict[str, Callable[..., tuple[Array, attention.RowStats | None]]] = {
+    'reference': _reference, 'blockwise': _blockwise, 'pallas': _pallas}
+
+
+def self_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    *,
+    rel_embedding: Array,
+    segment_ids: Array,
+    temperature: Array | None = None,
+    bidirectional: bool = True,
+    impl: str = 'reference',
+    dtype: Any = jnp.float32,
+    float32_logits: bool = False,
+    with_stats: bool = False,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 2,
+) -> tuple[Array, attention.RowStats | None]:
+  """Self-attention with T5 relative bias and padding/segment mask by implementation `impl`.
+
+  Every implementation takes the parts (table and ids), never a materialized `[h, L, L]` bias,
+  so that long-input implementations can build the bias block by block; all compute
+  `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32 (see attention.py).
+
+  Args:
+    query, key, value: `[b, l, h, d]`.
+    rel_embedding: `[h, num_buckets]` relative-position table.
+    segment_ids: int `[b, l]`; 0 marks padding, positions attend within equal ids.
+    temperature: `[b]` or `[1]` float32 softmax temperature, None for 1.
+    bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
+    impl: a key of `IMPLEMENTATIONS`: 'reference' (materialized, attention.py), 'blockwise'
+      (blockwise.py) or 'pallas' (pallas_attention.py).
+    dtype: computation dtype.
+    float32_logits: compute q.k in float32.
+    with_stats: also return per-row P_max and entropy.
+    dropout_rng: PRNG key, enables attention dropout (t5x's mask, after the softmax; row
+      statistics are the softmax's). 'pallas' refuses it.
+    dropout_rate: attention dropout rate.
+    block_q, block_k: 'blockwise' / 'pallas' tile sizes; None: the implementation's
+      `default_blocks()` for the backend.
+    num_warps, num_stages: 'pallas' Triton launch parameters.
+
+  Returns:
+    `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
+  """
+  if impl not in IMPLEMENTATIONS:
+    raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(IMPLEMENTATIONS)}.')
+  return IMPLEMENTATIONS[impl](
+      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
+      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
+      float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
+      dropout_rate=dropout_rate, block_q=block_q, block_k=block_k, num_warps=num_warps,
+      num_stages=num_stages)
 
 
 class DenseGeneral(nn.Module):
@@ -172,7 +265,12 @@ class MultiHeadDotProductAttention(nn.Module):
   dropout_rate: float = 0.0
   kernel_init: Initializer = nn.initializers.variance_scaling(1.0, 'fan_in', 'normal')
   float32_logits: bool = False
-  attention_impl: attention.AttentionImpl = 'reference'
+  attention_impl: str = 'reference'
+  # 'blockwise' / 'pallas' tiles (None: the backend's default) and Triton launch parameters.
+  block_q: int | None = None
+  block_k: int | None = None
+  num_warps: int = 4
+  num_stages: int = 2
 
   @nn.compact
   def __call__(
@@ -243,7 +341,7 @@ class MultiHeadDotProductAttention(nn.Module):
         kernel_axes=('joined_kv', 'embed'), dtype=self.dtype, name='out')(x)
 
   def _structured(self, query, key, value, rel_embedding, segment_ids, temperature, dropout_rng):
-    """Encoder self-attention through `attention.self_attention`; sows row statistics.
+    """Encoder self-attention through `self_attention`; sows row statistics.
 
     Attention dropout (when `dropout_rng` is given) is t5x's, in every implementation that
     supports it ('pallas' refuses it); the sown statistics are the softmax's, before dropout.
@@ -254,11 +352,12 @@ class MultiHeadDotProductAttention(nn.Module):
     if self.is_mutable_collection('attention_inputs') and not self.is_initializing():
       self.sow('attention_inputs', 'projected_query', query)
       self.sow('attention_inputs', 'projected_key', key)
-    x, stats = attention.self_attention(
+    x, stats = self_attention(
         query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
         temperature=temperature, impl=self.attention_impl, dtype=self.dtype,
         float32_logits=self.float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
-        dropout_rate=self.dropout_rate)
+        dropout_rate=self.dropout_rate, block_q=self.block_q, block_k=self.block_k,
+        num_warps=self.num_warps, num_stages=self.num_stages)
     if with_stats:
       # [b, 1, l] valid query rows. Padding rows (uniform by construction) are excluded with a
       # select, not a product, so whatever they hold cannot leak into the sums.

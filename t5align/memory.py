@@ -5,8 +5,8 @@ over 'model'), plus the largest live activations of one encoder layer for the pe
 (examples over 'data', candidate temperatures over 'tau'):
   reference   float32 attention logits and probabilities `[b, h, L, L]` (2 arrays) and the
               relative-position bias `[h, L, L]`;
-  blockwise   the same for one key block: `[b, h, L, BLOCK_K]` (O(L));
-  pallas      one `[BLOCK_Q, BLOCK_K]` tile per (b, h) in flight, taken as blockwise's bound;
+  blockwise   the same for one key block: `[b, h, L, block_k]` (O(L));
+  pallas      one `[block_q, block_k]` tile per (b, h) in flight, taken as blockwise's bound;
   hidden      the residual stream, q/k/v/out projections and the MLP's hidden units,
               `b * L * (4 e + 4 h d / model + (n_act + 1) mlp / model)` in the activation dtype.
 Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
@@ -72,7 +72,8 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
     attention = 4 * (2 * b * h * length * length + h * length * length)
   else:
     from t5align import blockwise  # pylint: disable=g-import-not-at-top
-    block = min(length, blockwise.BLOCK_K)
+    # NOTE: the accelerators' default key block (also the CPU's, see blockwise.default_blocks).
+    block = min(length, config.attention_block_k or blockwise.default_blocks('tpu')[1])
     attention = 4 * (2 * b * h * length * block + h * length * block)
   width = (4 * config.emb_dim + 4 * h * config.head_dim
            + (len(config.mlp_activations) + 1) * -(-config.mlp_dim // model_shards))

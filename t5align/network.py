@@ -37,10 +37,17 @@ class T5Config:
   float32_attention_logits: bool = False
   # Encoder self-attention softmax temperature: one float, or one per encoder layer. 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] = 1.0
-  # Encoder self-attention implementation (see attention.IMPLEMENTATIONS), or 'auto':
+  # Encoder self-attention implementation (see layers.IMPLEMENTATIONS), or 'auto':
   # 'reference' for inputs of at most `blockwise_threshold` tokens, 'blockwise' above.
   attention_impl: str = 'reference'
   blockwise_threshold: int = 2048
+  # 'blockwise' / 'pallas' tile sizes (queries, keys); None: the implementation's default for the
+  # backend (blockwise.default_blocks, pallas_attention.default_blocks).
+  attention_block_q: int | None = None
+  attention_block_k: int | None = None
+  # 'pallas' Triton launch parameters.
+  pallas_num_warps: int = 4
+  pallas_num_stages: int = 2
 
   def __post_init__(self):
     tau = self.encoder_attention_temperature
@@ -57,9 +64,18 @@ class T5Config:
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
                        f'{self.dropout_rate!r}.')
-    if self.attention_impl not in (*attention.IMPLEMENTATIONS, 'auto'):
+    if self.attention_impl not in (*layers.IMPLEMENTATIONS, 'auto'):
       raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected \'auto\' or '
-                       f'one of {sorted(attention.IMPLEMENTATIONS)}.')
+                       f'one of {sorted(layers.IMPLEMENTATIONS)}.')
+    for name in ('attention_block_q', 'attention_block_k', 'pallas_num_warps',
+                 'pallas_num_stages'):
+      value = getattr(self, name)
+      if value is None and name.startswith('attention_block'):
+        continue
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'T5Config.{name} must be a positive int'
+                         f'{" or None" if name.startswith("attention_block") else ""}; got '
+                         f'{value!r}.')
 
 
 def encoder_attention_impl(config: T5Config, length: int) -> str:
@@ -118,7 +134,8 @@ def _attention(cfg: T5Config, name: str, impl: str = 'reference'):
   return layers.MultiHeadDotProductAttention(
       num_heads=cfg.num_heads, head_dim=cfg.head_dim, dtype=cfg.dtype,
       dropout_rate=cfg.dropout_rate, float32_logits=cfg.float32_attention_logits,
-      attention_impl=impl, name=name)
+      attention_impl=impl, block_q=cfg.attention_block_q, block_k=cfg.attention_block_k,
+      num_warps=cfg.pallas_num_warps, num_stages=cfg.pallas_num_stages, name=name)
 
 
 def _mlp(cfg: T5Config):

@@ -10,7 +10,7 @@ far right) with bounds from the program id replace per-tile branching.
 
 Backend: Triton, chosen explicitly with `pltriton.CompilerParams` (jax's default Pallas GPU
 backend is Mosaic GPU, which this kernel's whole-sequence K/V blocks would overflow in shared
-memory). On CPU the kernel runs in interpret mode (`INTERPRET`); tests also lower it for CUDA
+memory). On CPU the kernel runs in interpret mode (`interpret_mode()`); tests also lower it for CUDA
 without a GPU (`attention_test.test_pallas_kernel_lowers_to_triton_for_cuda`), which checks every
 operation against Triton's lowering rules. Compiling and timing it need a GPU
 (`benchmarks/attention_bench.py --preset gpu` checks it against 'reference' first).
@@ -18,8 +18,8 @@ operation against Triton's lowering rules. Compiling and timing it need a GPU
   Flan-T5. Lengths are padded internally to a multiple of the blocks.
 - The table lookup is a chain of 32 selects (Triton has no gather), paid only on band tiles.
 - The table row and tau travel as one `[64]` float32 vector per (batch, head) program.
-- Defaults: block_q = block_k = 64, num_warps = 4, num_stages = 2; the benchmarks'
-  `--pallas-configs` measure others.
+- Defaults (`default_blocks`, T5Config.attention_block_q / _k when None): block_q = block_k = 64,
+  num_warps = 4, num_stages = 2; the benchmarks' `--pallas-configs` measure others.
 """
 from __future__ import annotations
 
@@ -36,20 +36,18 @@ from t5align import blockwise
 
 Array = jax.Array
 
-BLOCK_Q = 64
-BLOCK_K = 64
-NUM_WARPS = 4
-NUM_STAGES = 2
-# None: interpret (run the kernel as plain JAX) iff the default backend is the CPU.
-INTERPRET: bool | None = None
 _PARAMS = 64  # Per-program float32 vector: table row [0, 32), tau at 32, zeros after.
 
 
+def default_blocks(backend: str | None = None) -> tuple[int, int]:
+  """`(block_q, block_k)` of the kernel: 64 x 64 on every backend."""
+  del backend
+  return 64, 64
+
+
 def interpret_mode() -> bool:
-  """The effective interpret switch (`INTERPRET`, or automatic: True on CPU)."""
-  if INTERPRET is None:
-    return jax.default_backend() == 'cpu'
-  return INTERPRET
+  """Run the kernel as plain JAX (Pallas interpret mode): True iff the default backend is CPU."""
+  return jax.default_backend() == 'cpu'
 
 
 def _scalar(vector: Array, index: int) -> Array:
@@ -138,18 +136,22 @@ def pallas_attention(
     dtype: jnp.dtype = jnp.float32,
     float32_logits: bool = False,
     with_stats: bool = False,
-    block_q: int = BLOCK_Q,
-    block_k: int = BLOCK_K,
-    num_warps: int = NUM_WARPS,
-    num_stages: int = NUM_STAGES,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 2,
     interpret: bool = False,
 ) -> tuple[Array, attention.RowStats | None]:
   """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
+
+  `block_q` / `block_k` None: `default_blocks()`; `num_warps` / `num_stages`: Triton's launch
+  parameters; `interpret`: run as plain JAX (on CPU, see `interpret_mode`).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
   batch, length, heads, depth = query.shape
+  block_q, block_k = block_q or default_blocks()[0], block_k or default_blocks()[1]
   for name, size in (('block_q', block_q), ('block_k', block_k)):
     if size & (size - 1):
       raise ValueError(f'{name}={size} must be a power of 2.')
@@ -205,23 +207,3 @@ def pallas_attention(
     return out, None
   return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
 
-
-def self_attention(
-    query, key, value, *, rel_embedding, segment_ids, temperature, bidirectional, dtype,
-    float32_logits, with_stats, dropout_rng=None, dropout_rate=0.0):
-  """`attention.IMPLEMENTATIONS['pallas']`: `pallas_attention` with the module's blocks.
-
-  The kernel has no attention dropout: a call with dropout on (a `dropout_rng`, i.e. training
-  with `dropout_rate > 0` and dropout enabled) is refused rather than run without it.
-  """
-  if dropout_rng is not None and dropout_rate > 0.0:
-    raise ValueError(
-        f"attention_impl='pallas' does not implement attention dropout, but dropout is on "
-        f'(T5Config.dropout_rate={dropout_rate}, enable_dropout=True / deterministic=False). '
-        "Train with attention_impl='reference' or 'blockwise' (same parameters, t5x's dropout), "
-        'or set dropout_rate=0.0 or enable_dropout=False.')
-  return pallas_attention(
-      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
-      temperature=temperature, bidirectional=bidirectional, dtype=dtype,
-      float32_logits=float32_logits, with_stats=with_stats, block_q=BLOCK_Q, block_k=BLOCK_K,
-      num_warps=NUM_WARPS, num_stages=NUM_STAGES, interpret=interpret_mode())

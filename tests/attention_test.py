@@ -1,4 +1,8 @@
-"""Attention implementations ('blockwise', 'pallas') against 'reference', and 'reference' itself."""
+"""Attention implementations ('blockwise', 'pallas') against 'reference', and 'reference' itself.
+
+The implementations are called through `layers.self_attention` (the dispatch the model uses),
+with block sizes passed as arguments.
+"""
 from __future__ import annotations
 
 import pathlib
@@ -10,6 +14,7 @@ import pytest
 
 from t5align import attention
 from t5align import blockwise
+from t5align import layers
 from t5align import pallas_attention
 
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny' / 'reference.npz'
@@ -33,12 +38,14 @@ def _segment_ids(batch=2, length=300):
   return ids
 
 
-def _impl(name, block_q, block_k, monkeypatch):
-  """`(q, k, v, **kw)` of an implementation through `attention.self_attention`, given blocks."""
-  module = blockwise if name == 'blockwise' else pallas_attention
-  monkeypatch.setattr(module, 'BLOCK_Q', block_q)
-  monkeypatch.setattr(module, 'BLOCK_K', block_k)
-  return lambda *a, **kw: attention.self_attention(*a, impl=name, **kw)
+def _impl(name, block_q, block_k):
+  """`(q, k, v, **kw)` of an implementation through `layers.self_attention`, given blocks."""
+  return lambda *a, **kw: layers.self_attention(*a, impl=name, block_q=block_q, block_k=block_k,
+                                                **kw)
+
+
+def _reference(*args, **kwargs):
+  return layers.self_attention(*args, impl='reference', **kwargs)
 
 
 def _check(actual, expected, ids, tol):
@@ -49,11 +56,13 @@ def _check(actual, expected, ids, tol):
   valid = np.broadcast_to((ids > 0)[:, None, :], stats.entropy.shape)
   np.testing.assert_allclose(np.asarray(stats.entropy)[valid],
                              np.asarray(ref_stats.entropy)[valid], **F32)
-  # NOTE: 'reference' computes H = m + log l - w / l with m ~ w / l ~ -1e10 / tau on fully masked
-  # rows, which cancels to 0 (or NaN under jit); the uniform row's entropy is log(length).
+  # Fully masked (padding) rows are uniform over all keys in every implementation: entropy
+  # log(length), P_max 1 / length (finite: 'reference' subtracts the row max before dividing by
+  # tau, so its ~-1e10 masked logits cancel exactly).
   length = ids.shape[1]
-  np.testing.assert_allclose(np.asarray(stats.entropy)[~valid], np.log(length), **F32)
-  np.testing.assert_allclose(np.asarray(stats.pmax)[~valid], 1.0 / length, **F32)
+  for row_stats in (stats, ref_stats):
+    np.testing.assert_allclose(np.asarray(row_stats.entropy)[~valid], np.log(length), **F32)
+    np.testing.assert_allclose(np.asarray(row_stats.pmax)[~valid], 1.0 / length, **F32)
 
 
 def _check_uniform_padding(out, value, ids, tol):
@@ -84,15 +93,15 @@ else:  # GPU: the Triton kernel on every case, at two block shapes.
 
 @pytest.mark.parametrize('impl,block_q,block_k,case', [
     (impl, bq, bk, case) for impl, bq, bk, cases in IMPLS for case in cases])
-def test_matches_reference(impl, block_q, block_k, case, monkeypatch):
+def test_matches_reference(impl, block_q, block_k, case):
   bidirectional, dtype, float32_logits, tau = CASES[case]
   query, key, value, table = _inputs(dtype=dtype)
   ids = _segment_ids()
   kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), temperature=jnp.asarray(tau),
                 bidirectional=bidirectional, dtype=dtype, float32_logits=float32_logits,
                 with_stats=True)
-  expected = attention.self_attention(query, key, value, impl='reference', **kwargs)
-  actual = _impl(impl, block_q, block_k, monkeypatch)(query, key, value, **kwargs)
+  expected = _reference(query, key, value, **kwargs)
+  actual = _impl(impl, block_q, block_k)(query, key, value, **kwargs)
   assert actual[0].dtype == expected[0].dtype and actual[0].shape == expected[0].shape
   tol = F32 if dtype == jnp.float32 else BF16
   _check(actual, expected, ids, tol)
@@ -105,9 +114,8 @@ def test_blockwise_scalar_taus_default_blocks(tau):
   ids = _segment_ids()
   kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), temperature=tau,
                 with_stats=True)
-  expected = attention.self_attention(query, key, value, impl='reference', **kwargs)
-  _check(attention.self_attention(query, key, value, impl='blockwise', **kwargs), expected, ids,
-         F32)
+  expected = _reference(query, key, value, **kwargs)
+  _check(layers.self_attention(query, key, value, impl='blockwise', **kwargs), expected, ids, F32)
 
 
 def test_without_stats_and_default_temperature():
@@ -115,8 +123,8 @@ def test_without_stats_and_default_temperature():
   ids = jnp.asarray(_segment_ids())
   outputs = []
   for impl in ('reference', 'blockwise'):
-    out, stats = attention.self_attention(query, key, value, rel_embedding=table, segment_ids=ids,
-                                          impl=impl)
+    out, stats = layers.self_attention(query, key, value, rel_embedding=table, segment_ids=ids,
+                                       impl=impl)
     assert stats is None
     outputs.append(out)
   np.testing.assert_allclose(outputs[1], outputs[0], **F32)
@@ -151,6 +159,16 @@ def test_buckets_match_t5x_fixture(bidirectional):
   np.testing.assert_array_equal(_np_bucket(offsets, bidirectional), expected)
 
 
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_bias_by_offset_covers_every_offset(bidirectional):
+  """The clipped-offset table equals the bucketed table at every offset of a 5000-token input."""
+  table = np.asarray(_inputs()[3])
+  offsets = np.arange(-5000, 5001)
+  lut = np.asarray(attention.bias_by_offset(jnp.asarray(table), bidirectional))
+  index = np.asarray(attention.offset_index(jnp.zeros((1,), jnp.int32), jnp.asarray(offsets)))[0]
+  np.testing.assert_array_equal(lut[:, index], table[:, _np_bucket(offsets, bidirectional)])
+
+
 def test_reference_matches_numpy_float64():
   batch, length = 2, 300
   query, key, value, table = (np.asarray(x, np.float64) for x in _inputs(batch, length, seed=4))
@@ -171,7 +189,7 @@ def test_reference_matches_numpy_float64():
   pmax = probs.max(-1)  # [b, h, q]
   entropy = -np.sum(np.where(probs > 0, probs * np.log(np.maximum(probs, 1e-300)), 0.0), -1)
 
-  actual, stats = attention.self_attention(
+  actual, stats = attention.reference_self_attention(
       *(jnp.asarray(x, jnp.float32) for x in (query, key, value)),
       rel_embedding=jnp.asarray(table, jnp.float32), segment_ids=jnp.asarray(ids),
       temperature=jnp.asarray(tau, jnp.float32), with_stats=True)
@@ -195,7 +213,7 @@ def test_blockwise_vmap_over_temperatures():
   out, stats = jax.jit(jax.vmap(run))(jnp.asarray(taus))  # [t, b, l, h, d], [t, b, h, l]
   valid = np.broadcast_to((np.asarray(ids) > 0)[:, None, :], stats.pmax.shape[1:])
   for i, tau in enumerate(taus):
-    ref_out, ref_stats = attention.self_attention(
+    ref_out, ref_stats = attention.reference_self_attention(
         query, key, value, rel_embedding=table, segment_ids=ids, temperature=tau,
         with_stats=True)
     np.testing.assert_allclose(out[i], ref_out, **F32)
@@ -243,9 +261,29 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
 
 
 def test_registry_and_switches():
-  assert {'reference', 'blockwise', 'pallas'} <= set(attention.IMPLEMENTATIONS)
+  assert {'reference', 'blockwise', 'pallas'} <= set(layers.IMPLEMENTATIONS)
   assert pallas_attention.interpret_mode() == (jax.default_backend() == 'cpu')
   query, key, value, table = _inputs(length=16, depth=16)
   with pytest.raises(ValueError, match='power of 2'):
     pallas_attention.pallas_attention(query, key, value, rel_embedding=table,
                                       segment_ids=jnp.ones((2, 16), jnp.int32), block_q=48)
+
+
+def test_math_modules_depend_one_way():
+  """attention.py imports nothing of t5align's; blockwise/pallas build on it, never the reverse."""
+  import ast  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(attention.__file__).parent
+
+  def ours(name):
+    tree = ast.parse((root / f'{name}.py').read_text())
+    found = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('t5align'):
+        found |= {a.name for a in node.names} if node.module == 't5align' else {node.module}
+      elif isinstance(node, ast.Import):
+        found |= {a.name for a in node.names if a.name.startswith('t5align')}
+    return found
+
+  assert ours('attention') == set()
+  assert ours('blockwise') == {'attention'}
+  assert ours('pallas_attention') == {'attention', 'blockwise'}

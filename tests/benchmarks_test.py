@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks import attention_bench
+from benchmarks import encoder_bench
 
 
 def _args(argv):
@@ -35,3 +36,24 @@ def test_pallas_variants_and_repeats():
   assert attention_bench.repeats_for(args, preset, 'hf') == 1
   assert attention_bench.repeats_for(_args(['--hf-repeats', '3']), preset, 'hf') == 3
   assert attention_bench.repeats_for(_args([]), {'repeats': 5}, 'hf') == 5
+
+
+def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
+  """The 'smoke' preset (tiny model, the 'cpu' preset's structure): rows checked, then timed."""
+  # Forward only (2 subprocesses: the check, then the timed row), to stay cheap.
+  encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths',
+                      '--calibration-lengths'])
+  (forward,) = json.loads(capsys.readouterr().out)['rows']
+  assert (forward['kind'], forward['impl'], forward['length']) == ('forward', 'blockwise', 160)
+  assert 'error' not in forward and forward['seconds'] > 0, forward
+  check = forward['check_vs_reference']
+  assert check['all_finite'] and check['out_rel_err'] < 1e-5 and check['length'] == 160, check
+  assert forward['weights_bytes'] == 4 * sum(  # tiny: embedding + 2 encoder layers + norms.
+      [128 * 64, 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64), 4 * 32, 64])
+
+
+def test_encoder_bench_skips_hf_past_its_time_limit():
+  rows = [{'kind': 'forward', 'impl': 'hf', 'length': 8192, 'seconds': 60.0}]
+  assert encoder_bench.hf_skip_reason(rows[0], 16384, 180).startswith('HF at 16384 tokens')
+  assert encoder_bench.hf_skip_reason(rows[0], 8192, 180) is None
+  assert encoder_bench.hf_skip_reason(None, 16384, 180) is None

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from t5align import attention
-from t5align import blockwise
 from t5align import layers
 from t5align import network
 
@@ -71,13 +70,12 @@ def _inputs():
 
 
 @pytest.mark.parametrize('impl', ['reference', 'blockwise'])
-def test_attention_dropout_is_t5x_s(impl, monkeypatch):
+def test_attention_dropout_is_t5x_s(impl):
   # Blocks of 16 over 40 positions: several key blocks, and internal padding of the last one.
-  monkeypatch.setattr(blockwise, 'BLOCK_Q', 16)
-  monkeypatch.setattr(blockwise, 'BLOCK_K', 16)
   x, table, ids, tau = _inputs()
   module = layers.MultiHeadDotProductAttention(
-      num_heads=HEADS, head_dim=DEPTH, dropout_rate=RATE, attention_impl=impl)
+      num_heads=HEADS, head_dim=DEPTH, dropout_rate=RATE, attention_impl=impl, block_q=16,
+      block_k=16)
   rng = np.random.default_rng(1)
   kernel = lambda *shape: rng.normal(scale=0.3, size=shape).astype(np.float32)
   params = {**{n: {'kernel': kernel(EMBED, HEADS * DEPTH)} for n in ('query', 'key', 'value')},
@@ -116,15 +114,14 @@ def _random_params(config):
                       network.param_shapes(config))
 
 
-def test_encoder_dropout_same_in_reference_and_blockwise(monkeypatch):
-  monkeypatch.setattr(blockwise, 'BLOCK_Q', 16)
-  monkeypatch.setattr(blockwise, 'BLOCK_K', 16)
+def test_encoder_dropout_same_in_reference_and_blockwise():
   tokens = np.array(jax.random.randint(jax.random.PRNGKey(2), (BATCH, LENGTH), 1, 64))
   tokens[1, 30:] = 0
   params = _random_params(_tiny_config())
   encoded = {}
   for impl in ('reference', 'blockwise'):
-    model = network.Transformer(_tiny_config(attention_impl=impl))
+    model = network.Transformer(_tiny_config(attention_impl=impl, attention_block_q=16,
+                                             attention_block_k=16))
     encoded[impl] = jax.jit(lambda p, r, model=model: model.apply(
         {'params': p}, tokens, enable_dropout=True, method=model.encode, rngs={'dropout': r}))(
             params, jax.random.PRNGKey(4))

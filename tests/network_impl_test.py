@@ -10,10 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align import blockwise
 from t5align import checkpoints
 from t5align import network
-from t5align import pallas_attention
 
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny'
 
@@ -35,16 +33,14 @@ def _encode(config, params, tokens, temperature):
 
 
 @pytest.mark.parametrize('impl,block', [('blockwise', 64), ('blockwise', 512), ('pallas', 64)])
-def test_encoder_matches_reference(impl, block, monkeypatch):
+def test_encoder_matches_reference(impl, block):
   config, params, ref = _fixture()
-  module = blockwise if impl == 'blockwise' else pallas_attention
-  monkeypatch.setattr(module, 'BLOCK_Q', block)
-  monkeypatch.setattr(module, 'BLOCK_K', block)
   tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
   # Per-example taus for both layers: [b, 1].
   tau = np.array([[0.6], [1.0]], np.float32)
   expected, expected_stats = _encode(config, params, tokens, tau)
-  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl), params, tokens, tau)
+  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
+                                              attention_block_k=block), params, tokens, tau)
   np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
   for name in ('pmax_sum', 'entropy_sum', 'rows'):
     np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
@@ -74,13 +70,13 @@ def test_blockwise_vmapped_calibration_stats_match_reference():
 
 @pytest.mark.parametrize('threshold,expected_impl', [(160, 'reference'), (159, 'blockwise')])
 def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypatch):
-  from t5align import attention  # pylint: disable=g-import-not-at-top
+  from t5align import layers  # pylint: disable=g-import-not-at-top
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']  # [2, 160]
   called = []
   for name in ('reference', 'blockwise'):
-    impl = attention.IMPLEMENTATIONS[name]
-    monkeypatch.setitem(attention.IMPLEMENTATIONS, name,
+    impl = layers.IMPLEMENTATIONS[name]
+    monkeypatch.setitem(layers.IMPLEMENTATIONS, name,
                         lambda *a, _impl=impl, _name=name, **k: called.append(_name) or _impl(*a, **k))
   auto = dataclasses.replace(config, attention_impl='auto', blockwise_threshold=threshold)
   actual, _ = _encode(auto, params, tokens, 0.8)
