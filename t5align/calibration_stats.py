@@ -152,15 +152,19 @@ def _pad_rows(x: np.ndarray, size: int, fill: np.ndarray | float) -> np.ndarray:
   return np.concatenate([x, np.broadcast_to(np.asarray(fill, x.dtype), (extra,) + x.shape[1:])])
 
 
-def length_groups(tokens: np.ndarray) -> list[np.ndarray]:
-  """Splits `[b, l]` tokens into groups of equal non-pad width, each trimmed to that width.
+def length_groups(tokens: np.ndarray, multiple: int = 1) -> list[np.ndarray]:
+  """Splits `[b, l]` tokens into groups by non-pad width rounded up to `multiple` (at most l),
+  each trimmed to that width.
 
   NOTE: trimming skips the compute on padding: statistics of non-pad rows are unchanged (padding
   keys get probability exactly 0), and padded query rows are excluded from the sums by a select
-  in the attention layer (their float32 statistics are finite, but no part of the mean).
+  in the attention layer (their float32 statistics are finite, but no part of the mean). A
+  `multiple` > 1 trades a little padding for fewer shapes (each shape is one compilation).
   """
+  validate.positive_int(multiple, 'multiple')
   nonpad = tokens > 0
   width = np.where(nonpad.any(1), tokens.shape[1] - np.argmax(nonpad[:, ::-1], axis=1), 0)
+  width = np.where(width > 0, np.minimum(-(-width // multiple) * multiple, tokens.shape[1]), 0)
   return [tokens[width == w, :w] for w in np.unique(width) if w > 0]
 
 
@@ -173,6 +177,7 @@ def encoder_attention_stats(
     *,
     batch_size: int | None = None,
     tau_batch_size: int | None = None,
+    width_multiple: int = 128,
 ) -> AttentionStats:
   """Mean encoder row P_max and entropy for every candidate temperature.
 
@@ -180,7 +185,8 @@ def encoder_attention_stats(
   'model'; see `partitioning.calibration_mesh`) the parameters shard over 'model', the
   candidates over 'tau' (padded with 1.0 to the axis size) and the batch over 'data' (padded
   with weight-0 copies of a row); results equal one device's. Examples
-  are run in groups of equal non-pad length (`length_groups`), one compilation per length.
+  are run in groups of equal non-pad width, rounded up to `width_multiple` (`length_groups`),
+  one compilation per width.
 
   Args:
     params: the T5X 'params' tree.
@@ -190,6 +196,7 @@ def encoder_attention_stats(
     mesh: optional device mesh.
     batch_size: examples per call (sums accumulate across calls); a whole group if None.
     tau_batch_size: candidates per call, to bound memory (`t x b x h x l x l` probabilities).
+    width_multiple: examples are grouped by non-pad width rounded up to this (`length_groups`).
 
   Returns:
     AttentionStats with `[t, n]` per-layer and `[t]` pooled means.
@@ -207,7 +214,7 @@ def encoder_attention_stats(
   tb = -(-(tau_batch_size or len(taus)) // tau_axis) * tau_axis
   sums = np.zeros((2, len(taus), n))
   rows = 0.0
-  for group in length_groups(tokens):
+  for group in length_groups(tokens, width_multiple):
     bb = -(-(batch_size or len(group)) // data_axis) * data_axis
     for b0 in range(0, len(group), bb):
       batch = group[b0:b0 + bb]

@@ -272,6 +272,10 @@ def test_cut_to_length_keeps_eos():
   np.testing.assert_array_equal(calibration.cut_to_length(tokens, 3, 1), [[5, 6, 1], [5, 6, 1]])
   np.testing.assert_array_equal(calibration.cut_to_length(tokens, 4, 1), [[5, 6, 7, 1], [5, 6, 1, 0]])
   np.testing.assert_array_equal(calibration.length_groups(tokens)[0], [[5, 6, 1]])
+  groups = calibration.length_groups(tokens, multiple=4)  # Widths 3 -> 4 and 5 -> 5 (at most l).
+  np.testing.assert_array_equal(groups[0], [[5, 6, 1, 0]])
+  np.testing.assert_array_equal(groups[1], [[5, 6, 7, 8, 1]])
+  assert len(calibration.length_groups(tokens, multiple=8)) == 1
 
 
 def test_bad_inputs_raise_clear_errors(tiny):
