@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from t5align import calibration
-from t5align import calibration_stats
 from t5align import partitioning
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -32,7 +31,7 @@ _SCRIPT = textwrap.dedent('''
     import jax
     sys.path.insert(0, 'tests')
     from conftest import _load
-    from t5align import calibration, decoding, evaluation, network, partitioning
+    from t5align import calibration, calibration_stats, decoding, evaluation, network, partitioning
     from t5align import multihost
 
     config, params, ref = _load('t5_1_1_tiny')
