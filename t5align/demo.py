@@ -263,12 +263,14 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = assets.ASSET_DIR,
                                       f'{calibration_eta.update(d, t)}', start),
         mesh=mesh, memo=memo)
   if not schedule.tasks:  # Per task, as the paper calibrates; the pooled schedule is kept.
+    task_eta = Eta()
     tasks = schedule_lib.calibrate_tasks(
         params, config, {t: task_calibration_inputs(vocab, t, lengths, reference_length,
                                                     num_samples) for t in train_data.TASKS},
         strategies, reference_length=reference_length, mesh=mesh,
         progress=lambda d, t, c: _log(f'calibrated per task {d}/{t}: {c.strategy} @ {c.length} '
-                                      f'-> tau {np.round(c.tau, 3).tolist()}', start))
+                                      f'-> tau {np.round(c.tau, 3).tolist()}'
+                                      f'{task_eta.update(d, t)}', start))
     schedule = dataclasses.replace(schedule, tasks=tasks)
     multihost.on_writer(lambda: schedule.save(schedule_path), f'writing {schedule_path}')
   temperatures = '\n\n'.join([schedule.table()] + [
@@ -299,7 +301,11 @@ def run(*, output_dir: str = 'demo_output', model_dir: str = assets.ASSET_DIR,
           copies.append((L, row, same, [task]))
   # Work per cell ~ L^2 (attention dominates at these lengths): the ETA's weights.
   eval_eta = Eta([L * L for L, *_ in cells])
+  layers = config.num_encoder_layers
   for i, (L, row, tau, todo) in enumerate(cells):
+    # Every row's temperature as float32 [1, layers] (a scalar tau repeated, which the encoder
+    # applies identically): one compiled decoder per length and decode length serves them all.
+    tau = np.broadcast_to(np.asarray(tau, np.float32).reshape(1, -1), (1, layers))
     records = heldout.retrieval_predictions(
         model, params, vocab, tasks=todo, length=L, num_examples=num_examples, seed=EVAL_SEED,
         batch_size=min(batch_size, num_examples), temperature=tau)

@@ -260,6 +260,13 @@ def load_schedule(path: str = gin.REQUIRED, strategy: str | None = None) -> Temp
   return schedule.with_strategy(strategy) if strategy else schedule
 
 
+def _sweep_order(strategies: Sequence[str]) -> list[str]:
+  """`strategies` in the order one length computes them: Algorithm 1's grids first, so the
+  continuous and per-layer searches start from their shared sweep (`calibration.Memo`)."""
+  rank = {'grid': 0, 'closed_form': 1, 'bisect': 2}
+  return sorted(strategies, key=lambda s: rank[calibration.parse_strategy(s)[1]])
+
+
 def build_schedule(
     params: Any,
     config: Any,
@@ -309,7 +316,7 @@ def build_schedule(
   eos_id = calibrate_kwargs.get('eos_id', 1)
   for i, L in enumerate(lengths):
     cut = calibration.cut_to_length(tokens, L, eos_id)
-    for j, s in enumerate(strategies):
+    for j, s in enumerate(_sweep_order(strategies)):
       c = calibration.calibrate(params, config, cut, s, reference_tokens=reference_tokens,
                                 reference_length=reference_length, **calibrate_kwargs)
       cals[s].append(c)
@@ -364,7 +371,7 @@ def calibrate_tasks(
   for task, items in pairs.items():
     out[task] = {s: [] for s in strategies}
     for tokens, reference in items:
-      for s in strategies:
+      for s in _sweep_order(strategies):
         try:
           c = calibration.calibrate(params, config, tokens, s, reference_tokens=reference,
                                     reference_length=reference_length, **calibrate_kwargs)

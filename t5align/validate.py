@@ -39,6 +39,18 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
   return taus
 
 
+
+def temperature_array(values: Any, name: str = 'temperatures') -> np.ndarray:
+  """float64 `[t]` or `[t, n]` candidate temperatures (a scalar becomes `[1]`); ValueError
+  unless non-empty, at most 2-D and valid per `temperatures`."""
+  taus = np.asarray(values, dtype=np.float64)
+  if taus.ndim == 0:
+    taus = taus[None]
+  if taus.ndim > 2 or taus.shape[0] == 0:
+    raise ValueError(f'{name} must be a non-empty [t] or [t, layers] array; got shape '
+                     f'{taus.shape}.')
+  return temperatures(taus, name)
+
 def float_dtype(dtype: Any, name: str = 'dtype') -> np.dtype:
   """`np.dtype(dtype)` if it is a floating type (float16/32/64, bfloat16), else ValueError."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top  (bfloat16's numpy type)

@@ -1,10 +1,7 @@
 """t5align/memory.py: the per-device estimate by hand, and the refusal of runs that cannot fit."""
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -79,20 +76,24 @@ def test_auto_attention_and_sharding_make_xxl_fit_and_small_runs_pass():
   assert est.attention_impl == 'blockwise' and est.total < 16 * 2**30
 
 
-def test_eval_cli_refuses_before_compiling(tmp_path):
+def test_eval_cli_refuses_before_compiling(tmp_path, monkeypatch):
+  """`t5align.eval`'s entry point (in process: the same `main(argv)` the CLI runs)."""
   pytest.importorskip('seqio')
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(__file__).resolve().parents[1]
   model = root / 't5align' / 'assets' / 'retrieval_t5'
-  env = dict(os.environ, JAX_PLATFORMS='cpu', T5ALIGN_VOCABULARY=str(model / 'sentencepiece.model'),
-             PYTHONPATH=os.pathsep.join([str(root), os.environ.get('PYTHONPATH', '')]))
-  out = subprocess.run(
-      [sys.executable, '-m', 't5align.eval', '--gin_file=gin/runs/eval.gin',
-       '--gin_file=gin/models/retrieval_small.gin', f'--gin.CHECKPOINT_PATH={model}/checkpoint_2400',
-       f'--gin.EVAL_OUTPUT_DIR={tmp_path}', '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
-       '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
-       '--gin.BATCH_SIZE=100000000'],  # 10^8 rows of ~2k tokens: terabytes of activations.
-      cwd=root, env=env, capture_output=True, text=True, timeout=300)
-  assert out.returncode != 0
-  assert 'DoesNotFitError' in out.stderr and 'BATCH_SIZE (now 100000000) lower' in out.stderr, (
-      out.stderr[-3000:])
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(model / 'sentencepiece.model'))
+  monkeypatch.chdir(root)
+  gin.clear_config()
+  try:
+    with pytest.raises(memory.DoesNotFitError, match=r'BATCH_SIZE \(now 100000\) lower'):
+      t5align_eval.main([
+          '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
+          f'--gin.CHECKPOINT_PATH={model}/checkpoint_2400', f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
+          '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
+          '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
+          '--gin.BATCH_SIZE=100000'])  # 10^5 rows of ~2k tokens: terabytes of activations.
+  finally:
+    gin.clear_config()
   assert not list(tmp_path.rglob('predictions.jsonl'))  # Nothing ran.

@@ -31,7 +31,8 @@ _SCRIPT = textwrap.dedent('''
     import jax
     sys.path.insert(0, 'tests')
     from conftest import _load
-    from t5align import batching, calibration, decoding, evaluation, network, partitioning
+    from t5align import batching, calibration, calibration_stats, decoding, evaluation
+    from t5align import network, partitioning
     from t5align import multihost
 
     config, params, ref = _load('t5_1_1_tiny')
@@ -81,10 +82,10 @@ _SCRIPT = textwrap.dedent('''
         continue
       # The compiled statistics call: its parameter shardings and per-device argument bytes.
       placed = partitioning.place_params(params, config, mesh)
-      compiled = calibration._stats_fn(config, mesh).lower(
+      compiled = calibration_stats._stats_fn(config, mesh).lower(
           placed, partitioning.global_array(tokens, partitioning.batch_sharding(mesh, 2)),
           partitioning.global_array(np.ones((len(cal_taus), 2), np.float32),
-                                    calibration._tau_sharding(mesh))).compile()
+                                    calibration_stats._tau_sharding(mesh))).compile()
       specs = jax.tree.map(lambda s: [a for a in s.spec], compiled.input_shardings[0][0],
                            is_leaf=lambda s: hasattr(s, 'spec'))
       out['calibration'][''.join(map(str, shape))].update({

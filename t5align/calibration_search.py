@@ -1,0 +1,206 @@
+"""Searches over tau: Algorithm 1's grid, and the continuous search (one tau or one per layer).
+
+Each takes `evaluate`, a function from candidate taus `[t]` to the statistic `[t]` (one call of
+`calibration_stats.encoder_attention_stats` for all of them), so the candidates of a round go
+through one vmapped call; a search makes few calls, each of the same size (one compilation).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from t5align import validate
+
+PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
+
+
+def grid_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float,
+                grid: Sequence[float] = PAPER_GRID) -> tuple[float, float, dict]:
+  """Algorithm 1: the grid tau whose statistic is closest to `target` (first on ties).
+
+  Returns:
+    (tau, its statistic, details); details['clamped'] is True when no grid interval holds the
+    target (the target lies beyond every grid value).
+  """
+  grid = validate.temperature_array(grid, 'grid')
+  if grid.ndim != 1:
+    raise ValueError(f'grid must be 1-D; got shape {grid.shape}.')
+  values = evaluate(grid)
+  i = int(np.argmin(np.abs(values - target)))
+  clamped = bool(np.all(values > target) or np.all(values < target))
+  return float(grid[i]), float(values[i]), {'grid': grid.tolist(), 'values': values.tolist(),
+                                            'clamped': clamped}
+
+
+def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *,
+                  increasing: bool, bracket: tuple[float, float] = (0.05, 1.0),
+                  tol: float = 1e-3, points: int = 2,
+                  known: tuple[Sequence[float], Sequence[float]] | None = None,
+                  step: float = 0.025) -> tuple[float, float, dict]:
+  """Solves statistic(tau) = target for a monotone statistic, to `tol` in tau.
+
+  A safeguarded bracketing search (Brent-style): each round evaluates `points` taus in one call
+  and keeps the narrowest interval known to hold the crossing. The points of a round lie within
+  `tol` of the crossing as inverse quadratic interpolation through the known values nearest
+  the interval estimates it (so a smooth statistic is usually solved in one or two rounds); a
+  round that fails to halve the interval is followed by one of `points` evenly spaced taus
+  (k-section), so the interval always shrinks geometrically. The answer is the end of the
+  final interval (width <= tol) whose statistic is nearer the target: within `tol` of the
+  crossing, as plain bisection's answer is, though not necessarily the same float.
+
+  `known` = (taus, values) already computed (e.g. Algorithm 1's grid, or a value the previous
+  layer's search measured) warm-starts the search: with values on both sides of the crossing it
+  starts from the interval between them; with one side only, it steps outwards from the nearest
+  known tau by `step`, doubling, before falling back to the end of `bracket`. Without any, the
+  first call evaluates the bracket's ends. A target outside the bracket's values returns the
+  nearer end with details['clamped'] = True.
+
+  Returns:
+    (tau, its statistic, details); details['calls'] counts the calls made, details['bracket']
+    is the final interval.
+  """
+  lo, hi = (float(x) for x in validate.temperature_array(bracket, 'bracket'))
+  if not (lo < hi and tol > 0 and points >= 1 and step > 0):
+    raise ValueError(f'need bracket lo < hi, tol > 0, points >= 1, step > 0; got {bracket}, '
+                     f'{tol}, {points}, {step}.')
+  sign = 1.0 if increasing else -1.0  # sign * (value - target) increases with tau.
+  values: dict[float, float] = {}
+  if known is not None:
+    for x, v in zip(np.asarray(known[0], np.float64).tolist(),
+                    np.asarray(known[1], np.float64).tolist()):
+      if lo <= x <= hi:
+        values[x] = v
+  calls = 0
+
+  def evaluate_all(xs: Sequence[float]) -> None:
+    nonlocal calls
+    xs = np.asarray(xs, np.float64)
+    values.update(zip(xs.tolist(), np.asarray(evaluate(xs), np.float64).tolist()))
+    calls += 1
+
+  def above(x: float) -> bool:
+    return sign * (values[x] - target) >= 0
+
+  def interval() -> tuple[float | None, float | None]:
+    """(largest tau below the crossing, smallest above it); None where none is known yet."""
+    below = [x for x in values if not above(x)]
+    over = [x for x in values if above(x)]
+    return (max(below) if below else None), (min(over) if over else None)
+
+  def fill(xs: list[float], a: float, b: float) -> list[float]:
+    """`xs` topped up to `points` distinct new taus with evenly spaced ones in (a, b)."""
+    xs = sorted({x for x in xs if x not in values})
+    extra = [x for x in np.linspace(a, b, points + 2)[1:-1].tolist() if x not in values]
+    while len(xs) < points and extra:
+      xs = sorted(set(xs) | {extra.pop(len(extra) // 2)})
+    return xs[:points]
+
+  # Find an interval holding the crossing (or learn that the bracket does not hold it).
+  a, b = interval()
+  reach = step
+  while a is None or b is None:
+    if not values:
+      evaluate_all(fill([lo, hi], lo, hi))
+    elif a is None:  # Every known tau is above the crossing: look lower.
+      edge = min(values)
+      if edge <= lo:
+        break
+      evaluate_all(fill([max(lo, edge - reach * k) for k in range(1, points + 1)], lo, edge))
+    else:  # Every known tau is below the crossing: look higher.
+      edge = max(values)
+      if edge >= hi:
+        break
+      evaluate_all(fill([min(hi, edge + reach * k) for k in range(1, points + 1)], edge, hi))
+    reach *= 2 * points
+    a, b = interval()
+  if a is None or b is None:
+    tau = lo if a is None else hi
+    return tau, float(values[tau]), {'bracket': [lo, hi], 'calls': calls, 'clamped': True}
+
+  safeguard = False
+  while b - a > tol:
+    width = b - a
+    if safeguard:
+      xs = np.linspace(a, b, points + 2)[1:-1].tolist()
+    else:
+      guess = _inverse_interpolation(values, a, b, target)
+      offsets = np.linspace(-0.5, 0.5, points) * tol if points > 1 else np.zeros(1)
+      margin = min(tol / 4, width / (2 * (points + 1)))
+      xs = np.clip(guess + offsets, a + margin, b - margin).tolist()
+    evaluate_all(fill(xs, a, b))
+    a, b = interval()
+    safeguard = not safeguard and (b - a) > width / 2
+  tau = a if abs(values[a] - target) <= abs(values[b] - target) else b
+  return float(tau), float(values[tau]), {'bracket': [float(a), float(b)], 'calls': calls,
+                                          'clamped': False}
+
+
+def _inverse_interpolation(values: dict[float, float], a: float, b: float,
+                           target: float) -> float:
+  """tau where the statistic meets `target`, by inverse quadratic interpolation through `a`,
+  `b` and the known tau nearest the interval (linear through `a`, `b` where that is not
+  monotone or lands outside (a, b))."""
+  linear = a + (target - values[a]) * (b - a) / (values[b] - values[a])
+  others = sorted((x for x in values if x not in (a, b)),
+                  key=lambda x: min(abs(x - a), abs(x - b)))
+  if not others:
+    return linear
+  xs = np.array(sorted([a, b, others[0]]))
+  ys = np.array([values[x] for x in xs]) - target
+  if not (np.all(np.diff(ys) > 0) or np.all(np.diff(ys) < 0)):
+    return linear
+  # Lagrange form of tau(y) through the three points, at y = 0.
+  tau = sum(xs[i] * np.prod([ys[j] / (ys[j] - ys[i]) for j in range(3) if j != i])
+            for i in range(3))
+  return float(tau) if a < tau < b else linear
+
+
+def align_layers(evaluate_rows: Callable[[np.ndarray], np.ndarray], targets: Sequence[float], *,
+                 increasing: bool, search: Callable[..., tuple[float, float, dict]],
+                 known_first: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> tuple[tuple[float, ...], tuple[float, ...], list[dict]]:
+  """One tau per layer, layers in order: layer i's tau is searched with layers < i at their
+  chosen taus and layers >= i at the candidate (the paper's future work).
+
+  Args:
+    evaluate_rows: `[t, n]` per-layer taus -> `[t, n]` the statistic of every layer.
+    targets: `[n]` the statistic per layer at L_tr.
+    increasing: whether the statistic grows with tau.
+    search: `bisect_search`- or `grid_search`-like, called as `search(evaluate, target,
+      known=...)`.
+    known_first: (taus `[g]`, `[g, n]` every layer's statistic with all layers at each tau),
+      e.g. Algorithm 1's sweep: exact for layer 0, whose statistic depends on its own tau only,
+      and for layer 1 at the tau layer 0 chooses.
+
+  Layers > i cannot change layer i's statistic, so each layer's value at its choice is final;
+  and the row that measured layer i at its chosen tau c also measured layer i + 1 at c, which
+  warm-starts layer i + 1's search.
+  """
+  n = len(targets)
+  measured: dict[tuple[float, ...], np.ndarray] = {}  # row of taus -> [n] statistic per layer
+  if known_first is not None:
+    for tau, row in zip(np.asarray(known_first[0], np.float64).tolist(), known_first[1]):
+      measured[(tau,) * n] = np.asarray(row, np.float64)
+  chosen: list[float] = []
+  values, infos = [], []
+  for i in range(n):
+    def rows_of(taus: np.ndarray) -> np.ndarray:
+      # [t] -> [t, n]: layers < i at their chosen taus, layers >= i at the candidate.
+      return np.concatenate([np.tile(chosen, (len(taus), 1)), np.tile(taus[:, None], n - i)], 1)
+
+    def evaluate(taus: np.ndarray, i: int = i) -> np.ndarray:
+      rows = rows_of(np.asarray(taus, np.float64))
+      out = np.asarray(evaluate_rows(rows), np.float64)  # [t, n]
+      measured.update(zip(map(tuple, rows.tolist()), out))
+      return out[:, i]
+
+    # What earlier rows already measured of layer i's statistic, at layers < i as chosen.
+    known = [(row[i], v[i]) for row, v in measured.items()
+             if list(row[:i]) == chosen and len(set(row[i:])) == 1]
+    known_pair = (np.array([k[0] for k in known]), np.array([k[1] for k in known]))
+    tau, value, info = search(evaluate, float(targets[i]), known=known_pair if known else None)
+    chosen.append(tau)
+    values.append(value)
+    infos.append(info)
+  return tuple(chosen), tuple(values), infos
