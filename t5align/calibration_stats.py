@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t5align import attention
+from t5align import batching
 from t5align import network
 from t5align import partitioning
 from t5align import validate
@@ -211,11 +212,11 @@ def encoder_attention_stats(
   fn = _stats_fn(config, mesh)
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
   params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
-  tb = -(-(tau_batch_size or len(taus)) // tau_axis) * tau_axis
+  tb = batching.round_up(tau_batch_size or len(taus), tau_axis)
   sums = np.zeros((2, len(taus), n))
   rows = 0.0
   for group in length_groups(tokens, width_multiple):
-    bb = -(-(batch_size or len(group)) // data_axis) * data_axis
+    bb = batching.round_up(batch_size or len(group), data_axis)
     for b0 in range(0, len(group), bb):
       batch = group[b0:b0 + bb]
       weight = _pad_rows(np.ones(len(batch)), bb, 0.0)  # [bb]; 0 on padded copies
@@ -252,7 +253,7 @@ def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -
     table = jnp.asarray(params['encoder']['relpos_bias']['rel_embedding'], jnp.float32)
     b, l, h, _ = q.shape
     valid = tokens > 0  # [b, l]
-    chunks = -(-l // chunk)
+    chunks = batching.ceil_div(l, chunk)
     q = jnp.pad(q, ((0, 0), (0, chunks * chunk - l), (0, 0), (0, 0)))
     valid_q = jnp.pad(valid, ((0, 0), (0, chunks * chunk - l))).astype(jnp.float32)
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
+from t5align import batching
 from t5align import checkpoints_store as store
 from t5align import fileio
 
@@ -117,7 +118,7 @@ def _zarr_spec(name: str, array: np.ndarray) -> dict[str, Any]:
   chunks = list(array.shape)
   while math.prod(chunks) * array.dtype.itemsize > _CHUNK_BYTES:  # Chunks of at most 64 MiB.
     i = int(np.argmax(chunks))
-    chunks[i] = -(-chunks[i] // 2)
+    chunks[i] = batching.ceil_div(chunks[i], 2)
   return {
       'driver': 'zarr',
       'dtype': array.dtype.name,

@@ -141,11 +141,14 @@ class Results:
 
 def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
                    lengths: Sequence[int]) -> str:
-  """Markdown: one row per strategy, one column per length, accuracy in percent."""
+  """Markdown: one row per strategy, one column per length, accuracy in percent with its
+  95% Wilson interval over the run's `num_examples` examples ('90 [79-96]')."""
+  trials = results['settings']['num_examples']
   table = []
   for row in rows:
     cells = [results['accuracy'].get(row, {}).get(task, {}).get(str(L)) for L in lengths]
-    table.append([ROW_LABELS[row], *('' if c is None else f'{c:.0f}' for c in cells)])
+    table.append([ROW_LABELS[row],
+                  *('' if c is None else report.accuracy_cell(c, trials) for c in cells)])
   return report.markdown_table(['', *map(str, lengths)], table)
 
 
@@ -377,7 +380,9 @@ def write_report(output_dir: str, results: Mapping[str, Any], rows: Sequence[str
       '## Dispersion (tau = 1)', '', '```', dispersion, '```', '',
   ]
   for task in train_data.TASKS:
-    parts += [f'## Accuracy: {task}', '', accuracy_table(results, rows, task, lengths), '']
+    parts += [f'## Accuracy: {task}', '',
+              'Accuracy (%) [95% Wilson interval] over the examples of each cell.', '',
+              accuracy_table(results, rows, task, lengths), '']
   parts += ['## Figures', '', '![accuracy](accuracy.png)', '',
             'Also: the statistic-vs-tau curves, relative-position bias and QQ plot PNGs beside '
             'this file (see analysis.json for their numbers).', '']

@@ -109,7 +109,7 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
     temperature = tuple(float(t) for t in temperature)
   else:
     temperature = float(temperature)
-  network.check_temperature(temperature, 'TEMPERATURE')
+  validate.temperatures(temperature, 'TEMPERATURE')
   return temperature_lib.Temperature(constant=temperature, label=label or '')
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from t5align import batching
 from t5align import network
 
 GiB = 2**30
@@ -65,8 +66,8 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
     taus: candidate temperatures per call (calibration; 1 for eval).
   """
   impl = network.encoder_attention_impl(config, length)
-  b = -(-batch_size // data_shards) * -(-taus // tau_shards)  # Rows on one device.
-  h = -(-config.num_heads // model_shards)
+  b = batching.ceil_div(batch_size, data_shards) * batching.ceil_div(taus, tau_shards)  # Rows on one device.
+  h = batching.ceil_div(config.num_heads, model_shards)
   params = _param_count(config) * np.dtype(params_dtype).itemsize // model_shards
   if impl == 'reference':
     attention = 4 * (2 * b * h * length * length + h * length * length)

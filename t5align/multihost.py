@@ -161,11 +161,11 @@ def process_rows(sharding: NamedSharding, num_rows: int) -> np.ndarray:
   devices span several data shards supplies all of them, in order. With data=1, or one process,
   every process supplies every row.
   """
-  slices = sharding.addressable_devices_indices_map((num_rows,)).values()
-  rows = set()
-  for index in slices:
-    rows.update(range(num_rows)[index[0]])
-  return np.array(sorted(rows), np.int64)
+  # Devices that share a data shard share its slice; distinct slices of one sharding do not
+  # overlap, so the rows are the distinct (start, stop, step) ranges, in order.
+  spans = sorted({index[0].indices(num_rows)
+                  for index in sharding.addressable_devices_indices_map((num_rows,)).values()})
+  return np.concatenate([np.arange(*span, dtype=np.int64) for span in spans])
 
 
 def global_batch(local: np.ndarray, sharding: NamedSharding, num_rows: int) -> jax.Array:

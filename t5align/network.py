@@ -58,7 +58,7 @@ class T5Config:
             f'T5Config.encoder_attention_temperature has {len(tau)} values; expected one float '
             f'or num_encoder_layers={self.num_encoder_layers}.')
       object.__setattr__(self, 'encoder_attention_temperature', tau)
-    check_temperature(tau, 'T5Config.encoder_attention_temperature')
+    validate.temperatures(tau, 'T5Config.encoder_attention_temperature')
     validate.float_dtype(self.dtype, 'T5Config.dtype')
     object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
@@ -85,15 +85,6 @@ def encoder_attention_impl(config: T5Config, length: int) -> str:
   return 'reference' if length <= config.blockwise_threshold else 'blockwise'
 
 
-def check_temperature(temperature: Any, name: str = 'temperature') -> None:
-  """Raises ValueError unless a concrete temperature is finite, > 0 and a normal float32.
-
-  Traced values (inside jit/vmap) cannot be inspected and are let through; callers that trace
-  temperatures (calibration, schedules) check them on the host before tracing.
-  """
-  validate.temperatures(temperature, name)
-
-
 def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
   """Normalizes a temperature to float32 `[1 or batch, num_layers]`.
 
@@ -101,7 +92,7 @@ def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
   a 2-D `[1 or batch, 1 or num_layers]` array. A 1-D vector whose length equals both `batch` and
   `num_layers` is ambiguous and rejected: pass `[batch, 1]` or `[1, num_layers]` instead.
   """
-  check_temperature(temperature)
+  validate.temperatures(temperature, 'temperature')
   tau = jnp.asarray(temperature, jnp.float32)
   if tau.ndim == 0:
     tau = tau.reshape(1, 1)

@@ -67,9 +67,13 @@ def test_accuracy_equals_recomputation(shortened):
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
   for task in train_data.TASKS:
     section = report.split(f'## Accuracy: {task}')[1]
-    cells = re.search(r'\| tau = 1 \| ([0-9]+) \| ([0-9]+) \|', section).groups()
-    assert [int(c) for c in cells] == [
+    found = re.search(r'\| tau = 1 \| ([0-9]+) \[([0-9]+)-([0-9]+)\] '
+                      r'\| ([0-9]+) \[([0-9]+)-([0-9]+)\] \|', section)
+    cells = [int(c) for c in found.groups()]
+    assert cells[0::3] == [
         round(results['accuracy']['tau=1'][task][str(L)]) for L in (reference_length, length)]
+    for value, low, high in zip(cells[0::3], cells[1::3], cells[2::3]):  # 95% Wilson bounds.
+      assert low <= value <= high and (low, high) != (0, 100), (task, cells)
 
 
 def _read_predictions(out: str, row: str, length: int, task: str) -> list[dict]:

@@ -47,7 +47,7 @@ def _copy(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
 @pytest.mark.parametrize('tau', [1e-50, 1e-40, 0.0, -0.5, float('nan'), float('inf'), 1e39])
 def test_temperature_outside_float32_or_nonpositive_is_refused(tau):
   with pytest.raises(ValueError, match=r'TEMPERATURE must be finite and > 0, in float32'):
-    network.check_temperature(tau, 'TEMPERATURE')
+    validate.temperatures(tau, 'TEMPERATURE')
   with pytest.raises(ValueError, match='must be finite and > 0'):
     network.T5Config(vocab_size=8, encoder_attention_temperature=tau)
   validate.temperatures([1e-30, 0.5, 3e38])  # Normal float32 values pass.
