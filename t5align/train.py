@@ -268,6 +268,7 @@ def train(*,
           per_example_loss: bool = False,
           mix: Mapping[str, float] | None = None,
           length_power: float = 1.0,
+          min_units: Mapping[str, int] | None = None,
           input_length: int = 256,
           target_length: int = 40,
           vocab_size: int = 1000,
@@ -295,6 +296,8 @@ def train(*,
     mix: task weights, e.g. {'passkey': 1, 'lines': 1, 'kv': 1}; None: equal.
     length_power: input budgets are `low + u**length_power * (input_length - low)` (see
       `train_data.Mix`); 2 favours short inputs.
+    min_units: per task, the fewest units an example has (`train_data.Mix.min_units`), e.g.
+      {'lines': 3}; None: each task's own minimum.
     input_length: L_tr; inputs (with EOS) have at most input_length tokens.
     target_length: decoder length (longest target with EOS).
     vocab_size: SentencePiece pieces, trained on the tasks' prompts on first run.
@@ -327,7 +330,8 @@ def train(*,
   if vocab.vocab_size > cfg.vocab_size:
     raise ValueError(f'{vocab.vocab_size} pieces do not fit config.vocab_size={cfg.vocab_size}.')
   task_mix = train_data.Mix(weights=dict(mix or {t: 1.0 for t in train_data.TASKS}),
-                            max_length=input_length, length_power=length_power)
+                            max_length=input_length, length_power=length_power,
+                            min_units=dict(min_units or {}))
 
   opt_config = OptimizerConfig(learning_rate=learning_rate, total_steps=num_steps,
                                warmup_steps=warmup_steps, weight_decay=weight_decay,

@@ -207,7 +207,8 @@ def fill(d: Draft, vocab: vocab_lib.Vocabulary, budget: int) -> Example:
 
 def eval_examples(task: str, vocab: vocab_lib.Vocabulary, length: int, num_examples: int,
                   seed: int) -> list[Example]:
-  """Held-out examples filled to `length` input tokens; example i uses rng (seed, task, length, i)."""
+  """Held-out examples filled to `length` input tokens; example i uses rng (seed, task, length,
+  i)."""
   t = TASKS.index(task)
   return [fill(draft(task, data.rng_for(seed, t, length, i), length), vocab, length)
           for i in range(num_examples)]
@@ -221,12 +222,17 @@ class Mix:
   and `low` the larger of `min_length` and the example's smallest size: power 1 is uniform,
   power 2 favours short inputs (cheaper steps, and attention that is less dispersed while the
   model first learns to find the answer) and still reaches `max_length`.
+
+  `min_units` raises a task's smallest example to that many units (`Draft`: lines for 'lines',
+  key-value pairs for 'kv', filler characters for the passkey tasks), e.g. {'lines': 3} so that
+  no line-retrieval example can be answered by copying its only number.
   """
 
   weights: Mapping[str, float]
   max_length: int = 256
   min_length: int = 0
   length_power: float = 1.0
+  min_units: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
   def probabilities(self) -> np.ndarray:
     w = np.array([float(self.weights.get(t, 0.0)) for t in TASKS])
@@ -235,6 +241,13 @@ class Mix:
       raise ValueError(f'bad mixture weights {dict(self.weights)}; tasks are {TASKS}.')
     return w / w.sum()
 
+  def __post_init__(self):
+    for task, units in self.min_units.items():
+      if task not in TASKS:
+        raise ValueError(f'min_units names unknown task {task!r}; tasks are {TASKS}.')
+      if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ValueError(f'min_units[{task!r}] must be a positive integer; got {units!r}.')
+
 
 def train_example(vocab: vocab_lib.Vocabulary, mix: Mix, seed: int, index: int) -> Example:
   """Training example `index`: task by `mix`, then its content, then its input budget (see
@@ -242,11 +255,12 @@ def train_example(vocab: vocab_lib.Vocabulary, mix: Mix, seed: int, index: int) 
   rng = data.rng_for(seed, index)
   task = TASKS[int(rng.choice(len(TASKS), p=mix.probabilities()))]
   d = draft(task, rng, mix.max_length)
+  d = dataclasses.replace(d, min_units=max(d.min_units, mix.min_units.get(task, 0)))
   smallest = len(_tokenize(vocab, d.build(d.min_units)[0]))
   low = max(mix.min_length, smallest)
   if low > mix.max_length:
-    raise ValueError(f'{task}: the smallest example has {smallest} tokens, over '
-                     f'max_length={mix.max_length}.')
+    raise ValueError(f'{task}: the smallest example ({d.min_units} units) has {smallest} tokens, '
+                     f'over max_length={mix.max_length}.')
   u = rng.random() ** mix.length_power
   return fill(d, vocab, low + int(u * (mix.max_length + 1 - low)))
 

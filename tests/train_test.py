@@ -191,6 +191,32 @@ def test_training_batches_are_deterministic_per_seed_and_fit_l_tr(shipped):
   assert len(set(lengths)) > 3  # Varied lengths.
 
 
+def test_min_units_sets_the_fewest_lines_and_pairs(shipped):
+  vocab = shipped[2]
+
+  def units(mix, n=40):
+    return [(ex.task, ex.meta['units'])
+            for ex in (train_data.train_example(vocab, mix, 0, i) for i in range(n))]
+
+  weights = {'lines': 1.0, 'kv': 1.0}
+  plain = units(train_data.Mix(weights, max_length=L_TR, length_power=2.0))
+  raised = units(train_data.Mix(weights, max_length=L_TR, length_power=2.0,
+                                min_units={'lines': 4, 'kv': 2}))
+  # Without it, short-biased budgets give 1-line and 1-pair examples; with it, none.
+  assert min(u for t, u in plain if t == 'lines') < 4
+  assert min(u for t, u in plain if t == 'kv') < 2
+  assert all(u >= {'lines': 4, 'kv': 2}[t] for t, u in raised), raised
+  assert [t for t, _ in plain] == [t for t, _ in raised]  # Same task draws: only budgets move.
+  with pytest.raises(ValueError, match="unknown task 'line'"):
+    train_data.Mix(weights, min_units={'line': 3})
+  with pytest.raises(ValueError, match=r"min_units\['lines'\] must be a positive integer; got 0"):
+    train_data.Mix(weights, min_units={'lines': 0})
+  with pytest.raises(ValueError, match=r'lines: the smallest example \(40 units\) has \d+ tokens, '
+                     'over max_length=256'):
+    train_data.train_example(vocab, train_data.Mix({'lines': 1.0}, max_length=L_TR,
+                                                   min_units={'lines': 40}), 0, 0)
+
+
 @pytest.mark.parametrize('task', train_data.TASKS)
 def test_examples_fill_the_budget_and_score(shipped, task):
   vocab = shipped[2]
