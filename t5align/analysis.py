@@ -19,6 +19,7 @@ from t5align import calibration
 from t5align import fileio
 from t5align import outputs
 from t5align import partitioning
+from t5align import validate
 
 
 def pyplot():
@@ -81,7 +82,7 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
     relative-position table 'rel_embedding' `[heads, buckets]`.
   """
   tokens = calibration.check_tokens(tokens)
-  grid = sorted(set(float(t) for t in calibration.check_taus(grid, 'grid')) | {1.0},
+  grid = sorted(set(float(t) for t in validate.temperature_array(grid, 'grid')) | {1.0},
                 reverse=True)
   all_lengths = [reference_length] + sorted(int(L) for L in set(lengths) if L != reference_length)
   for L in all_lengths[1:]:

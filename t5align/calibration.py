@@ -25,7 +25,6 @@ from jax.sharding import Mesh
 
 from t5align import network
 from t5align import partitioning
-from t5align import validate
 from t5align.calibration_closed_form import clamp_tau
 from t5align.calibration_closed_form import closed_form_tau
 from t5align.calibration_closed_form import log_length_tau
@@ -54,7 +53,6 @@ T5_EOS_ID = 1
 STATISTICS = ('pmax', 'entropy')
 STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_layer',
               'entropy_per_layer', 'log_length', 'prop1', 'prop2')
-check_taus = validate.temperature_array  # The name callers (schedule, analysis) know it by.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,7 +62,7 @@ class TemperatureSchedule:
       shapes = {np.shape(c.tau) for c in items}
       if len(shapes) != 1:
         raise ValueError(f'strategy {name!r} mixes scalar and per-layer taus: {shapes}.')
-      calibration.check_taus([np.ravel(c.tau) for c in items], f'{name} taus')
+      validate.temperature_array([np.ravel(c.tau) for c in items], f'{name} taus')
       cals[name] = items
     object.__setattr__(self, 'calibrations', cals)
     if self.strategy not in cals:
