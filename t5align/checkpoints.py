@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
+from t5align import fileio
 from t5align import network
 from t5align import validate
 # The readers, writer and shared names, importable from here as before the split.
@@ -41,7 +42,6 @@ from t5align.checkpoints_store import CheckpointReadError
 from t5align.checkpoints_store import exists
 from t5align.checkpoints_store import flatten_params
 from t5align.checkpoints_store import is_gcs
-from t5align.checkpoints_store import join
 from t5align.checkpoints_store import kvstore_spec
 from t5align.checkpoints_store import Params
 from t5align.checkpoints_store import unflatten_params
@@ -79,7 +79,7 @@ def detect_format(path: str) -> str:
   """One of `FORMATS` for a checkpoint path, from the files it holds."""
   path = str(path).rstrip('/')
   if is_gcs(path):
-    if posixpath.basename(path) == 'checkpoint' or exists(join(path, 'checkpoint')):
+    if posixpath.basename(path) == 'checkpoint' or exists(fileio.join(path, 'checkpoint')):
       return 't5x'
     return 't5x_orbax'
   if not os.path.exists(path) and not os.path.exists(path + '.index'):

@@ -86,11 +86,6 @@ def is_gcs(location: str) -> bool:
   return str(location).startswith('gs://')
 
 
-def join(base: str, *parts: str) -> str:
-  base = str(base)
-  return posixpath.join(base, *parts) if is_gcs(base) else os.path.join(base, *parts)
-
-
 def kvstore_spec(location: str) -> dict[str, str]:
   """A tensorstore kvstore spec for a local path or a `gs://bucket/path` URL."""
   location = str(location)

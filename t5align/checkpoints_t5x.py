@@ -44,7 +44,7 @@ def t5x_checkpoint_paths(path: str) -> tuple[str, str]:
              and (store.is_gcs(path) or os.path.isfile(path)))
   if is_file:
     return path, (posixpath.dirname(path) if store.is_gcs(path) else os.path.dirname(path))
-  return store.join(path, 'checkpoint'), path
+  return fileio.join(path, 'checkpoint'), path
 
 
 def resolve_ts_spec(spec: Mapping[str, Any], checkpoint_dir: str) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def resolve_ts_spec(spec: Mapping[str, Any], checkpoint_dir: str) -> dict[str, A
     location = f"gs://{kvstore['bucket']}/{rel}"
   elif driver in ('gcs', 'file', 'gfile'):
     is_absolute = store.is_gcs(rel) or rel.startswith(('/', 'file://'))
-    location = rel if is_absolute else store.join(checkpoint_dir, rel)
+    location = rel if is_absolute else fileio.join(checkpoint_dir, rel)
   else:
     raise store.CheckpointReadError(f'Unsupported tensorstore kvstore driver {driver!r} in {spec}')
   spec['kvstore'] = store.kvstore_spec(location.rstrip('/') + '/')
@@ -254,7 +254,7 @@ def _write_arrays(flat: Mapping[str, np.ndarray], tmp_dir: str,
 def orbax_state_dir(path: str) -> str:
   path = str(path).rstrip('/')
   path = path if store.is_gcs(path) else os.path.abspath(path)  # Orbax needs absolute paths.
-  return path if posixpath.basename(path) == 'state' else store.join(path, 'state')
+  return path if posixpath.basename(path) == 'state' else fileio.join(path, 'state')
 
 
 def orbax_params_metadata(path: str) -> tuple[str, str, Any]:
@@ -262,8 +262,9 @@ def orbax_params_metadata(path: str) -> tuple[str, str, Any]:
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
   state_dir = orbax_state_dir(path)
-  if not store.exists(store.join(state_dir, '_METADATA')):
-    raise FileNotFoundError(f'No Orbax checkpoint metadata at {store.join(state_dir, "_METADATA")}')
+  metadata_file = fileio.join(state_dir, '_METADATA')
+  if not store.exists(metadata_file):
+    raise FileNotFoundError(f'No Orbax checkpoint metadata at {metadata_file}')
   try:
     metadata = store.call(lambda: ocp.PyTreeCheckpointer().metadata(state_dir),
                           'Reading the Orbax metadata of', state_dir)
@@ -369,8 +370,8 @@ def lazy_orbax_arrays(state_dir: str, item: Any) -> dict[str, LazyArray]:
   key-value store (or its own folder without OCDBT), with Orbax's tensorstore context.
   """
   from orbax.checkpoint.serialization import ts_utils  # pylint: disable=g-import-not-at-top
-  flags = json.loads(store.read_bytes(store.join(state_dir, '_METADATA')))
-  use_ocdbt = flags.get('use_ocdbt', store.exists(store.join(state_dir, 'manifest.ocdbt')))
+  flags = json.loads(store.read_bytes(fileio.join(state_dir, '_METADATA')))
+  use_ocdbt = flags.get('use_ocdbt', store.exists(fileio.join(state_dir, 'manifest.ocdbt')))
   driver = 'zarr3' if flags.get('use_zarr3', False) else 'zarr'
   # NOTE: as Orbax reads: older Orbax skipped chunks equal to the fill value (absent = zeros);
   # newer Orbax writes every chunk, so an absent one is corruption.
@@ -381,10 +382,10 @@ def lazy_orbax_arrays(state_dir: str, item: Any) -> dict[str, LazyArray]:
       kvstore = {'driver': 'ocdbt', 'base': store.kvstore_spec(state_dir + '/'),
                  'path': metadata.name}
     else:
-      kvstore = store.kvstore_spec(store.join(state_dir, metadata.name) + '/')
+      kvstore = store.kvstore_spec(fileio.join(state_dir, metadata.name) + '/')
     specs[path] = {'driver': driver, 'kvstore': kvstore, 'recheck_cached_data': False,
                    'recheck_cached_metadata': False, 'fill_missing_data_reads': fill_missing}
-    where[path] = {'kvstore': store.kvstore_spec(store.join(state_dir, metadata.name))}
+    where[path] = {'kvstore': store.kvstore_spec(fileio.join(state_dir, metadata.name))}
   context = ts_utils.get_ts_context(use_ocdbt=use_ocdbt)
   return _lazy_ts_arrays(specs, where, context)
 
