@@ -89,9 +89,14 @@ def lines_examples(num_lines: int) -> Iterator[data.Example]:
     yield data.example(f'{num_lines}_lines/{line}', prompt, str(number), line=line)
 
 
+def lines_record(line_id: str, number: int) -> str:
+  """One line of LongEval's record: 'line <id>: REGISTER_CONTENT is <n>'."""
+  return f'line {line_id}: REGISTER_CONTENT is <{number}>'
+
+
 def lines_prompt(records: Sequence[tuple[str, int]], line_id: str) -> str:
-  """LongEval's prompt: header, one 'line <id>: REGISTER_CONTENT is <n>' per line, question."""
-  body = ''.join(f'line {k}: REGISTER_CONTENT is <{v}>\n' for k, v in records)
+  """LongEval's prompt: header, one `lines_record` per line, question."""
+  body = ''.join(lines_record(k, v) + '\n' for k, v in records)
   return LINES_HEADER + body + LINES_QUESTION.format(line_id)
 
 
@@ -116,9 +121,14 @@ def topics_examples(num_topics: int) -> Iterator[data.Example]:
 # Lost in the Middle key-value retrieval.
 
 
+def kv_record(key: str, value: str) -> str:
+  """One pair of the upstream prompt's JSON object: '"key": "value"'."""
+  return f'"{key}": "{value}"'
+
+
 def kv_prompt(records: Sequence[tuple[str, str]], key: str) -> str:
-  """The upstream prompt: one JSON object, one `"key": "value"` pair per line."""
-  pairs = [f'"{k}": "{v}"' for k, v in records]
+  """The upstream prompt: one JSON object, one `kv_record` per line."""
+  pairs = [kv_record(k, v) for k, v in records]
   body = '{' + ',\n '.join(pairs) + '}'
   return f'{KV_INSTRUCTION}\n\nJSON data:\n{body}\n\nKey: "{key}"\nCorresponding value:'
 

@@ -16,9 +16,9 @@ from t5align import network
 from t5align import train_data
 from t5align import vocab as vocab_lib
 
-# Greedy decoding steps per scoring family (`train_data.FAMILY`): a key or number of <= 5 digits,
-# or a 36-character UUID (+ EOS).
-DECODE_LENGTH = {'passkey': 8, 'lines': 8, 'kv': 40}
+# Greedy decoding steps per scoring family (`train_data.FAMILY`): a key of <= 5 digits (+ EOS),
+# a quoted line (<= 17 tokens with EOS) or a quoted key-value pair (<= 72 tokens with EOS).
+DECODE_LENGTH = {'passkey': 8, 'lines': 20, 'kv': 80}
 
 
 def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary,
@@ -38,8 +38,9 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
     temperature: encoder temperature (None: the config's), see `network.layer_temperatures`.
 
   Returns:
-    {task: [{'index', 'task', 'family', 'length', 'input_tokens', 'target', 'meta',
-    'prediction', 'accuracy'}]}; 'accuracy' is 0 or 1.
+    {task: [{'index', 'task', 'family', 'length', 'input_tokens', 'target', 'answer', 'meta',
+    'prediction', 'accuracy'}]}: 'target' is what the model is trained to write, 'answer' what
+    the score compares with (`train_data.Example.answer`); 'accuracy' is 0 or 1.
   """
   out = {}
   for task in tasks:
@@ -58,7 +59,8 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
         prediction = vocab.decode(row)
         records.append({'index': start + i, 'task': task, 'family': train_data.FAMILY[task],
                         'length': length, 'input_tokens': len(ex.input_ids),
-                        'target': ex.targets, 'meta': ex.meta, 'prediction': prediction,
+                        'target': ex.targets, 'answer': ex.answer, 'meta': ex.meta,
+                        'prediction': prediction,
                         'accuracy': ex.score(prediction)})
     out[task] = records
   return out

@@ -7,7 +7,12 @@ here with random line ids and numbers. Every example is drawn from a generator s
 only, so a (seed, index) pair always gives the same example, and is filled to a token budget:
 the largest number of filler characters / lines / key-value pairs whose input, with EOS, fits.
 
-Scores use `seqio_tasks.metrics.score_example` with the task's family (`FAMILY`).
+Targets: the pass key for passkey; for lines and key-value retrieval, the queried record quoted
+whole ('line amber-spoon: REGISTER_CONTENT is <2708>', '"<key>": "<value>"'), so the model names
+the record before its number or value: a lookup in two supervised steps (copy the queried id from
+the question, then continue the record that has it) instead of one. Scores use
+`seqio_tasks.metrics.score_example` with the task's family (`FAMILY`) against `Example.answer`,
+the number or value alone, as for any model's free-text answer.
 """
 from __future__ import annotations
 
@@ -118,8 +123,8 @@ def _lines_draft(rng: np.random.Generator, capacity: int) -> Draft:
 
   def build(n):
     q = min(int(depth * n), n - 1)
-    return (retrieval.lines_prompt(records[:n], records[q][0]), str(records[q][1]),
-            {'depth': q / max(n - 1, 1), 'units': n})
+    return (retrieval.lines_prompt(records[:n], records[q][0]), retrieval.lines_record(*records[q]),
+            {'depth': q / max(n - 1, 1), 'units': n, 'answer': str(records[q][1])})
   return Draft('lines', 1, capacity, build)
 
 
@@ -129,8 +134,9 @@ def _kv_draft(rng: np.random.Generator, capacity: int) -> Draft:
 
   def build(n):
     q = min(int(depth * n), n - 1)
-    return (retrieval.kv_prompt(records[:n], records[q][0]), records[q][1],
-            {'depth': q / max(n - 1, 1), 'key': records[q][0], 'units': n})
+    return (retrieval.kv_prompt(records[:n], records[q][0]), retrieval.kv_record(*records[q]),
+            {'depth': q / max(n - 1, 1), 'key': records[q][0], 'units': n,
+             'answer': records[q][1]})
   return Draft('kv', 1, capacity, build)
 
 
@@ -158,8 +164,13 @@ class Example:
 
   def score(self, prediction: str) -> float:
     from seqio_tasks import metrics  # pylint: disable=g-import-not-at-top
-    return metrics.score_example(FAMILY[self.task], {'target': self.targets, 'meta': self.meta},
+    return metrics.score_example(FAMILY[self.task], {'target': self.answer, 'meta': self.meta},
                                  prediction)['accuracy']
+
+  @property
+  def answer(self) -> str:
+    """What the metric compares with: the number or value, where `targets` quotes its record."""
+    return self.meta.get('answer', self.targets)
 
 
 def _tokenize(vocab: vocab_lib.Vocabulary, text: str) -> list[int]:

@@ -103,9 +103,10 @@ def test_accuracy_rescored_from_written_predictions(shortened):
         records = _read_predictions(out, row, L, task)
         examples = train_data.eval_examples(task, vocab, L, NUM_EXAMPLES, demo.EVAL_SEED)
         assert [r['index'] for r in records] == list(range(NUM_EXAMPLES)), path
-        assert [r['target'] for r in records] == [e.targets for e in examples], path
+        assert [(r['target'], r['answer']) for r in records] == [
+            (e.targets, e.answer) for e in examples], path
         assert all(r['input_tokens'] <= L for r in records), path
-        hits = np.array([RESCORE[train_data.FAMILY[task]](r['target'], r['prediction'])
+        hits = np.array([RESCORE[train_data.FAMILY[task]](r['answer'], r['prediction'])
                          for r in records], np.float64)
         assert results['accuracy'][row][task][str(L)] == pytest.approx(100.0 * hits.mean(),
                                                                        abs=1e-9), path

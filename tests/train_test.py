@@ -167,7 +167,7 @@ def test_training_batches_are_deterministic_per_seed_and_fit_l_tr(shipped):
   mix = train_data.Mix({'passkey': 1.0, 'lines': 1.0, 'kv': 1.0}, max_length=L_TR)
 
   def take(seed, n, start=0):
-    it = train_data.train_batches(vocab, mix, seed=seed, batch_size=4, target_length=40,
+    it = train_data.train_batches(vocab, mix, seed=seed, batch_size=4, target_length=80,
                                   start_step=start)
     return [next(it) for _ in range(n)]
 
@@ -226,9 +226,18 @@ def test_examples_fill_the_budget_and_score(shipped, task):
     assert L_TR - 80 < len(ex.input_ids) <= L_TR, len(ex.input_ids)
     assert ex.input_ids == tuple(vocab.encode(ex.inputs)) + (vocab.eos_id,)
     assert vocab.decode(ex.target_ids) == ex.targets
-    assert ex.score(ex.targets) == 1.0
+    assert ex.score(ex.targets) == 1.0 and ex.score(ex.answer) == 1.0
     assert ex.score('0') == 0.0
     assert ex.targets in ex.inputs
+  if task == 'lines':  # The target quotes the queried line; the answer is its number.
+    for ex in examples:
+      queried = re.search(r'in line (\S+)\? I need the number', ex.inputs).group(1)
+      number = re.search(rf'\nline {queried}: REGISTER_CONTENT is <(\d+)>\n', ex.inputs).group(1)
+      assert (ex.targets, ex.answer) == (f'line {queried}: REGISTER_CONTENT is <{number}>', number)
+  if task == 'kv':  # The target quotes the queried pair; the answer is its value.
+    for ex in examples:
+      value = re.search(rf'"{ex.meta["key"]}": "([0-9a-f-]{{36}})"', ex.inputs).group(1)
+      assert (ex.targets, ex.answer) == (f'"{ex.meta["key"]}": "{value}"', value)
 
 
 def test_passkey_decoys_examples(shipped):
