@@ -17,12 +17,17 @@ ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assets', '
 VOCAB_FILE = 'sentencepiece.model'
 
 
-def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_lib.Vocabulary]:
-  """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/."""
+def checkpoint_dir(path: str = ASSET_DIR) -> str:
+  """The one `checkpoint_N/` folder (a T5X legacy checkpoint) of a model directory."""
   found = sorted(glob.glob(os.path.join(path, 'checkpoint_*')))
   if len(found) != 1:
     raise FileNotFoundError(f'expected one checkpoint_N/ in {path}; found {found}.')
-  params, config = checkpoints.load_params(found[0])
+  return found[0]
+
+
+def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_lib.Vocabulary]:
+  """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/."""
+  params, config = checkpoints.load_params(checkpoint_dir(path))
   return params, config, vocab_lib.Vocabulary(os.path.join(path, VOCAB_FILE))
 
 

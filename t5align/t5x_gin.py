@@ -9,10 +9,10 @@ seqio tasks; they reference these functions through gin's dynamic registration:
 """
 from __future__ import annotations
 
-import glob
 import os
 from typing import Any
 
+from t5align import assets
 from t5align.assets import ASSET_DIR
 from t5align.assets import VOCAB_FILE
 
@@ -59,10 +59,7 @@ def check_no_temperature(config: Any, temperature: Any = None) -> Any:
 
 def shipped_checkpoint(model_dir: str = ASSET_DIR) -> str:
   """The one `checkpoint_N/` folder of the shipped model (a T5X legacy checkpoint)."""
-  found = sorted(glob.glob(os.path.join(model_dir, 'checkpoint_*')))
-  if len(found) != 1:
-    raise FileNotFoundError(f'expected one checkpoint_N/ in {model_dir}; found {found}.')
-  return found[0]
+  return assets.checkpoint_dir(model_dir)
 
 
 def shipped_vocabulary(model_dir: str = ASSET_DIR) -> str:

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from t5align import assets
 from t5align import memory
 from t5align import network
 
@@ -90,7 +91,7 @@ def test_eval_cli_refuses_before_compiling(tmp_path, monkeypatch):
     with pytest.raises(memory.DoesNotFitError, match=r'BATCH_SIZE \(now 100000\) lower'):
       t5align_eval.main([
           '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
-          f'--gin.CHECKPOINT_PATH={model}/checkpoint_2400', f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
+          f'--gin.CHECKPOINT_PATH={assets.checkpoint_dir(str(model))}', f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
           '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
           '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
           '--gin.BATCH_SIZE=100000'])  # 10^5 rows of ~2k tokens: terabytes of activations.
