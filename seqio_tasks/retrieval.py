@@ -5,7 +5,7 @@ with what the metrics need beyond 'targets'. Nothing here imports seqio.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from seqio_tasks import data
 
@@ -94,9 +94,10 @@ def lines_record(line_id: str, number: int) -> str:
   return f'line {line_id}: REGISTER_CONTENT is <{number}>'
 
 
-def lines_prompt(records: Sequence[tuple[str, int]], line_id: str) -> str:
-  """LongEval's prompt: header, one `lines_record` per line, question."""
-  body = ''.join(lines_record(k, v) + '\n' for k, v in records)
+def lines_prompt(records: Sequence[tuple[str, int]], line_id: str,
+                 record: Callable[[str, int], str] = lines_record) -> str:
+  """LongEval's prompt: header, one `record` (LongEval's `lines_record`) per line, question."""
+  body = ''.join(record(k, v) + '\n' for k, v in records)
   return LINES_HEADER + body + LINES_QUESTION.format(line_id)
 
 

@@ -240,6 +240,23 @@ def test_examples_fill_the_budget_and_score(shipped, task):
       assert (ex.targets, ex.answer) == (f'"{ex.meta["key"]}": "{value}"', value)
 
 
+def test_lines_near_is_a_training_only_lines_task_with_short_records(shipped):
+  vocab = shipped[2]
+  [ex] = train_data.eval_examples('lines_near', vocab, L_TR, 1, seed=3)
+  queried = re.search(r'in line (\S+)\? I need the number', ex.inputs).group(1)
+  records = re.findall(r'\nline (\S+): <(\d+)>(?=\n)', ex.inputs)
+  assert len(records) >= 2 and 'REGISTER_CONTENT is' not in ex.inputs.split('\n\n')[-2]
+  number = dict(records)[queried]
+  assert (ex.targets, ex.answer) == (f'line {queried}: <{number}>', number)
+  assert ex.score(f'The number is {number}.') == 1.0
+  assert 'lines_near' not in train_data.TASKS  # Never evaluated or reported.
+  mix = train_data.Mix({'lines_near': 1.0}, max_length=L_TR, min_units={'lines_near': 2})
+  assert {train_data.train_example(vocab, mix, 0, i).task for i in range(3)} == {'lines_near'}
+  with pytest.raises(ValueError,
+                     match=r"bad mixture weights \{'line_near': 1.0\}; tasks are .*'lines_near'"):
+    train_data.Mix({'line_near': 1.0}).probabilities()
+
+
 def test_passkey_decoys_examples(shipped):
   vocab = shipped[2]
   for ex in train_data.eval_examples('passkey_decoys', vocab, L_TR, 8, seed=5):
