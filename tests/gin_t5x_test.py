@@ -396,7 +396,7 @@ def test_finetune_trains_the_shipped_model_with_a_temperature():
   data = run['train_dataset_cfg']
   assert (data.mixture_or_task_name, data.split, data.shuffle, data.pack, data.use_cached) == (
       't5align_train_retrieval', 'train', True, False, False)
-  assert data.task_feature_lengths == {'inputs': 256, 'targets': 40}
+  assert data.task_feature_lengths == {'inputs': 256, 'targets': 80}
   assert run['train_eval_dataset_cfg'] is None and run['infer_eval_dataset_cfg'] is None
   assert run['checkpoint_cfg'].restore.path == '/init/checkpoint_2400'
   # The task exists with a train split and a shuffle buffer, as t5x.train needs.

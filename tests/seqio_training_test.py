@@ -11,7 +11,7 @@ from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-
 from t5align import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import vocab as vocab_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-LENGTHS = {'inputs': 256, 'targets': 40}
+LENGTHS = {'inputs': 256, 'targets': 80}  # gin/t5x/finetune.gin's TASK_FEATURE_LENGTHS
 
 
 @pytest.fixture(autouse=True)
