@@ -5,7 +5,8 @@ time (`lax.scan`) with flash-attention accumulators, so the largest intermediate
 `[b, h, block_q, block_k]`: memory is O(L * block), never `[L, L]`. The relative-position bias of a
 tile is one lookup in `attention.bias_by_offset` (`[heads, 2 * MAX_DISTANCE + 1]`, built once per
 call from the `[heads, 32]` table: every offset beyond `MAX_DISTANCE` shares its side's last
-bucket), so no tile computes buckets; the padding/segment mask comes from the segment ids.
+bucket), so no tile computes buckets, and a tile lying wholly beyond `MAX_DISTANCE` adds one
+value per head without a lookup; the padding/segment mask comes from the segment ids.
 Block sizes are arguments (T5Config.attention_block_q / _k); None picks `default_blocks()` for
 the backend. Same math as 'reference' (see attention.py):
 `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
@@ -73,14 +74,26 @@ def block_logits(
   qk = qk.astype(qk_dtype).astype(jnp.float32)
   q_pos = q_start + jnp.arange(bq, dtype=jnp.int32)  # [bq]
   k_pos = k_start + jnp.arange(bk, dtype=jnp.int32)  # [bk]
-  # [h, 2 * MAX_DISTANCE + 1] -> [h, bq, bk]
-  relpos = jnp.take(bias_by_offset, attention.offset_index(q_pos, k_pos), axis=1)
   # [b, 1, bq, bk]
   mask = attention.mask_from_ids(q_ids, k_ids)
   if not bidirectional:
     mask = mask & (k_pos[None, :] <= q_pos[:, None])
-  # [b, h, bq, bk] + [1, h, bq, bk] -> [b, h, bq, bk]
-  return qk + relpos[None], mask
+
+  def near():
+    # [h, 2 * MAX_DISTANCE + 1] -> [h, bq, bk]
+    relpos = jnp.take(bias_by_offset, attention.offset_index(q_pos, k_pos), axis=1)
+    # [b, h, bq, bk] + [1, h, bq, bk] -> [b, h, bq, bk]
+    return qk + relpos[None]
+
+  # A tile whose every offset is beyond MAX_DISTANCE on one side has one bias per head (the
+  # table's first or last column): added as [1, h, 1, 1], no per-element lookup. At long
+  # lengths nearly every tile is such a tile.
+  far_left = q_start - (k_start + bk - 1) >= attention.MAX_DISTANCE
+  far_right = k_start - (q_start + bq - 1) >= attention.MAX_DISTANCE
+  branch = jnp.where(far_right, 2, jnp.where(far_left, 1, 0))
+  logits = jax.lax.switch(branch, (near, lambda: qk + bias_by_offset[None, :, 0, None, None],
+                                   lambda: qk + bias_by_offset[None, :, -1, None, None]))
+  return logits, mask
 
 
 def init_carry(shape: tuple[int, ...], depth: int):

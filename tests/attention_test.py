@@ -81,7 +81,10 @@ CASES = {
     'encoder_bf16_f32_logits': (True, jnp.bfloat16, True, np.array([1.0, 0.5], np.float32)),
     'causal_bf16': (False, jnp.bfloat16, False, np.array([1.2, 0.9], np.float32)),
 }
-IMPLS = [  # (impl, block_q, block_k, cases)
+# (impl, block_q, block_k, cases). At length 300, 128 x 128 and 128 x 64 blocks give blockwise
+# tiles of all three bias kinds: near the diagonal (table lookup), wholly beyond MAX_DISTANCE to
+# the left and to the right (one value per head).
+IMPLS = [
     ('blockwise', 128, 128, list(CASES)),
     ('blockwise', 128, 64, ['encoder_f32_per_example_tau', 'causal_f32']),
 ]
