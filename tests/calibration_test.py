@@ -35,11 +35,13 @@ def test_stats_match_t5x_fixtures(load_t5x_fixture, name):
   assert stats.rows == int(np.sum(ref['encoder_input_tokens'] > 0))
 
 
-def test_vmap_over_taus_equals_python_loop(tiny):
+# tau_chunk: all four taus vmapped at once; one at a time; 3 then 1 (`lax.map` with a rest).
+@pytest.mark.parametrize('tau_chunk', [None, 1, 3])
+def test_vmap_over_taus_equals_python_loop(tiny, tau_chunk):
   config, params, ref = tiny
   tokens = ref['encoder_input_tokens']  # Two rows of different lengths (one padded).
   taus = np.array([[1.0, 1.0], [0.8, 0.8], [0.7, 0.9], [0.55, 0.55]])
-  stats = calibration.encoder_attention_stats(params, config, tokens, taus)
+  stats = calibration.encoder_attention_stats(params, config, tokens, taus, tau_chunk=tau_chunk)
   model = network.Transformer(config)
   encode = jax.jit(lambda example, tau: model.apply(
       {'params': params}, example, method='encode', enable_dropout=False, temperature=tau,
