@@ -11,9 +11,11 @@ Run from the repository root:
 
 
 Random weights. 'forward' is one encoder pass (batch 1); 'calibration' is the encoder's mean
-P_max/entropy at 11 temperatures (t5align: `jax.vmap` over tau; HF: 11 passes with tau applied by
-setting T5Attention.scaling = 1/tau and dividing the shared position bias by tau, statistics taken
-in forward hooks). 'decode' is greedy decoding of `DECODE_TOKENS` tokens (EOS disabled) by the
+P_max/entropy at 11 temperatures (t5align: `calibration_stats.encoder_attention_stats`, the
+compiled sweep calibration runs, taus vmapped `default_tau_chunk()` at a time; HF: 11 passes with
+tau applied by setting T5Attention.scaling = 1/tau and dividing the shared position bias by tau,
+statistics taken in forward hooks; HF draws its own random weights, so its statistics are of
+another model and differ in value). 'decode' is greedy decoding of `DECODE_TOKENS` tokens (EOS disabled) by the
 T5 1.1 small shapes (8+8 layers) over a random `[1, L, e]` encoder output, one row with the
 cross-attention keys/values projected once into the decode cache ('cached', what
 `decoding.greedy` does) and one projecting them at every token ('per_step', t5x's way);
@@ -136,6 +138,7 @@ def _check_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   length = spec['length']
   config = _config(spec)
@@ -153,14 +156,9 @@ def _check_worker(spec: dict) -> dict:
           {'params': p}, t, method=model.encode, enable_dropout=False))(params, tokens)
       for_impl[impl] = np.asarray(out, np.float64)[real]
     else:
-      def stats(p, t, tau, model=model):
-        _, state = model.apply({'params': p}, t, method=model.encode, enable_dropout=False,
-                               temperature=tau, mutable=['intermediates'])
-        return network.mean_row_stats(
-            network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))
-      fn = jax.jit(jax.vmap(stats, in_axes=(None, None, 0)))
-      out = fn(params, tokens, jnp.asarray([1.0, 0.75, 0.5], jnp.float32))
-      for_impl[impl] = {k: np.asarray(out[k], np.float64) for k in ('pmax', 'entropy')}
+      out = calibration_stats.encoder_attention_stats(params, model.config, tokens,
+                                                      [1.0, 0.75, 0.5])
+      for_impl[impl] = {'pmax': out.pmax, 'entropy': out.entropy}
   got, ref = for_impl[spec['impl']], for_impl['reference']
   if spec['kind'] == 'forward':
     result['out_rel_err'] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
@@ -206,7 +204,7 @@ def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   dtype = jnp.dtype(spec['dtype'])
@@ -221,25 +219,19 @@ def _jax_worker(spec: dict) -> dict:
       jax.random.randint(jax.random.PRNGKey(1), (1, spec['length']), 2, config.vocab_size),
       partitioning.replicated(mesh))
 
-  def stats(params, tokens, tau):
-    _, state = model.apply({'params': params}, tokens, method=model.encode, enable_dropout=False,
-                           temperature=tau, mutable=['intermediates'])
-    return network.mean_row_stats(
-        network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))
-
   if spec['kind'] == 'forward':
     fn = partitioning.partition(lambda p, t: model.apply({'params': p}, t, method=model.encode,
                                                          enable_dropout=False), mesh)
     call = lambda: fn(params, tokens)
-  else:
-    fn = partitioning.partition(
-        jax.vmap(stats, in_axes=(None, None, 0), spmd_axis_name='tau'), mesh)
-    taus = partitioning.global_array(np.asarray(TAUS, np.float32), NamedSharding(mesh, P('tau')))
-    call = lambda: fn(params, tokens, taus)
+  else:  # What calibration runs: the library's compiled sweep (taus over 'tau', chunked).
+    host_tokens = np.asarray(tokens)
+    call = lambda: calibration_stats.encoder_attention_stats(params, config, host_tokens, TAUS,
+                                                             mesh=mesh)
   result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'])
   if spec['kind'] == 'calibration':
-    result['pmax'] = [round(float(x), 5) for x in out['pmax']]
-    result['entropy'] = [round(float(x), 4) for x in out['entropy']]
+    result['pmax'] = [round(float(x), 5) for x in out.pmax]
+    result['entropy'] = [round(float(x), 4) for x in out.entropy]
+    result['tau_chunk'] = calibration_stats.default_tau_chunk()
   weights = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   return {**result, 'device': str(jax.devices()[0].device_kind), 'mesh': dict(mesh.shape),
           'weights_bytes': int(weights), 'baseline_rss_bytes': baseline}

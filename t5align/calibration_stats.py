@@ -117,8 +117,12 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _stats_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None) -> Callable:
+def _stats_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
+              parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
   """jit of per-example, per-layer row-statistic sums (summed over heads) for `[t, n]` taus.
+
+  `parts`: the top-level keys of the params it is called with (the encoder needs 'encoder' and
+  'token_embedder' only, so a tree without the decoder is enough).
 
   The taus are vmapped: all at once with `tau_chunk` None, else `tau_chunk` at a time in a
   `lax.map` inside the same call (per device, over the device's share of the taus).
@@ -155,8 +159,9 @@ def _stats_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None
 
   if mesh is None:
     return jax.jit(all_taus)
+  shardings = partitioning.param_shardings(config, mesh)
   return partitioning.partition(
-      all_taus, mesh, in_shardings=(partitioning.param_shardings(config, mesh),
+      all_taus, mesh, in_shardings=({k: shardings[k] for k in parts},
                                     partitioning.batch_sharding(mesh, 2), _tau_sharding(mesh)),
       out_shardings=partitioning.replicated(mesh))
 
@@ -217,7 +222,7 @@ def encoder_attention_stats(
   one compilation per width.
 
   Args:
-    params: the T5X 'params' tree.
+    params: the T5X 'params' tree, or its 'encoder' and 'token_embedder' alone.
     config: the model config.
     tokens: int `[b, l]` encoder inputs, 0 = (trailing) padding.
     temperatures: `[t]` (one tau for every layer) or `[t, n]` (one per layer), finite and > 0.
@@ -242,7 +247,7 @@ def encoder_attention_stats(
     tau_chunk = default_tau_chunk()
   elif tau_chunk is not None:
     validate.positive_int(tau_chunk, 'tau_chunk')
-  fn = _stats_fn(config, mesh, tau_chunk)
+  fn = _stats_fn(config, mesh, tau_chunk, tuple(sorted(params)))
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
   params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
   tb = batching.round_up(tau_batch_size or len(taus), tau_axis)

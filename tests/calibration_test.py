@@ -62,6 +62,20 @@ def test_vmap_over_taus_equals_python_loop(tiny, tau_chunk):
   np.testing.assert_allclose(scalar.layer_pmax[0], stats.layer_pmax[1], rtol=1e-6)
 
 
+def test_stats_need_only_the_encoder_and_embedder(tiny):
+  """A params tree without the decoder (half the weights of a large model) gives the same
+  statistics, on a mesh too (its compiled call takes shardings for the parts it is given)."""
+  config, params, ref = tiny
+  tokens = ref['encoder_input_tokens']
+  encoder_only = {k: params[k] for k in ('encoder', 'token_embedder')}
+  full = calibration.encoder_attention_stats(params, config, tokens, [1.0, 0.7])
+  mesh = partitioning.calibration_mesh(1, 1, 1)
+  for tree, m in ((encoder_only, None), (encoder_only, mesh), (params, mesh)):
+    got = calibration.encoder_attention_stats(tree, config, tokens, [1.0, 0.7], mesh=m)
+    np.testing.assert_allclose(got.layer_pmax, full.layer_pmax, rtol=1e-6)
+    np.testing.assert_allclose(got.layer_entropy, full.layer_entropy, rtol=1e-6)
+
+
 # Meshes (8 simulated devices) against one device: tests/partitioning_test.py.
 
 
