@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import attention_bench
 from benchmarks import encoder_bench
+from t5align import calibration_stats
 
 
 def _args(argv):
@@ -50,6 +51,22 @@ def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
   assert check['all_finite'] and check['out_rel_err'] < 1e-5 and check['length'] == 160, check
   assert forward['weights_bytes'] == 4 * sum(  # tiny: embedding + 2 encoder layers + norms.
       [128 * 64, 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64), 4 * 32, 64])
+
+
+def test_encoder_bench_calibration_row_is_the_library_sweep(capsys):
+  """The calibration row times `calibration_stats.encoder_attention_stats` (checked first against
+  'reference'); its statistics are the same sweep's, in the paper grid's order."""
+  encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths', '--lengths'])
+  (row,) = json.loads(capsys.readouterr().out)['rows']
+  assert (row['kind'], row['impl'], row['length']) == ('calibration', 'blockwise', 128)
+  assert 'error' not in row and row['seconds'] > 0, row
+  check = row['check_vs_reference']
+  assert check['all_finite'] and check['pmax_max_abs_err'] < 1e-5, check
+  assert row['tau_chunk'] == calibration_stats.default_tau_chunk() == 1  # CPU.
+  # Sharper with lower tau: P_max rises and entropy falls along 1.0, 0.95, ..., 0.5.
+  assert len(row['pmax']) == len(encoder_bench.TAUS) == 11
+  assert all(a < b for a, b in zip(row['pmax'], row['pmax'][1:]))
+  assert all(a > b for a, b in zip(row['entropy'], row['entropy'][1:]))
 
 
 def test_encoder_bench_skips_hf_past_its_time_limit():
