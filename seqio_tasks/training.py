@@ -8,7 +8,8 @@ Registered (with seqio) as
 each with the splits
   'train'       an endless stream: example i is `train_data.train_example(vocab, mix, seed, i)`,
                 inputs filled to a budget of at most `input_length` tokens (with EOS), skewed to
-                short ones by `length_power`, as the shipped model was trained;
+                short ones by `length_power`, with at least `min_units` lines / key-value pairs,
+                as the shipped model was trained;
   'validation'  `validation_examples` held-out examples per task at `input_length` tokens.
 Shuffled with a buffer of SHUFFLE_BUFFER_SIZE examples when a split is read with shuffle=True
 (t5x.train does); the seqio seed then also picks where the 'train' stream starts, so each run
@@ -33,21 +34,27 @@ from seqio_tasks import metrics
 from seqio_tasks import tasks
 
 SHUFFLE_BUFFER_SIZE = 1000
-# Task name (without the prefix) -> train_data mixture weights.
+# Task name (without the prefix) -> train_data mixture weights ('lines_near' is training-only:
+# it has no validation examples).
 MIXES = {
-    'train_retrieval': {'passkey': 1.0, 'passkey_decoys': 2.0, 'lines': 1.0, 'kv': 1.0},
+    'train_retrieval': {'passkey': 0.5, 'passkey_decoys': 0.5, 'lines': 3.0, 'lines_near': 2.0,
+                        'kv': 1.5},
     'train_passkey': {'passkey': 1.0, 'passkey_decoys': 1.0},
-    'train_lines': {'lines': 1.0},
+    'train_lines': {'lines': 1.0, 'lines_near': 1.0},
     'train_kv': {'kv': 1.0},
 }
+# The shipped model's fewest lines / key-value pairs per training example (`train_data.Mix`).
+MIN_UNITS = {'lines': 2, 'lines_near': 2, 'kv': 2}
 _VALIDATION_SEED = 1000  # As gin/runs/train_retrieval.gin's eval_seed: not a training stream.
 
 
 @gin.configurable(module='seqio_tasks')
 def training_options(*, seed: int = 0, input_length: int = 256, length_power: float = 2.0,
-                     validation_examples: int = 50) -> dict:
-  """The training tasks' stream seed, input budget (L_tr), length skew and validation size."""
+                     min_units: dict | None = None, validation_examples: int = 50) -> dict:
+  """The training tasks' stream seed, input budget (L_tr), length skew, fewest units per task
+  (None: `MIN_UNITS`, the shipped model's) and validation size."""
   return dict(seed=seed, input_length=input_length, length_power=length_power,
+              min_units=dict(MIN_UNITS if min_units is None else min_units),
               validation_examples=validation_examples)
 
 
@@ -58,7 +65,7 @@ def _examples(name: str, split: str, start: int) -> Iterator[dict]:
   weights = MIXES[name]
   if split == 'train':
     mix = train_data.Mix(weights, max_length=opts['input_length'],
-                         length_power=opts['length_power'])
+                         length_power=opts['length_power'], min_units=opts['min_units'])
     index = start
     while True:
       yield _record(name, index, train_data.train_example(vocab, mix, opts['seed'], index))

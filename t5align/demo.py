@@ -210,7 +210,7 @@ def plot_accuracy(results: Mapping[str, Any], rows: Sequence[str], lengths: Sequ
 @outputs.claims('output_dir', '--output_dir')
 def run(*, output_dir: str = 'demo_output', model_dir: str = assets.ASSET_DIR,
         lengths: Sequence[int] | None = None, strategies: Sequence[str] = STRATEGIES,
-        num_examples: int = 20, num_samples: int = 1, batch_size: int = 20,
+        num_examples: int = 50, num_samples: int = 1, batch_size: int = 50,
         attention_impl: str = 'blockwise') -> dict[str, Any]:
   """Runs (or resumes) the whole demo; returns the results dict also written to results.json.
 
@@ -397,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--model_dir', default=assets.ASSET_DIR)
   parser.add_argument('--lengths', type=int, nargs='+')
   parser.add_argument('--strategies', nargs='+', default=list(STRATEGIES))
-  parser.add_argument('--num_examples', type=int, default=20)
+  parser.add_argument('--num_examples', type=int, default=50)
   parser.add_argument('--num_samples', type=int, default=1)
   parser.add_argument('--attention_impl', default='blockwise')
   args = parser.parse_args(argv)

@@ -36,7 +36,8 @@ def test_train_split_is_the_shipped_model_s_training_stream():
   examples = _take('t5align_train_retrieval', 'train', 4, shuffle=False, seed=None)
   # Unshuffled from seed None: examples 0..3 of train_data's stream (seed 0), same tokens.
   vocab = vocab_lib.Vocabulary(t5x_gin.shipped_vocabulary())
-  mix = train_data.Mix(training.MIXES['train_retrieval'], max_length=256, length_power=2.0)
+  mix = train_data.Mix(training.MIXES['train_retrieval'], max_length=256, length_power=2.0,
+                       min_units=training.MIN_UNITS)
   for i, ex in enumerate(examples):
     expected = train_data.train_example(vocab, mix, 0, i)
     assert ex['id'].decode() == f'train_retrieval/{i}'

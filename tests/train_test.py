@@ -311,16 +311,26 @@ def test_shipped_asset_has_the_documented_config_and_size(shipped):
 
 
 def test_shipped_model_reproduces_its_documented_accuracy_at_l_tr(shipped):
-  """training.json's held-out accuracy at L_tr (tau = 1), recomputed for the passkey tasks."""
+  """training.json's held-out accuracy at L_tr (tau = 1), recomputed from the model: every task,
+  and the thresholds issue 15 sets (lines >= 90%, kv >= 80%, passkey kept)."""
   params, config, vocab = shipped
   record = json.loads((pathlib.Path(assets.ASSET_DIR) / 'training.json').read_text())
   # The run's evaluation settings (gin/runs/train_retrieval.gin), as recorded.
   for binding in ('EVAL_EXAMPLES = 50', 'train.train.eval_seed = 1000',
                   'train.train.eval_batch_size = 8'):
     assert f'\n{binding}\n' in record['gin_config'], binding
-  tasks = ('passkey', 'passkey_decoys')
-  accuracy = heldout.retrieval_accuracy(network.Transformer(config), params, vocab, tasks=tasks,
+  accuracy = heldout.retrieval_accuracy(network.Transformer(config), params, vocab,
                                         length=L_TR, num_examples=50, seed=1000, batch_size=8)
-  documented = record['summary']['eval'][str(L_TR)]
-  assert accuracy == {t: documented[t] for t in tasks}
-  assert min(accuracy.values()) >= 95.0  # What TRAINING.md claims for L_tr.
+  assert accuracy == record['summary']['eval'][str(L_TR)]
+  assert accuracy['lines'] >= 90.0 and accuracy['kv'] >= 80.0, accuracy
+  assert min(accuracy['passkey'], accuracy['passkey_decoys']) >= 95.0, accuracy
+
+
+def test_shipped_model_retrieves_lines_on_a_sample_it_was_never_chosen_on(shipped):
+  """Lines at L_tr on 50 examples of another seed than the one training and model selection
+  looked at (1000): the claim holds beyond the sample it was read from."""
+  params, config, vocab = shipped
+  accuracy = heldout.retrieval_accuracy(network.Transformer(config), params, vocab,
+                                        tasks=('lines',), length=L_TR, num_examples=50,
+                                        seed=4242, batch_size=25)
+  assert accuracy['lines'] >= 90.0, accuracy
