@@ -8,7 +8,8 @@ call from the `[heads, 32]` table: every offset beyond `MAX_DISTANCE` shares its
 bucket), so no tile computes buckets, and a tile lying wholly beyond `MAX_DISTANCE` adds one
 value per head without a lookup; the padding/segment mask comes from the segment ids.
 Block sizes are arguments (T5Config.attention_block_q / _k); None picks `default_blocks()` for
-the backend. Same math as 'reference' (see attention.py):
+the backend. On CPU a batch whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended
+a few examples at a time (`default_batch_block`, a `lax.map` over chunks of the batch). Same math as 'reference' (see attention.py):
 `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
 t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key block, so it drops
 exactly the keys 'reference' (and t5x) drop.
@@ -36,6 +37,25 @@ def default_blocks(backend: str | None = None) -> tuple[int, int]:
   if (backend or jax.default_backend()) == 'cpu':
     return 256, 512
   return 512, 512
+
+
+# CPU: the elements of one `[b, h, block_q, block_k]` tile that stay in cache. Past it, examples
+# are attended one chunk at a time (`default_batch_block`).
+CPU_TILE_ELEMENTS = 2 ** 20
+
+
+def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
+                        backend: str | None = None) -> int:
+  """Examples attended at once: all on accelerators; on CPU as many as keep a tile within
+  `CPU_TILE_ELEMENTS` (at least one).
+
+  Measured on the shipped retrieval T5 (8 heads) at 4096 tokens, 2-core CPU: 0.59 s per example
+  for a batch of 50 in 256 x 512 tiles, 0.36 s with 64 x 64 tiles, 0.28 s one example at a time
+  in 256 x 512 tiles.
+  """
+  if (backend or jax.default_backend()) != 'cpu':
+    return batch
+  return max(1, min(batch, CPU_TILE_ELEMENTS // (heads * block_q * block_k)))
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -176,7 +196,7 @@ def finalize(carry, length: int) -> tuple[Array, Array, Array]:
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k',
-    'dropout_rate'))
+    'batch_block', 'dropout_rate'))
 def blockwise_attention(
     query: Array,
     key: Array,
@@ -191,6 +211,7 @@ def blockwise_attention(
     with_stats: bool = False,
     block_q: int | None = None,
     block_k: int | None = None,
+    batch_block: int | None = None,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
 ) -> tuple[Array, attention.RowStats | None]:
@@ -210,6 +231,8 @@ def blockwise_attention(
     block_q: queries per block (lengths are padded internally to a multiple); None: the
       backend's `default_blocks()`.
     block_k: keys per block; None: the backend's default.
+    batch_block: examples attended at once (a `lax.map` over chunks of the batch); None:
+      `default_batch_block` (all of them but on CPU). Results do not depend on it.
     dropout_rng: PRNG key, enables attention dropout: t5x's `[b, h, 1, l]` mask, drawn once
       with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
       sliced per key block.
@@ -229,57 +252,75 @@ def blockwise_attention(
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = _round_up(length, bq), _round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
-
-  # [b, l, h, d] -> [n, b, h, block, d]
-  def to_blocks(x, padded, block):
-    x = _pad_axis(jnp.transpose(x, (0, 2, 1, 3)), padded, 2)  # [b, h, padded, d]
-    return jnp.moveaxis(x.reshape(batch, heads, padded // block, block, depth), 2, 0)
-
-  q_blocks = to_blocks(query, len_q, bq)
-  k_blocks, v_blocks = to_blocks(key, len_k, bk), to_blocks(value, len_k, bk)
-  ids = segment_ids.astype(jnp.int32)
-  # [b, l] -> [n, b, block]
-  q_ids = jnp.moveaxis(_pad_axis(ids, len_q, 1).reshape(batch, nq, bq), 1, 0)
-  k_ids = jnp.moveaxis(_pad_axis(ids, len_k, 1).reshape(batch, nk, bk), 1, 0)
   # [nk, bk]; keys added here are excluded entirely (t5x's own padding keys stay, masked).
   k_valid = (np.arange(len_k) < length).reshape(nk, bk)
   k_starts = jnp.arange(nk, dtype=jnp.int32) * bk
-  tau4 = tau[:, None, None, None]  # [b or 1, 1, 1, 1]
-  if dropout_rng is not None and dropout_rate > 0.0:
-    # [b, h, 1, l] -> [b, h, 1, len_k] -> [nk, b, h, 1, bk]
-    multiplier = attention.dropout_multiplier(
-        dropout_rng, dropout_rate, (batch, heads, length, length), jnp.float32)
-    multiplier = _pad_axis(multiplier, len_k, 3).reshape(batch, heads, 1, nk, bk)
-    k_dropout = jnp.moveaxis(multiplier, 3, 0)
-  else:
-    k_dropout = None
-
-  def one_query_block(args):
-    qb, qb_ids, q_start = args  # [b, h, bq, d], [b, bq], []
-
-    def step(carry, xs):
-      kb, vb, kb_ids, kb_valid, k_start, kb_dropout = xs
-      # [b, h, bq, bk], [b, 1, bq, bk]
-      logits, allowed = block_logits(qb, kb, qk_dtype, lut, qb_ids, kb_ids, q_start, k_start,
-                                     bidirectional)
-      s = logits / tau4
-      return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype, kb_dropout,
-                                 with_stats), None
-
-    init = init_carry((batch, heads, bq), depth)
-    carry, _ = jax.lax.scan(
-        step, init, (k_blocks, v_blocks, k_ids, k_valid, k_starts, k_dropout))
-    return finalize(carry, length)
-
   q_starts = jnp.arange(nq, dtype=jnp.int32) * bq
-  # [nq, b, h, bq, d], [nq, b, h, bq], [nq, b, h, bq]
-  out, pmax, entropy = jax.lax.map(one_query_block, (q_blocks, q_ids, q_starts))
-  # [nq, b, h, bq, d] -> [b, l, h, d]
-  out = jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(batch, len_q, heads, depth)[:, :length]
-  out = out.astype(out_dtype)
+  multiplier = None
+  if dropout_rng is not None and dropout_rate > 0.0:
+    # [b, h, 1, l] -> [b, h, 1, len_k]
+    multiplier = _pad_axis(attention.dropout_multiplier(
+        dropout_rng, dropout_rate, (batch, heads, length, length), jnp.float32), len_k, 3)
+
+  def attend(q, k, v, ids, tau, mult):
+    """[c, l, h, d] q, k, v, [c, l] ids, [c or 1] tau, [c, h, 1, len_k] mult -> [c, len_q, h, d]
+    float32-accumulated output and [c, h, len_q] P_max and entropy (c examples)."""
+    c = q.shape[0]
+
+    # [c, l, h, d] -> [n, c, h, block, d]
+    def to_blocks(x, padded, block):
+      x = _pad_axis(jnp.transpose(x, (0, 2, 1, 3)), padded, 2)  # [c, h, padded, d]
+      return jnp.moveaxis(x.reshape(c, heads, padded // block, block, depth), 2, 0)
+
+    q_blocks = to_blocks(q, len_q, bq)
+    k_blocks, v_blocks = to_blocks(k, len_k, bk), to_blocks(v, len_k, bk)
+    ids = ids.astype(jnp.int32)
+    # [c, l] -> [n, c, block]
+    q_ids = jnp.moveaxis(_pad_axis(ids, len_q, 1).reshape(c, nq, bq), 1, 0)
+    k_ids = jnp.moveaxis(_pad_axis(ids, len_k, 1).reshape(c, nk, bk), 1, 0)
+    tau4 = tau[:, None, None, None]  # [c or 1, 1, 1, 1]
+    # [c, h, 1, len_k] -> [nk, c, h, 1, bk]
+    k_dropout = (None if mult is None
+                 else jnp.moveaxis(mult.reshape(c, heads, 1, nk, bk), 3, 0))
+
+    def one_query_block(args):
+      qb, qb_ids, q_start = args  # [c, h, bq, d], [c, bq], []
+
+      def step(carry, xs):
+        kb, vb, kb_ids, kb_valid, k_start, kb_dropout = xs
+        # [c, h, bq, bk], [c, 1, bq, bk]
+        logits, allowed = block_logits(qb, kb, qk_dtype, lut, qb_ids, kb_ids, q_start, k_start,
+                                       bidirectional)
+        s = logits / tau4
+        return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype, kb_dropout,
+                                   with_stats), None
+
+      init = init_carry((c, heads, bq), depth)
+      carry, _ = jax.lax.scan(
+          step, init, (k_blocks, v_blocks, k_ids, k_valid, k_starts, k_dropout))
+      return finalize(carry, length)
+
+    # [nq, c, h, bq, d], [nq, c, h, bq], [nq, c, h, bq]
+    out, pmax, entropy = jax.lax.map(one_query_block, (q_blocks, q_ids, q_starts))
+    # [nq, c, h, bq, d] -> [c, len_q, h, d]; [nq, c, h, bq] -> [c, h, len_q]
+    to_rows = lambda x: jnp.transpose(x, (1, 2, 0, 3)).reshape(c, heads, len_q)
+    return (jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(c, len_q, heads, depth),
+            to_rows(pmax), to_rows(entropy))
+
+  chunk = min(batch_block or default_batch_block(batch, heads, bq, bk), batch)
+  if chunk >= batch:
+    out, pmax, entropy = attend(query, key, value, segment_ids, tau, multiplier)
+  else:
+    # Chunks of `chunk` examples, one after another; the batch padded with masked examples.
+    padded = _round_up(batch, chunk)
+    split = lambda x: _pad_axis(x, padded, 0).reshape((padded // chunk, chunk) + x.shape[1:])
+    args = [query, key, value, segment_ids, jnp.broadcast_to(tau, (batch,)), multiplier]
+    out, pmax, entropy = jax.lax.map(
+        lambda xs: attend(*xs), [None if x is None else split(x) for x in args])
+    # [n, chunk, ...] -> [b, ...]
+    out, pmax, entropy = (x.reshape((padded,) + x.shape[2:])[:batch]
+                          for x in (out, pmax, entropy))
+  out = out[:, :length].astype(out_dtype)
   if not with_stats:
     return out, None
-  # [nq, b, h, bq] -> [b, h, l]
-  to_rows = lambda x: jnp.transpose(x, (1, 2, 0, 3)).reshape(batch, heads, len_q)[..., :length]
-  return out, attention.RowStats(pmax=to_rows(pmax), entropy=to_rows(entropy))
-
+  return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])

@@ -111,6 +111,34 @@ def test_matches_reference(impl, block_q, block_k, case):
   _check_uniform_padding(actual[0], value, ids, tol)
 
 
+@pytest.mark.parametrize('batch_block', [1, 2])
+def test_blockwise_batch_chunks_equal_the_whole_batch(batch_block):
+  """Examples attended `batch_block` at a time (CPU's default past a tile budget; 3 examples in
+  chunks of 2 pad the batch), per-example taus and attention dropout: the same as all at once,
+  and as 'reference' where there is no dropout."""
+  query, key, value, table = _inputs(batch=3, seed=5)
+  ids = _segment_ids(batch=3)
+  kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids),
+                temperature=jnp.asarray([0.6, 1.3, 0.9]), with_stats=True, block_q=128,
+                block_k=64)
+  whole = blockwise.blockwise_attention(query, key, value, batch_block=3, **kwargs)
+  chunked = blockwise.blockwise_attention(query, key, value, batch_block=batch_block, **kwargs)
+  _check(chunked, whole, ids, F32)
+  _check(chunked, _reference(query, key, value, **{
+      k: v for k, v in kwargs.items() if k not in ('block_q', 'block_k')}), ids, F32)
+  rng = dict(dropout_rng=jax.random.PRNGKey(7), dropout_rate=0.3)
+  np.testing.assert_allclose(
+      blockwise.blockwise_attention(query, key, value, batch_block=batch_block, **kwargs, **rng)[0],
+      blockwise.blockwise_attention(query, key, value, batch_block=3, **kwargs, **rng)[0], **F32)
+
+
+def test_default_batch_block_keeps_cpu_tiles_in_budget():
+  assert blockwise.default_batch_block(50, 8, 256, 512, 'cpu') == 1  # 8 x 256 x 512 = 2^20.
+  assert blockwise.default_batch_block(50, 2, 128, 128, 'cpu') == 32
+  assert blockwise.default_batch_block(3, 2, 128, 128, 'cpu') == 3
+  assert blockwise.default_batch_block(50, 64, 512, 512, 'gpu') == 50
+
+
 @pytest.mark.parametrize('tau', [0.5, 1.0, 2.0])
 def test_blockwise_scalar_taus_default_blocks(tau):
   query, key, value, table = _inputs(seed=1)
