@@ -384,8 +384,8 @@ def test_task_feature_lengths():
 
 
 def test_finetune_trains_the_shipped_model_with_a_temperature():
-  run = _run(['finetune.gin'], ["INITIAL_CHECKPOINT_PATH = '/init/checkpoint_2400'",
-                                "MODEL_DIR = '/tmp/ft'", 'TRAIN_STEPS = 2420',
+  run = _run(['finetune.gin'], ["INITIAL_CHECKPOINT_PATH = '/init/checkpoint_5000'",
+                                "MODEL_DIR = '/tmp/ft'", 'TRAIN_STEPS = 5020',
                                 'TEMPERATURE = 0.8'], entry=train)
   model = run['model']
   cfg = model.module.config
@@ -398,7 +398,7 @@ def test_finetune_trains_the_shipped_model_with_a_temperature():
       't5align_train_retrieval', 'train', True, False, False)
   assert data.task_feature_lengths == {'inputs': 256, 'targets': 80}
   assert run['train_eval_dataset_cfg'] is None and run['infer_eval_dataset_cfg'] is None
-  assert run['checkpoint_cfg'].restore.path == '/init/checkpoint_2400'
+  assert run['checkpoint_cfg'].restore.path == '/init/checkpoint_5000'
   # The task exists with a train split and a shuffle buffer, as t5x.train needs.
   task = seqio.get_mixture_or_task(data.mixture_or_task_name)
   assert 'train' in task.splits and task.shuffle_buffer_size
