@@ -15,10 +15,12 @@ P_max/entropy at 11 temperatures (t5align: `calibration_stats.encoder_attention_
 compiled sweep calibration runs, taus vmapped `default_tau_chunk()` at a time; HF: 11 passes with
 tau applied by setting T5Attention.scaling = 1/tau and dividing the shared position bias by tau,
 statistics taken in forward hooks; HF draws its own random weights, so its statistics are of
-another model and differ in value). 'decode' is greedy decoding of `DECODE_TOKENS` tokens (EOS disabled) by the
-T5 1.1 small shapes (8+8 layers) over a random `[1, L, e]` encoder output, one row with the
-cross-attention keys/values projected once into the decode cache ('cached', what
-`decoding.greedy` does) and one projecting them at every token ('per_step', t5x's way);
+another model and differ in value). 'decode' is greedy decoding of `DECODE_TOKENS` tokens (EOS
+disabled) by the T5 1.1 small shapes (8+8 layers) over a random `[1, L, e]` encoder output, one
+row with the cross-attention keys/values projected once into the decode cache ('cached', what
+`decoding.greedy` does) and one projecting them at every token as written ('per_step', t5x's
+way; XLA's loop-invariant code motion lifts that projection out of the decoding loop on CPU, so
+the two rows time alike there);
 `seconds` is the median wall time for DECODE_TOKENS tokens, `tokens_1` that of one token
 (the one-time work: cache set-up, cached projections), `seconds_per_token` each further token,
 (t(16) - t(1)) / 15. Each measurement runs in its own subprocess (see attention_bench.py for the

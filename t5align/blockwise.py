@@ -9,7 +9,8 @@ bucket), so no tile computes buckets, and a tile lying wholly beyond `MAX_DISTAN
 value per head without a lookup; the padding/segment mask comes from the segment ids.
 Block sizes are arguments (T5Config.attention_block_q / _k); None picks `default_blocks()` for
 the backend. On CPU a batch whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended
-a few examples at a time (`default_batch_block`, a `lax.map` over chunks of the batch). Same math as 'reference' (see attention.py):
+a few examples at a time (`default_batch_block`, a `lax.map` over chunks of the batch). Same
+math as 'reference' (see attention.py):
 `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
 t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key block, so it drops
 exactly the keys 'reference' (and t5x) drop.
@@ -232,7 +233,7 @@ def blockwise_attention(
       backend's `default_blocks()`.
     block_k: keys per block; None: the backend's default.
     batch_block: examples attended at once (a `lax.map` over chunks of the batch); None:
-      `default_batch_block` (all of them but on CPU). Results do not depend on it.
+      `default_batch_block` (all of them but on CPU). Results agree to float32 rounding.
     dropout_rng: PRNG key, enables attention dropout: t5x's `[b, h, 1, l]` mask, drawn once
       with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
       sliced per key block.
