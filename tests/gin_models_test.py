@@ -78,7 +78,7 @@ EXPECTED: dict[str, tuple[Arch, str | None]] = {
     'tiny.gin': (Arch(8, 4, 3, 2, 16, gated=True, tied=False, dtype='float32'), None),
     'codet5p_770m.gin': (_t5_1_0(1024, 16, 64, 24, 4096, vocab=32100), None),
     # The retrieval T5 trained by the project (t5align/assets/retrieval_t5).
-    'retrieval_small.gin': (Arch(128, 4, 32, 3, 256, gated=True, tied=False, vocab=1024,
+    'retrieval_small.gin': (Arch(128, 8, 16, 3, 256, gated=True, tied=False, vocab=1024,
                                  dtype='float32', decoder_layers=2), None),
 }
 for _s, _a in T5_1_1.items():
