@@ -138,7 +138,6 @@ def _check_worker(spec: dict) -> dict:
   P_max / entropy at 3 of the taus (1.0, 0.75, 0.5), largest absolute differences.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top

@@ -1,12 +1,18 @@
 """The trainable seqio tasks (seqio_tasks.training): train and validation splits, shuffling."""
 from __future__ import annotations
 
+import ast
+import json
+import pathlib
+import re
+
 import gin
 import pytest
 
 seqio = pytest.importorskip('seqio')
 
 from seqio_tasks import training  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import assets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import vocab as vocab_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -43,6 +49,26 @@ def test_train_split_is_the_shipped_model_s_training_stream():
     assert ex['id'].decode() == f'train_retrieval/{i}'
     assert tuple(ex['inputs']) == expected.input_ids and len(ex['inputs']) <= 256
     assert tuple(ex['targets']) == expected.target_ids
+
+
+def _recorded_macro(gin_config: str, name: str):
+  """A macro's value in training.json's gin config (gin prints long values on later lines)."""
+  found = re.search(rf'^{name} = (?:\\\n)?(.*?)\n(?=\S)', gin_config, re.M | re.S)
+  return ast.literal_eval(found.group(1).strip())
+
+
+def test_training_options_are_the_shipped_model_s_recipe():
+  """MIXES['train_retrieval'], MIN_UNITS and the stream options are those training.json records
+  for the shipped weights, so the seqio stream cannot drift from the model's recipe."""
+  record = json.loads((pathlib.Path(assets.ASSET_DIR) / 'training.json').read_text())
+  config = record['gin_config']
+  opts = training.training_options()
+  assert _recorded_macro(config, 'MIX') == training.MIXES['train_retrieval']
+  assert _recorded_macro(config, 'MIN_UNITS') == training.MIN_UNITS == opts['min_units']
+  assert (_recorded_macro(config, 'SEED'), _recorded_macro(config, 'L_TR'),
+          _recorded_macro(config, 'LENGTH_POWER')) == (
+              opts['seed'], opts['input_length'], opts['length_power'])
+  assert record['input_length'] == opts['input_length']
 
 
 def test_seeded_runs_start_elsewhere_in_the_stream():
