@@ -69,6 +69,16 @@ def test_training_options_are_the_shipped_model_s_recipe():
           _recorded_macro(config, 'LENGTH_POWER')) == (
               opts['seed'], opts['input_length'], opts['length_power'])
   assert record['input_length'] == opts['input_length']
+  # gin/runs/train_retrieval.gin's defaults are that recipe too (training.json records the
+  # command-line values the run used).
+  root = pathlib.Path(__file__).resolve().parent.parent
+  gin.clear_config()
+  gin.add_config_file_search_path(str(root))
+  gin.parse_config_files_and_bindings(
+      [str(root / 'gin/runs/train_retrieval.gin'), str(root / 'gin/models/retrieval_small.gin')],
+      ["MODEL_DIR = '/unused'"], finalize_config=False)
+  for name in ('MIX', 'MIN_UNITS', 'SEED', 'L_TR', 'LENGTH_POWER', 'NUM_STEPS'):
+    assert gin.query_parameter(f'{name}/macro.value') == _recorded_macro(config, name), name
 
 
 def test_seeded_runs_start_elsewhere_in_the_stream():
