@@ -118,13 +118,23 @@ def mask_from_ids(q_ids: Array, k_ids: Array) -> Array:
   return (allowed & (k_ids[:, None, :] > 0))[:, None]
 
 
-def as_batch_temperature(temperature: Array | float | None, batch: int) -> Array:
-  """Canonical temperature: float32 `[batch]` (or `[1]`, broadcast) from a scalar or vector."""
+def head_temperature(temperature: Array | float | None, batch: int, heads: int) -> Array:
+  """Canonical temperature of one attention layer: float32 `[1 or batch, 1 or heads]`.
+
+  Accepted: None (1.0); a scalar; a 1-D `[batch]` or `[1]` vector (one value per example); a 2-D
+  `[1 or batch, 1 or heads]` array (per example and per head). Every self-attention
+  implementation takes this form, so a per-head temperature reaches every kernel unchanged.
+  """
   if temperature is None:
-    return jnp.ones((1,), jnp.float32)
-  tau = jnp.asarray(temperature, jnp.float32).reshape(-1)
-  if tau.shape[0] not in (1, batch):
-    raise ValueError(f'temperature has {tau.shape[0]} values; expected 1 or batch={batch}.')
+    return jnp.ones((1, 1), jnp.float32)
+  tau = jnp.asarray(temperature, jnp.float32)
+  if tau.ndim <= 1:
+    tau = tau.reshape(-1, 1)
+    if tau.shape[0] not in (1, batch):
+      raise ValueError(f'temperature has {tau.shape[0]} values; expected 1 or batch={batch}.')
+  elif tau.ndim != 2 or tau.shape[0] not in (1, batch) or tau.shape[1] not in (1, heads):
+    raise ValueError(f'temperature of shape {tau.shape} does not broadcast to '
+                     f'[batch={batch}, heads={heads}].')
   return tau
 
 
@@ -135,7 +145,7 @@ def softmax_with_stats(
 
   Args:
     logits: `[b, h, q, k]` raw logits (q.k + bias + mask bias).
-    temperature: `[b]` or `[1]` float32.
+    temperature: float32 `[1 or b, 1 or h]` (see `head_temperature`).
     with_stats: also return per-row P_max and entropy.
 
   Returns:
@@ -146,7 +156,7 @@ def softmax_with_stats(
   # so every value below is <= 0 and small. Dividing first leaves ~-1e10 / tau on masked keys,
   # and XLA's fused exp/sum of fully masked (padding) rows then produced NaN at some taus.
   # [b, h, q, k], shifted so each row's max is 0.
-  s = (logits - jnp.max(logits, axis=-1, keepdims=True)) / temperature[:, None, None, None]
+  s = (logits - jnp.max(logits, axis=-1, keepdims=True)) / temperature[:, :, None, None]
   e = jnp.exp(s)
   l = jnp.sum(e, axis=-1, keepdims=True)
   probs = e / l
@@ -200,7 +210,8 @@ def dot_product_attention(
     key: `[b, k, h, d]`.
     value: `[b, k, h, d]`.
     bias: additive bias broadcastable to `[b, h, q, k]` (relative position + mask).
-    temperature: `[b]` or `[1]` float32, None for 1.
+    temperature: per example and head, broadcastable to `[b, h]` (see `head_temperature`);
+      None for 1.
     dtype: dtype of the probabilities used against `value`.
     float32_logits: compute q.k in float32 (t5x's `float32_attention_logits`).
     dropout_rng: PRNG key, enables attention dropout (training only).
@@ -216,7 +227,7 @@ def dot_product_attention(
   logits = jnp.einsum('bqhd,bkhd->bhqk', query, key).astype(jnp.float32)
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
-  tau = as_batch_temperature(temperature, query.shape[0])
+  tau = head_temperature(temperature, query.shape[0], query.shape[2])
   probs, stats = softmax_with_stats(logits, tau, with_stats)
   probs = probs.astype(dtype)
   if dropout_rng is not None and dropout_rate > 0.0:
@@ -252,7 +263,8 @@ def reference_self_attention(
     value: `[b, l, h, d]`.
     rel_embedding: `[h, num_buckets]` relative-position table.
     segment_ids: int `[b, l]`; 0 marks padding, positions attend within equal ids.
-    temperature: `[b]` or `[1]` float32 softmax temperature, None for 1.
+    temperature: softmax temperature per example and head, broadcastable to `[b, h]`
+      (`head_temperature`); None for 1.
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
     dtype: computation dtype.
     float32_logits: compute q.k in float32.

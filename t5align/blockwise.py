@@ -224,7 +224,8 @@ def blockwise_attention(
     value: `[b, l, h, d]`.
     rel_embedding: `[h, num_buckets]` relative-position table.
     segment_ids: int `[b, l]`; 0 marks padding.
-    temperature: `[b]` or `[1]` float32, None for 1.
+    temperature: per example and head, broadcastable to `[b, h]`
+      (`attention.head_temperature`); None for 1.
     bidirectional: encoder (True) or causal (False).
     dtype: dtype of the probabilities used against `value`.
     float32_logits: compute q.k in float32.
@@ -243,7 +244,7 @@ def blockwise_attention(
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
   batch, length, heads, depth = query.shape
-  tau = attention.as_batch_temperature(temperature, batch)
+  tau = attention.head_temperature(temperature, batch, heads)  # [1 or b, 1 or h]
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
@@ -264,8 +265,9 @@ def blockwise_attention(
         dropout_rng, dropout_rate, (batch, heads, length, length), jnp.float32), len_k, 3)
 
   def attend(q, k, v, ids, tau, mult):
-    """[c, l, h, d] q, k, v, [c, l] ids, [c or 1] tau, [c, h, 1, len_k] mult -> [c, len_q, h, d]
-    float32-accumulated output and [c, h, len_q] P_max and entropy (c examples)."""
+    """[c, l, h, d] q, k, v, [c, l] ids, [c or 1, h or 1] tau, [c, h, 1, len_k] mult ->
+    [c, len_q, h, d] float32-accumulated output and [c, h, len_q] P_max and entropy (c examples).
+    """
     c = q.shape[0]
 
     # [c, l, h, d] -> [n, c, h, block, d]
@@ -279,7 +281,7 @@ def blockwise_attention(
     # [c, l] -> [n, c, block]
     q_ids = jnp.moveaxis(_pad_axis(ids, len_q, 1).reshape(c, nq, bq), 1, 0)
     k_ids = jnp.moveaxis(_pad_axis(ids, len_k, 1).reshape(c, nk, bk), 1, 0)
-    tau4 = tau[:, None, None, None]  # [c or 1, 1, 1, 1]
+    tau4 = tau[:, :, None, None]  # [c or 1, h or 1, 1, 1]
     # [c, h, 1, len_k] -> [nk, c, h, 1, bk]
     k_dropout = (None if mult is None
                  else jnp.moveaxis(mult.reshape(c, heads, 1, nk, bk), 3, 0))
@@ -315,7 +317,8 @@ def blockwise_attention(
     # Chunks of `chunk` examples, one after another; the batch padded with masked examples.
     padded = _round_up(batch, chunk)
     split = lambda x: _pad_axis(x, padded, 0).reshape((padded // chunk, chunk) + x.shape[1:])
-    args = [query, key, value, segment_ids, jnp.broadcast_to(tau, (batch,)), multiplier]
+    args = [query, key, value, segment_ids, jnp.broadcast_to(tau, (batch, tau.shape[1])),
+            multiplier]
     out, pmax, entropy = jax.lax.map(
         lambda xs: attend(*xs), [None if x is None else split(x) for x in args])
     # [n, chunk, ...] -> [b, ...]

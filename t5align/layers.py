@@ -89,7 +89,8 @@ def self_attention(
     query, key, value: `[b, l, h, d]`.
     rel_embedding: `[h, num_buckets]` relative-position table.
     segment_ids: int `[b, l]`; 0 marks padding, positions attend within equal ids.
-    temperature: `[b]` or `[1]` float32 softmax temperature, None for 1.
+    temperature: softmax temperature per example and head, broadcastable to `[b, h]`
+      (`attention.head_temperature`); None for 1.
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
     impl: a key of `IMPLEMENTATIONS`: 'reference' (materialized, attention.py), 'blockwise'
       (blockwise.py) or 'pallas' (pallas_attention.py).

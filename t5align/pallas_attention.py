@@ -155,7 +155,8 @@ def pallas_attention(
   for name, size in (('block_q', block_q), ('block_k', block_k)):
     if size & (size - 1):
       raise ValueError(f'{name}={size} must be a power of 2.')
-  tau = jnp.broadcast_to(attention.as_batch_temperature(temperature, batch), (batch,))
+  # [1 or b, 1 or h] -> [b, h]
+  tau = jnp.broadcast_to(attention.head_temperature(temperature, batch, heads), (batch, heads))
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
@@ -164,10 +165,10 @@ def pallas_attention(
   pad = lambda x: jnp.pad(x, [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2))
   query, key, value = pad(query), pad(key), pad(value)  # [b, padded, h, d]
   ids = pad(segment_ids.astype(jnp.int32))  # [b, padded]
-  # [h, 32], [b] -> [b * h, _PARAMS]
+  # [h, 32], [b, h] -> [b * h, _PARAMS]
   table = jnp.broadcast_to(rel_embedding.astype(jnp.float32),
                            (batch, heads, attention.NUM_BUCKETS))
-  tau_col = jnp.broadcast_to(tau[:, None, None], (batch, heads, 1))
+  tau_col = tau[:, :, None]  # [b, h, 1]
   params = jnp.concatenate([table, tau_col], axis=-1)
   params = jnp.pad(params, [(0, 0), (0, 0), (0, _PARAMS - params.shape[-1])])
   params = params.reshape(batch * heads, _PARAMS)

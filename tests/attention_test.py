@@ -76,6 +76,9 @@ def _check_uniform_padding(out, value, ids, tol):
 CASES = {
     # name: (bidirectional, dtype, float32_logits, temperature)
     'encoder_f32_per_example_tau': (True, jnp.float32, False, np.array([0.6, 1.3], np.float32)),
+    # [b, h]: per example and head.
+    'encoder_f32_per_head_tau': (True, jnp.float32, False,
+                                 np.array([[0.6, 1.3], [0.9, 0.5]], np.float32)),
     'causal_f32': (False, jnp.float32, False, np.array([0.8], np.float32)),
     'encoder_bf16': (True, jnp.bfloat16, False, np.array([0.7], np.float32)),
     'encoder_bf16_f32_logits': (True, jnp.bfloat16, True, np.array([1.0, 0.5], np.float32)),
@@ -86,10 +89,11 @@ CASES = {
 # the left and to the right (one value per head).
 IMPLS = [
     ('blockwise', 128, 128, list(CASES)),
-    ('blockwise', 128, 64, ['encoder_f32_per_example_tau', 'causal_f32']),
+    ('blockwise', 128, 64, ['encoder_f32_per_example_tau', 'encoder_f32_per_head_tau',
+                            'causal_f32']),
 ]
 if pallas_attention.interpret_mode():  # CPU: interpret mode is slow, fewer cases.
-  IMPLS.append(('pallas', 64, 32, ['encoder_f32_per_example_tau', 'causal_bf16']))
+  IMPLS.append(('pallas', 64, 32, ['encoder_f32_per_head_tau', 'causal_bf16']))
 else:  # GPU: the Triton kernel on every case, at two block shapes.
   IMPLS += [('pallas', 64, 32, list(CASES)), ('pallas', 128, 64, list(CASES))]
 
@@ -200,18 +204,20 @@ def test_bias_by_offset_covers_every_offset(bidirectional):
   np.testing.assert_array_equal(lut[:, index], table[:, _np_bucket(offsets, bidirectional)])
 
 
-def test_reference_matches_numpy_float64():
+@pytest.mark.parametrize('tau', [np.array([0.7, 1.4]), np.array([[0.7, 1.1], [1.4, 0.55]])],
+                         ids=['per_example', 'per_example_and_head'])
+def test_reference_matches_numpy_float64(tau):
   batch, length = 2, 300
   query, key, value, table = (np.asarray(x, np.float64) for x in _inputs(batch, length, seed=4))
   ids = _segment_ids(batch, length)
-  tau = np.array([0.7, 1.4])
   # [b, q, h, d] x [b, k, h, d] -> [b, h, q, k]
   logits = np.einsum('bqhd,bkhd->bhqk', query, key)
   offsets = np.arange(length)[None, :] - np.arange(length)[:, None]  # [q, k]
   bias = table[:, _np_bucket(offsets, True)][None]  # [1, h, q, k]
   allowed = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] > 0)  # [b, q, k]
   mask_bias = np.where(allowed, 0.0, -1e10)[:, None]  # [b, 1, q, k]
-  s = (logits + bias + mask_bias) / tau[:, None, None, None]
+  tau4 = tau.reshape(batch, -1)[:, :, None, None]  # [b] or [b, h] -> [b, 1 or h, 1, 1]
+  s = (logits + bias + mask_bias) / tau4
   probs = np.exp(s - s.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)  # [b, h, q, k]
   # NOTE: in float32 (t5x), -1e10 absorbs q.k and the bias, so fully masked rows are uniform.
