@@ -79,6 +79,10 @@ def cross_entropy(logits: Array, targets: Array, per_example: bool = False
   return jnp.sum(nll * mask) / denom, jnp.sum(correct * mask) / denom
 
 
+OPTIMIZERS = ('adamw', 'adafactor')
+LEARNING_RATE_SCHEDULES = ('cosine', 'wsd')
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
   """AdamW or Adafactor with a learning-rate schedule.
@@ -205,7 +209,6 @@ def export(params: Any, vocab_path: str, export_dir: str, step: int, dtype: str)
   """Writes `export_dir/checkpoint_{step}` (params cast to `dtype`) and the vocabulary."""
   cast = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), jax.device_get(params))
   path = checkpoints.save_t5x_checkpoint(cast, export_dir, step)
-  os.chmod(path, 0o755)  # The writer's temporary directory is private (0700).
   shutil.copyfile(vocab_path, os.path.join(export_dir, assets.VOCAB_FILE))
   return path
 
@@ -314,8 +317,22 @@ def train(*,
     training loop over all segments), 'eval_wall_s'}.
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
-  validate.run_settings(batch_size=batch_size, eval_batch_size=eval_batch_size)
+  validate.run_settings(
+      seed=seed, num_steps=num_steps, batch_size=batch_size, learning_rate=learning_rate,
+      warmup_steps=warmup_steps, weight_decay=weight_decay, length_power=length_power,
+      input_length=input_length, target_length=target_length, vocab_size=vocab_size,
+      checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints, log_every=log_every,
+      eval_examples=eval_examples, eval_seed=eval_seed, eval_batch_size=eval_batch_size,
+      export_dtype=export_dtype)
+  if eval_lengths:
+    validate.int_tuple(eval_lengths, 'EVAL_LENGTHS', minimum=2)
+  for flag, value, known in (('OPTIMIZER', optimizer, OPTIMIZERS),
+                             ('SCHEDULE', schedule, LEARNING_RATE_SCHEDULES)):
+    if value not in known:
+      raise ValueError(f'{flag}={value!r}; expected one of {", ".join(map(repr, known))}.')
   cfg = model.config
+  validate.vocabulary_fits(vocab_size, cfg.vocab_size, vocabulary='the vocabulary to train (VOCAB_SIZE)',
+                           model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
   for name, folder in (('MODEL_DIR', model_dir), ('EXPORT_DIR', export_dir)):
     if folder and fileio.is_remote(folder):
       raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
@@ -327,8 +344,8 @@ def train(*,
   if not os.path.exists(vocab_path):
     vocab_lib.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
   vocab = vocab_lib.Vocabulary(vocab_path)
-  if vocab.vocab_size > cfg.vocab_size:
-    raise ValueError(f'{vocab.vocab_size} pieces do not fit config.vocab_size={cfg.vocab_size}.')
+  validate.vocabulary_fits(vocab.vocab_size, cfg.vocab_size, vocabulary=f'vocabulary {vocab_path}',
+                           model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
   task_mix = train_data.Mix(weights=dict(mix or {t: 1.0 for t in train_data.TASKS}),
                             max_length=input_length, length_power=length_power,
                             min_units=dict(min_units or {}))
