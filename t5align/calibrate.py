@@ -446,14 +446,15 @@ def _check_settings(checkpoint_path: Any, output_path: Any, sources: Sequence[An
   validate.positive_int(reference_length, 'REFERENCE_LENGTH', minimum=2)
   validate.int_tuple(lengths, 'LENGTHS', minimum=reference_length,
                      why=f'REFERENCE_LENGTH, L_tr = {reference_length}: calibration aligns '
-                         'longer inputs to it')
+                         'longer inputs to it',
+                     example=f'({2 * reference_length}, {4 * reference_length})')
   validate.strategy_names(strategies, 'STRATEGIES', calibration.STRATEGIES)
   validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
                         tau_batch_size=tau_batch_size, seed=seed, params_dtype=params_dtype)
   validate.temperature_array(grid, 'calibrate.run.grid')
   validate.number(tol, 'calibrate.run.tol', positive=True)
   if mesh_shape is not None:
-    validate.int_tuple(mesh_shape, 'MESH_SHAPE', minimum=1)
+    validate.int_tuple(mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
     if len(mesh_shape) not in (2, 3):
       raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
 

@@ -376,11 +376,16 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
   else:
     state_dir, _, item = orbax_params_metadata(path)
     stored = lazy_orbax_arrays(state_dir, item)
+  dtype = np.dtype(dtype)
+  # At least this process's share (all of it without a mesh, else as if spread evenly over the
+  # devices): checked first, as a corrupt shape can be too large even to infer a config from.
+  share = 1.0 if mesh is None else jax.local_device_count() / jax.device_count()
+  memory.check_host_fits({k: (int(math.prod(v.shape) * dtype.itemsize * share), v.shape)
+                          for k, v in stored.items()}, f'checkpoint {path}', dtype)
   config = _checked_config(unflatten_params(stored), config, path, {})
   _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
   shardings = (flatten_params(partitioning.param_shardings(config, mesh, rules))
                if mesh is not None else dict.fromkeys(stored))
-  dtype = np.dtype(dtype)
   memory.check_host_fits({k: (_local_bytes(v, shardings[k], dtype), v.shape)
                           for k, v in stored.items()}, f'checkpoint {path}', dtype)
   arrays, nonfinite = {}, {}

@@ -204,8 +204,9 @@ def evaluate(*,
                             'split': split, 'truncate_inputs': truncate_inputs}})
   rows = checkpoints.embedding_rows(checkpoint_path)
   for name, vocab in vocabularies.items():
+    files = ','.join(run_identity.vocabulary_files(vocab))
     validate.vocabulary_fits(vocab.vocab_size, rows, model=f'checkpoint {checkpoint_path}',
-                             vocabulary=f'vocabulary {_vocabulary_name(vocab)} (task {name})')
+                             vocabulary=f'vocabulary {files} (task {name})')
   if truncate_inputs is not None and label is None:
     label = TRUNCATION_LABEL
   model_label = f'checkpoint {checkpoint_path}'
@@ -343,15 +344,6 @@ def evaluate(*,
       results[task.name] = metrics
     multihost.barrier(f't5align.eval:{task.name}')
   return results
-
-
-def _vocabulary_name(vocab: Any) -> str:
-  """The tokenizer file(s) behind a task's vocabulary, for messages."""
-  inner = getattr(vocab, 'vocab', None)  # vocabularies.as_seqio's wrapper
-  if hasattr(vocab, '_delegate'):  # seqio_tasks' configured vocabulary
-    from seqio_tasks import tasks  # pylint: disable=g-import-not-at-top
-    return tasks.vocabulary_path()
-  return str(getattr(inner, 'path', None) or getattr(vocab, 'sentencepiece_model_file', vocab))
 
 
 def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:

@@ -193,6 +193,12 @@ def _join(address: str, host: str, port: int, num_processes: int, process_id: in
                      f'start: {answer.removeprefix("fail ") or "no answer"} ({setting}).')
 
 
+def _use_gloo() -> None:
+  # Cross-process collectives of the CPU backend (only it reads this option; TPU and GPU
+  # backends have their own), so it is set whatever the platform.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+
+
 def initialize() -> bool:
   """Calls `jax.distributed.initialize` when the environment says there are several processes.
 
@@ -201,7 +207,9 @@ def initialize() -> bool:
   - TPU pods (TPU_WORKER_HOSTNAMES / TPU_PROCESS_ADDRESSES with several hosts), SLURM and Open MPI
     jobs with several tasks, or T5ALIGN_DISTRIBUTED=1 (e.g. a Cloud TPU VM pod whose hosts
     are known only to the metadata server): jax's own cluster detection fills in everything.
-  CPU collectives across processes use gloo, selected before initializing.
+  CPU collectives across processes use gloo, selected before initializing. With
+  JAX_NUM_PROCESSES, the processes first meet (`rendezvous`) within `distributed_timeout_s()`;
+  every `jax.distributed.initialize` gets that timeout too.
 
   Returns:
     True if this call (or an earlier one) initialized several processes.
@@ -212,9 +220,6 @@ def initialize() -> bool:
   forced = os.environ.get('T5ALIGN_DISTRIBUTED', '') == '1'
   if count <= 1 and not forced:
     return False
-  # Cross-process collectives of the CPU backend (only it reads this option; TPU and GPU
-  # backends have their own), so it is set whatever the platform.
-  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if source == 'JAX_NUM_PROCESSES':
     missing = [v for v in ('JAX_COORDINATOR_ADDRESS', 'JAX_PROCESS_ID') if not os.environ.get(v)]
     if missing:
@@ -228,9 +233,11 @@ def initialize() -> bool:
     print(f'process {process_id} of {count}: meeting the others at {address} (at most '
           f'{timeout:g} s, {DISTRIBUTED_TIMEOUT_ENV})', file=sys.stderr, flush=True)
     rendezvous(address, count, process_id, timeout)
+    _use_gloo()
     jax.distributed.initialize(address, num_processes=count, process_id=process_id,
                                initialization_timeout=max(1, int(timeout)))
   else:
+    _use_gloo()
     jax.distributed.initialize(initialization_timeout=max(1, int(distributed_timeout_s())))
   return jax.process_count() > 1
 
@@ -279,7 +286,7 @@ def broadcast_json(value: Any) -> Any:
   return _json_value(broadcast(_padded(data, size)), size)
 
 
-def check_same(settings: Mapping[str, Any], what: str = 'the run settings') -> None:
+def check_same(settings: Mapping[str, Any], what: str = 'settings') -> None:
   """Refuses, on every process alike, to go on if any process's `settings` (JSON-able) differ
   from process 0's, naming the processes and fields (`run_identity.differences`)."""
   if jax.process_count() == 1:

@@ -88,10 +88,10 @@ def file_fingerprint(paths: str | Iterable[str]) -> dict[str, Any]:
   return {'sha256': digest.hexdigest(), 'bytes': total}
 
 
-def vocabulary_fingerprint(vocabulary: Any) -> dict[str, Any]:
-  """`file_fingerprint` of a tokenizer's file(s): a path (`vocabularies.load_vocabulary`'s
-  forms), a `vocabularies.Vocabulary`, its seqio wrapper, `seqio_tasks`' configured vocabulary
-  or a seqio SentencePieceVocabulary."""
+def vocabulary_files(vocabulary: Any) -> list[str]:
+  """The file(s) a tokenizer is read from: of a path (`vocabularies.load_vocabulary`'s forms), a
+  `vocabularies.Vocabulary`, its seqio wrapper, `seqio_tasks`' configured vocabulary or a seqio
+  SentencePieceVocabulary."""
   path = vocabulary if isinstance(vocabulary, (str, os.PathLike)) else None
   if path is None and hasattr(vocabulary, 'vocab'):  # vocabularies.as_seqio's wrapper.
     vocabulary = vocabulary.vocab
@@ -107,7 +107,12 @@ def vocabulary_fingerprint(vocabulary: Any) -> dict[str, Any]:
   if not fileio.is_remote(path) and os.path.isdir(path):
     from t5align import vocabularies  # pylint: disable=g-import-not-at-top
     path = vocabularies.load_vocabulary(path).path  # The file(s) the folder's tokenizer uses.
-  return file_fingerprint([p.strip() for p in path.split(',')])
+  return [p.strip() for p in path.split(',')]
+
+
+def vocabulary_fingerprint(vocabulary: Any) -> dict[str, Any]:
+  """`file_fingerprint` of a tokenizer's file(s) (`vocabulary_files`)."""
+  return file_fingerprint(vocabulary_files(vocabulary))
 
 
 def _checkpoint_files(path: str) -> list[tuple[str, str]]:

@@ -325,7 +325,7 @@ def train(*,
       eval_examples=eval_examples, eval_seed=eval_seed, eval_batch_size=eval_batch_size,
       export_dtype=export_dtype)
   if eval_lengths:
-    validate.int_tuple(eval_lengths, 'EVAL_LENGTHS', minimum=2)
+    validate.int_tuple(eval_lengths, 'EVAL_LENGTHS', minimum=2, example='(256, 1024)')
   for flag, value, known in (('OPTIMIZER', optimizer, OPTIMIZERS),
                              ('SCHEDULE', schedule, LEARNING_RATE_SCHEDULES)):
     if value not in known:

@@ -84,9 +84,9 @@ def number(value: Any, name: str, *, positive: bool = False) -> float:
   return float(value)
 
 
-def int_tuple(values: Any, name: str, *, minimum: int, why: str = '') -> tuple[int, ...]:
+def int_tuple(values: Any, name: str, *, minimum: int, why: str = '',
+              example: str = '(1, 2)') -> tuple[int, ...]:
   """A non-empty tuple or list of ints >= `minimum` (`why` says where the bound comes from)."""
-  example = f'({minimum},)' if minimum > 1 else '(512, 1024)'
   if not isinstance(values, (tuple, list)) or not values:
     raise ValueError(f'{name}={values!r}: expected a tuple of integers, e.g. {name}={example}.')
   for value in values:
