@@ -161,7 +161,7 @@ def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
   buckets = (hf_config.get('relative_attention_num_buckets', 32),
              hf_config.get('relative_attention_max_distance', 128))
   proj = hf_config.get('feed_forward_proj', 'relu')
-  supported = sorted(_HF_ACTIVATIONS) + [f'gated-{a}' for a in sorted(_HF_ACTIVATIONS)]
+  supported = sorted({*_HF_ACTIVATIONS, 'gated-gelu', *(f'gated-{a}' for a in _HF_ACTIVATIONS)})
   if not isinstance(proj, str):
     raise ValueError(f'HF config has "feed_forward_proj": {json.dumps(proj)}; expected a string, '
                      f'one of {", ".join(supported)} (T5 1.0: "relu", T5 1.1: "gated-gelu").')

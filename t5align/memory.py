@@ -155,7 +155,8 @@ def check_host_fits(arrays: Mapping[str, tuple[int, tuple[int, ...]]], what: str
   available = host_available_bytes() if available is None else available
   if total <= available:
     return
-  largest = sorted(arrays.items(), key=lambda item: -item[1][0])[:3]
+  largest = [item for item in sorted(arrays.items(), key=lambda item: -item[1][0])[:3]
+             if item[1][0] >= total / 100]  # Those that matter.
   listed = ', '.join(f'{name} {tuple(shape)} ({size / GiB:.3g} GiB)'
                      for name, (size, shape) in largest)
   raise DoesNotFitError(

@@ -310,9 +310,9 @@ def build_schedule(
     reference_tokens: separate `[b', L_tr]` reference samples; None cuts `tokens` to L_tr.
     provenance: extra facts to record (checkpoint, source, seed, ...).
     progress: called as `progress(done, total, calibration)` after each pair.
-    previous: calibrations an interrupted run made, by `calibration_key` (task None): a length
-      all of whose strategies are there is taken from them (one missing: the length is redone
-      whole, so the continuous searches start from the same sweep as in one run).
+    previous: calibrations an interrupted run made, by `calibration_key` (task None), taken as
+      they are (`_resumed`: a grid strategy whose sweep a continuous search still needs is
+      made again), so the schedule equals an uninterrupted run's.
     record: called as `record(None, calibration)` for each new calibration, as it finishes
       (`CalibrationLog.add`).
     **calibrate_kwargs: passed to `calibration.calibrate` (grid, tol, mesh, batch_size, memo,
@@ -428,10 +428,14 @@ def calibration_key(task: str | None, strategy: str, length: int) -> str:
 
 def _resumed(previous: Mapping[str, calibration.Calibration] | None, task: str | None,
              strategies: Sequence[str], length: int) -> dict[str, calibration.Calibration]:
-  """{strategy: calibration} of `previous` at (`task`, `length`) if it has every strategy
-  there, else {} (the length is redone whole)."""
+  """{strategy: calibration} of `previous` at (`task`, `length`) to take as they are: all found,
+  except the grid strategies' when a continuous search there is still to do (it starts from
+  their sweep, which is then made again, as in one uninterrupted run)."""
   found = {s: (previous or {}).get(calibration_key(task, s, length)) for s in strategies}
-  return found if all(found.values()) else {}
+  searches = any(c is None and calibration.parse_strategy(s)[1] == 'bisect'
+                 for s, c in found.items())
+  return {s: c for s, c in found.items()
+          if c is not None and not (searches and calibration.parse_strategy(s)[1] == 'grid')}
 
 
 class CalibrationLog:

@@ -319,20 +319,20 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
   real_calibrate = schedule.calibration.calibrate
   monkeypatch.setattr(schedule.calibration, 'calibrate',
                       lambda *a, **k: calls.append(a[3]) or real_calibrate(*a, **k))
-  # Room for the identity line and L_ex = 384's two calibrations.
-  monkeypatch.setattr(fileio, 'write_synced', disk(3))
+  # Room for the identity line, L_ex = 384's two calibrations and 512's first.
+  monkeypatch.setattr(fileio, 'write_synced', disk(4))
   with pytest.raises(OSError, match=rf'\[Errno 28\] No space left on device \(what was written '
                                     rf"before stays; .*\): '{log_path}'"):
     calibrate.run(**_calibrate_args(tmp_path))
   logged = predictions.PredictionLog(log_path, key='key').records
-  assert sorted(logged) == ['identity', '|entropy|384', '|pmax|384']
+  assert sorted(logged) == ['identity', '|entropy|384', '|pmax|384', '|pmax|512']
   # Freed space for the calibrations, but not for the schedule itself.
   writes.clear()
   calls.clear()
-  monkeypatch.setattr(fileio, 'write_synced', disk(2))
+  monkeypatch.setattr(fileio, 'write_synced', disk(1))
   with pytest.raises(OSError, match=rf"No space left on device .*: '{tmp_path / 'schedule.json'}'"):
     calibrate.run(**_calibrate_args(tmp_path))
-  assert sorted(calls) == ['entropy', 'pmax']  # Only L_ex = 512 was computed.
+  assert calls == ['entropy']  # Only what was not written.
   assert not (tmp_path / 'schedule.json').exists()
   writes.clear()
   calls.clear()
@@ -344,6 +344,10 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
     first = schedule.calibration_from_dict(logged[f'|{strategy}|384']['calibration'], 'log')
     assert written.calibrations[strategy][0] == first == result.calibrations[strategy][0]
   assert written.provenance['identity']['lengths'] == [384, 512]
+  # A grid strategy is made again where a continuous search still needs its sweep.
+  done = {schedule.calibration_key(None, 'pmax', 512): first}
+  assert schedule._resumed(done, None, ('pmax', 'prop1'), 512) == {'pmax': first}  # pylint: disable=protected-access
+  assert schedule._resumed(done, None, ('pmax', 'pmax_bisect'), 512) == {}  # pylint: disable=protected-access
 
 
 _HOLD = '''
