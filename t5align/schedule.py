@@ -443,36 +443,43 @@ class CalibrationLog:
   finishes (`predictions.PredictionLog`): a rerun after a kill or a failed write (a full disk)
   redoes none of them.
 
-  Its first record is the run identity (`run_identity`); the log of a run with another identity
-  is refused, naming the differing fields.
+  Its first record, written with the first calibration, is the run identity (`run_identity`);
+  the log of a run with another identity is refused, naming the differing fields.
   """
 
   def __init__(self, path: str, identity: Mapping[str, Any]):
     self.path = path
     self._log = predictions.PredictionLog(path, key='key')
-    if len(self._log):
+    self._identity = None  # To write with the first calibration.
+    if self.done():
       recorded = self._log.records.get('identity')
       run_identity.check_same(
           None if recorded is None else recorded.get('identity'), identity,
           what=f'calibration progress {path}',
           hint=f'Rerun with the settings it was made with, or delete {path} to start over.')
-    else:
-      self._log.append([{'key': 'identity', 'identity': dict(identity)}])
+      return
+    if len(self._log):  # An identity alone: its run made nothing.
+      self.remove()
+      self._log = predictions.PredictionLog(path, key='key')
+    self._identity = {'key': 'identity', 'identity': dict(identity)}
 
   def done(self) -> dict[str, dict[str, Any]]:
     """{`calibration_key`: the calibration as JSON} of every logged calibration."""
     return {k: r['calibration'] for k, r in self._log.records.items() if k != 'identity'}
 
   def add(self, task: str | None, c: calibration.Calibration) -> None:
-    self._log.append([{'key': calibration_key(task, c.strategy, c.length), 'task': task,
-                       'calibration': outputs.jsonable(dataclasses.asdict(c),
-                                                       what=self.path)}])
+    """Appends `c` (`task`'s, or pooled: None) in one write."""
+    record = {'key': calibration_key(task, c.strategy, c.length), 'task': task,
+              'calibration': outputs.jsonable(dataclasses.asdict(c), what=self.path)}
+    self._log.append([self._identity, record] if self._identity else [record])
+    self._identity = None
 
   def remove(self) -> None:
     """Deletes the log (the run's schedule is written)."""
-    if fileio.is_remote(self.path) or not os.path.exists(self.path):
-      return
-    os.remove(self.path)
+    if fileio.is_remote(self.path):
+      fileio.write_atomic(self.path, b'')  # Object stores: an empty log holds nothing.
+    elif os.path.exists(self.path):
+      os.remove(self.path)
 
 
 def resumed_calibrations(done: Mapping[str, Mapping[str, Any]], source: str

@@ -319,8 +319,9 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
   real_calibrate = schedule.calibration.calibrate
   monkeypatch.setattr(schedule.calibration, 'calibrate',
                       lambda *a, **k: calls.append(a[3]) or real_calibrate(*a, **k))
-  # Room for the identity line, L_ex = 384's two calibrations and 512's first.
-  monkeypatch.setattr(fileio, 'write_synced', disk(4))
+  # Room for three writes: L_ex = 384's two calibrations (the first with the run identity) and
+  # 512's first.
+  monkeypatch.setattr(fileio, 'write_synced', disk(3))
   with pytest.raises(OSError, match=rf'\[Errno 28\] No space left on device \(what was written '
                                     rf"before stays; .*\): '{log_path}'"):
     calibrate.run(**_calibrate_args(tmp_path))
