@@ -463,7 +463,8 @@ def test_14_non_utf8_jsonl_names_file_and_line(tmp_path, no_load):
 
 
 @pytest.mark.parametrize('field, value, message', [
-    ('feed_forward_proj', None, r'"feed_forward_proj": null; expected a string, one of gelu_new'),
+    ('feed_forward_proj', None, r'"feed_forward_proj": null; expected a string, one of '
+                                r'gated-gelu, gated-gelu_new, '),
     ('layer_norm_epsilon', '1e-6', r'"layer_norm_epsilon": "1e-6", a str; expected a JSON '
                                    r'number: 1e-06 \(no quotes\)'),
 ])
