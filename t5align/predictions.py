@@ -84,19 +84,21 @@ class PredictionLog:
     return [self.records[i] for i in sorted(self.records)]
 
 
-def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
+def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any],
+              has_results: bool | None = None) -> None:
   """Writes run.json, or checks that the run that made the folder's results had the same
   identity (`run_identity.check_same`: every field but `run_identity.INFORMATIONAL`).
 
-  A run.json whose folder holds no result yet (no prediction record, no metrics.json: the run
-  failed before its first batch) is replaced, so a corrected rerun is not refused. Results
-  without a run.json are refused: nothing says which run made them.
+  A run.json whose folder holds no result yet (by default: no prediction record, no
+  metrics.json; the run failed before its first batch) is replaced, so a corrected rerun is not
+  refused. Results without a run.json are refused: nothing says which run made them.
   """
   path = fileio.join(folder, 'run.json')
   settings = json.loads(json.dumps(settings, sort_keys=True))
   predictions = fileio.join(folder, 'predictions.jsonl')
-  has_results = fileio.exists(fileio.join(folder, 'metrics.json')) or (
-      fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
+  if has_results is None:
+    has_results = fileio.exists(fileio.join(folder, 'metrics.json')) or (
+        fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
   if has_results:
     before = outputs.read_json(path, 'run record') if fileio.exists(path) else None
     run_identity.check_same(before, settings, what=os.fspath(folder),

@@ -9,10 +9,12 @@ r"""Trains a small T5 on synthetic retrieval (passkey with decoys too, lines, kv
 
 MODEL_DIR gets sentencepiece.model (trained first, from the tasks' prompts), checkpoint_N/ (T5X
 legacy layout, float32, via `checkpoints.save_t5x_checkpoint`) with train_state_N.msgpack beside
-it (optax state and step; written first, atomically), train_log.jsonl and, at the end, eval.json
-(held-out greedy accuracy per task and length). Rerunning the same command resumes from the
-newest checkpoint that has its train state; the data stream is a function of (seed, step), so a
-resumed run sees the same batches as an uninterrupted one.
+it (optax state and step; written first, atomically), train_log.jsonl, run.json (what determines
+the weights: every optimization, data and model setting) and, at the end, eval.json (held-out
+greedy accuracy per task and length). Rerunning the same command resumes from the newest
+checkpoint that has its train state (a run with other settings is refused, naming them); the
+data stream is a function of (seed, step), so a resumed run sees the same batches as an
+uninterrupted one.
 
 The small model trained this way ships in t5align/assets/retrieval_t5/ (`assets.load_shipped`).
 """
@@ -44,6 +46,8 @@ from t5align import gin_cli
 from t5align import heldout
 from t5align import network
 from t5align import outputs
+from t5align import predictions
+from t5align import run_identity
 from t5align import train_data
 from t5align import validate
 from t5align import vocab as vocab_lib
@@ -331,13 +335,24 @@ def train(*,
     if value not in known:
       raise ValueError(f'{flag}={value!r}; expected one of {", ".join(map(repr, known))}.')
   cfg = model.config
-  validate.vocabulary_fits(vocab_size, cfg.vocab_size, vocabulary='the vocabulary to train (VOCAB_SIZE)',
+  validate.vocabulary_fits(vocab_size, cfg.vocab_size,
+                           vocabulary='the vocabulary to train (VOCAB_SIZE)',
                            model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
   for name, folder in (('MODEL_DIR', model_dir), ('EXPORT_DIR', export_dir)):
     if folder and fileio.is_remote(folder):
       raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
                        'folder (copy the exported model to a bucket afterwards).')
   fileio.makedirs(model_dir)
+  # A resumed run continues the weights only if everything that made them is the same.
+  predictions.check_run(model_dir, run_identity.make(gin=False, settings={
+      'seed': seed, 'num_steps': num_steps, 'batch_size': batch_size,
+      'learning_rate': learning_rate, 'warmup_steps': warmup_steps,
+      'weight_decay': weight_decay, 'optimizer': optimizer, 'schedule': schedule,
+      'per_example_loss': per_example_loss, 'mix': mix, 'length_power': length_power,
+      'min_units': min_units, 'input_length': input_length, 'target_length': target_length,
+      'vocab_size': vocab_size,
+      'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}}),
+      has_results=bool(checkpoint_steps(model_dir)))
   outputs.repair_jsonl(os.path.join(model_dir, 'train_log.jsonl'))  # A torn line from a kill.
   start = time.time()
   vocab_path = os.path.join(model_dir, assets.VOCAB_FILE)

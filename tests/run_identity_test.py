@@ -268,6 +268,28 @@ def test_8_train_refuses_a_non_positive_num_steps(tmp_path, num_steps):
   assert not list((tmp_path / 'm').glob('*.model'))
 
 
+def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkeypatch):
+  class Started(Exception):
+    pass
+
+  def stop(*unused_args, **unused_kwargs):
+    raise Started()
+
+  monkeypatch.setattr(train.vocab_lib, 'train_sentencepiece', stop)  # Just after the checks.
+  model = network.Transformer(network.T5Config(vocab_size=1024))
+  with pytest.raises(Started):
+    train.train(model=model, model_dir=str(tmp_path), learning_rate=1e-3)
+  assert json.loads((tmp_path / 'run.json').read_text())['learning_rate'] == 1e-3
+  (tmp_path / 'checkpoint_2').mkdir()  # What checkpoint_steps counts as a result.
+  (tmp_path / 'checkpoint_2' / 'checkpoint').write_bytes(b'')
+  pathlib.Path(train.train_state_path(str(tmp_path), 2)).write_bytes(b'')
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'differing fields \(before -> now\): learning_rate: 0\.001 -> 0\.002'):
+    train.train(model=model, model_dir=str(tmp_path), learning_rate=2e-3)
+  with pytest.raises(Started):  # The same settings resume.
+    train.train(model=model, model_dir=str(tmp_path), learning_rate=1e-3)
+
+
 def test_9_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean_gin):
   base = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin']
   with pytest.raises(ValueError, match=r"--gin_bindings='t5align_eval.evaluate.temperature = "
