@@ -221,8 +221,8 @@ _NONNEGATIVE_NUMBERS = ('weight_decay',)
 def run_settings(**settings: Any) -> None:
   """Checks the run settings an entry point was given (names as their gin macros, upper case).
 
-  params_dtype, dtype, export_dtype: floating dtypes; num_examples, max_decode_length, tau_batch_size,
-  truncate_inputs: positive ints or None; warmup_steps, seed, eval_seed: ints >= 0;
+  params_dtype, dtype, export_dtype: floating dtypes; num_examples, max_decode_length,
+  tau_batch_size, truncate_inputs: positive ints or None; warmup_steps, seed, eval_seed: ints >= 0;
   learning_rate, length_power: positive numbers; weight_decay: a number >= 0; any other
   (batch_size, num_steps, checkpoint_every, ...): a positive int.
   """

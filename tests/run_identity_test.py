@@ -369,8 +369,9 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
   assert written.provenance['identity']['lengths'] == [384, 512]
   # A grid strategy is made again where a continuous search still needs its sweep.
   done = {schedule.calibration_key(None, 'pmax', 512): first}
-  assert schedule._resumed(done, None, ('pmax', 'prop1'), 512) == {'pmax': first}  # pylint: disable=protected-access
-  assert schedule._resumed(done, None, ('pmax', 'pmax_bisect'), 512) == {}  # pylint: disable=protected-access
+  resumed = schedule._resumed  # pylint: disable=protected-access
+  assert resumed(done, None, ('pmax', 'prop1'), 512) == {'pmax': first}
+  assert resumed(done, None, ('pmax', 'pmax_bisect'), 512) == {}
 
 
 _HOLD = '''
