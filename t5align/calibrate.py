@@ -10,6 +10,7 @@ Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_p
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any, Mapping, Sequence
@@ -24,6 +25,7 @@ from t5align import gin_cli
 from t5align import memory
 from t5align import multihost
 from t5align import outputs
+from t5align import run_identity
 from t5align import schedule as schedule_lib
 from t5align import validate
 from t5align import vocabularies
@@ -158,21 +160,22 @@ def jsonl_examples(path: str, encode: Any, eos_id: int, num_examples: int
   import os  # pylint: disable=g-import-not-at-top
   default = os.path.splitext(os.path.basename(path))[0]
   out: dict[str, list[np.ndarray]] = {}
-  with open(path, encoding='utf-8') as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-        text = record['inputs']
-      except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f'{path}:{n}: expected a JSON object with an "inputs" string ({e}).'
-                         ) from e
-      if not isinstance(text, str) or not text:
-        raise ValueError(f'{path}:{n}: "inputs" must be a non-empty string.')
-      rows = out.setdefault(str(record.get('task', default)), [])
-      if len(rows) < num_examples:
-        rows.append(np.asarray(list(encode(text)) + [eos_id], np.int32))
+  with open(path, 'rb') as f:
+    lines = outputs.decode_lines(f.read(), path)  # A non-UTF-8 line raises naming it.
+  for n, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      text = record['inputs']
+    except (ValueError, KeyError, TypeError) as e:
+      raise ValueError(f'{path}:{n}: expected a JSON object with an "inputs" string ({e}).'
+                       ) from e
+    if not isinstance(text, str) or not text:
+      raise ValueError(f'{path}:{n}: "inputs" must be a non-empty string.')
+    rows = out.setdefault(str(record.get('task', default)), [])
+    if len(rows) < num_examples:
+      rows.append(np.asarray(list(encode(text)) + [eos_id], np.int32))
   if not out:
     raise ValueError(f'JSONL file {path} has no examples.')
   return out
@@ -299,7 +302,7 @@ def run(
     tau_batch_size: candidate temperatures per encoder call.
     grid: Algorithm 1's grid.
     tol: tolerance of the continuous searches.
-        analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
+    analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
       per task too when calibrated per task).
     relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
     check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
@@ -307,20 +310,57 @@ def run(
   Returns:
     The schedule written to `output_path`.
   """
-  import dataclasses  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
-  if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
-    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
-                     '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
-  if sum(x is not None for x in (text_file, seqio_task, jsonl_file)) != 1:
-    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
-                     'JSONL_FILE (with VOCABULARY_PATH).')
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  _check_settings(checkpoint_path, output_path, (text_file, seqio_task, jsonl_file), lengths,
+                  strategies, reference_length, num_samples, seed, batch_size, tau_batch_size,
+                  params_dtype, grid, tol, mesh_shape)
   dtype = activation_dtype(config, dtype)
-  validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
-                        tau_batch_size=tau_batch_size, dtype=dtype)
-  validate.float_dtype(params_dtype, 'PARAMS_DTYPE')
+  lengths = sorted(set(lengths))
   start = time.time()
+  # The inputs, read, tokenized and checked against the model before any weight is read.
+  data = _read_inputs(text_file=text_file, vocabulary_path=vocabulary_path, seqio_task=seqio_task,
+                      seqio_split=seqio_split, jsonl_file=jsonl_file, num_samples=num_samples)
+  eos_id = data.eos_id
+  embedded = checkpoints.embedding_rows(checkpoint_path)
+  validate.vocabulary_fits(data.vocab_size, embedded, vocabulary=data.vocabulary_name,
+                           model=f'checkpoint {checkpoint_path}')
+  validate.token_ids(data.stream, embedded, data.source_name)
+  inputs = {}
+  if per_task and text_file is None:
+    if seqio_task is not None:
+      inputs = _seqio_task_inputs(seqio_task, seqio_split, num_samples, reference_length,
+                                  reference_tasks or {})
+    else:
+      boundaries = boundary_ids(data.vocab.decode, data.vocab.vocab_size)
+      inputs = {t: task_inputs(rows, reference_length, eos_id, boundaries)
+                for t, rows in data.by_task.items()}
+    for task, (tokens, reference) in inputs.items():
+      validate.token_ids(tokens, embedded, f'{data.source_name}, task {task}')
+      validate.token_ids(reference, embedded, f'{data.source_name}, task {task} reference')
+  identity = run_identity.make(checkpoint=checkpoint_path, settings={
+      **data.identity, 'lengths': lengths, 'strategies': list(strategies),
+      'reference_length': reference_length, 'num_samples': num_samples, 'seed': seed,
+      'dtype': dtype, 'params_dtype': jnp.dtype(params_dtype).name,
+      'attention_impl': attention_impl or (config.attention_impl if config is not None else {
+          f.name: f.default for f in dataclasses.fields(network.T5Config)}['attention_impl']),
+      'per_task': bool(per_task), 'reference_tasks': reference_tasks, 'grid': list(grid),
+      'tol': tol, 'mesh_shape': mesh_shape})
+  # Every process must run the same command: compared before any weight is read.
+  multihost.check_same({'gin': run_identity.gin_config(ignore=()), **identity})
+  log_path = progress_path(output_path)
+  log = multihost.on_writer(lambda: schedule_lib.CalibrationLog(log_path, identity),
+                            f'opening {log_path}')
+  previous = schedule_lib.resumed_calibrations(
+      multihost.broadcast_json(log.done() if log is not None else {}), log_path)
+  if previous and multihost.is_writer():
+    print(f'resuming: {len(previous)} calibrations done before are in {log_path}',
+          file=sys.stderr, flush=True)
+
+  def record(task, c):
+    multihost.on_writer(lambda: log.add(task, c), f'writing {log_path}')
+
   print(f'loading {checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
   mesh = _mesh(mesh_shape)
   # With a mesh, read sharded: each process reads only the slices its devices hold.
@@ -329,29 +369,12 @@ def run(
                                            check_finite=check_finite)
   config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
                                attention_impl=attention_impl or config.attention_impl)
-  if text_file is not None:
-    vocab = _vocabulary(vocabulary_path, 'TEXT_FILE')
-    stream = text_file_stream(text_file, vocab)
-    eos_id = vocab.eos_id
-    source = {'text_file': text_file, 'vocabulary_path': vocabulary_path}
-  elif seqio_task is not None:
-    import seqio  # pylint: disable=g-import-not-at-top
-    stream = seqio_task_stream(seqio_task, seqio_split)
-    eos_id = _task_vocabulary(seqio.get_mixture_or_task(seqio_task.split(',')[0].strip())).eos_id
-    source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
-  else:
-    vocab = _vocabulary(vocabulary_path, 'JSONL_FILE')
-    eos_id = vocab.eos_id
-    by_task = jsonl_examples(jsonl_file, vocab.encode, eos_id, num_samples)
-    stream = np.concatenate([row[:-1] for rows in by_task.values() for row in rows])
-    source = {'jsonl_file': jsonl_file, 'vocabulary_path': vocabulary_path}
-  source['eos_id'] = int(eos_id)
   # Every process draws the same samples (same seed); on a mesh each copies to its devices
   # only the rows of its 'data' shards (partitioning.global_array).
-  tokens = sample_windows(stream, num_samples, max(lengths), seed, eos_id=eos_id)
+  tokens = sample_windows(data.stream, num_samples, max(lengths), seed, eos_id=eos_id)
   memory.check_fits(config, length=max(lengths), batch_size=batch_size or num_samples,
                     params_dtype=params_dtype, mesh=mesh, taus=tau_batch_size or len(grid))
-  print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
+  print(f'{num_samples} samples of {max(lengths)} tokens from {len(data.stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
   progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
@@ -359,23 +382,15 @@ def run(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
                   'params_dtype': params_dtype,
-                  'attention_impl': config.attention_impl, **source,
+                  'attention_impl': config.attention_impl, **data.source,
                   'process_count': jax.process_count(), 'device_count': jax.device_count(),
-                  'created_unix': int(time.time())},
-      progress=progress, mesh=mesh, batch_size=batch_size,
+                  'created_unix': int(time.time()), 'identity': identity},
+      progress=progress, previous=previous, record=record, mesh=mesh, batch_size=batch_size,
       tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
-  inputs = {}
-  if per_task and text_file is None:
-    if seqio_task is not None:
-      inputs = _seqio_task_inputs(seqio_task, seqio_split, num_samples, reference_length,
-                                  reference_tasks or {})
-    else:
-      boundaries = boundary_ids(vocab.decode, vocab.vocab_size)
-      inputs = {t: task_inputs(rows, reference_length, eos_id, boundaries)
-                for t, rows in by_task.items()}
+  if inputs:
     tasks = schedule_lib.calibrate_tasks(
         params, config, inputs, strategies, reference_length=reference_length,
-        progress=progress, mesh=mesh, batch_size=batch_size,
+        progress=progress, previous=previous, record=record, mesh=mesh, batch_size=batch_size,
         tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
     schedule = dataclasses.replace(schedule, tasks=tasks, provenance={
         **schedule.provenance, 'per_task': {
@@ -383,7 +398,7 @@ def run(
                 'reference': (reference_tasks or {}).get(t, 'inputs cut at a boundary before L_tr'),
                 'reference_width': int(r.shape[1])} for t, (x, r) in inputs.items()}})
   # Every process computed the same schedule; process 0 writes it, the others wait for that.
-  multihost.on_writer(lambda: schedule.save(output_path), f'writing {output_path}')
+  multihost.on_writer(lambda: (schedule.save(output_path), log.remove()), f'writing {output_path}')
   if multihost.is_writer():
     print(schedule.table())
     for strategy in strategies:
@@ -409,6 +424,89 @@ def run(
       print(f'wrote analysis to {analysis_dir}', file=sys.stderr)
     multihost.barrier('t5align.calibrate:analysis')
   return schedule
+
+
+def progress_path(output_path: str) -> str:
+  """Where calibrate logs its finished calibrations until the schedule is written."""
+  return f'{output_path}.partial.jsonl'
+
+
+def _check_settings(checkpoint_path: Any, output_path: Any, sources: Sequence[Any],
+                    lengths: Any, strategies: Any, reference_length: Any, num_samples: Any,
+                    seed: Any, batch_size: Any, tau_batch_size: Any, params_dtype: Any,
+                    grid: Any, tol: Any, mesh_shape: Any) -> None:
+  """Every setting of `run` that needs no file, each error naming its macro and the form
+  accepted."""
+  if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
+    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
+                     '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
+  if sum(x is not None for x in sources) != 1:
+    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
+                     'JSONL_FILE (with VOCABULARY_PATH).')
+  validate.positive_int(reference_length, 'REFERENCE_LENGTH', minimum=2)
+  validate.int_tuple(lengths, 'LENGTHS', minimum=reference_length,
+                     why=f'REFERENCE_LENGTH, L_tr = {reference_length}: calibration aligns '
+                         'longer inputs to it',
+                     example=f'({2 * reference_length}, {4 * reference_length})')
+  validate.strategy_names(strategies, 'STRATEGIES', calibration.STRATEGIES)
+  validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
+                        tau_batch_size=tau_batch_size, seed=seed, params_dtype=params_dtype)
+  validate.temperature_array(grid, 'calibrate.run.grid')
+  validate.number(tol, 'calibrate.run.tol', positive=True)
+  if mesh_shape is not None:
+    validate.int_tuple(mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
+    if len(mesh_shape) not in (2, 3):
+      raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+  """The text calibration samples from, tokenized, with what identifies it."""
+
+  stream: np.ndarray  # int32 [tokens]: everything, concatenated without EOS
+  eos_id: int
+  vocab: Any  # the tokenizer (`vocabularies.Vocabulary`, or a seqio task's vocabulary)
+  vocab_size: int
+  vocabulary_name: str
+  source_name: str
+  source: dict[str, Any]  # For the schedule's provenance.
+  identity: dict[str, Any]  # Content fingerprints, for the run identity.
+  by_task: dict[str, list[np.ndarray]]  # JSONL_FILE: each task's whole inputs.
+
+
+def _read_inputs(*, text_file: str | None, vocabulary_path: str | None, seqio_task: str | None,
+                 seqio_split: str, jsonl_file: str | None, num_samples: int) -> _Inputs:
+  """Reads and tokenizes TEXT_FILE, SEQIO_TASK or JSONL_FILE (see `run`)."""
+  by_task = {}
+  if seqio_task is not None:
+    import seqio  # pylint: disable=g-import-not-at-top
+    from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+    vocab = _task_vocabulary(seqio.get_mixture_or_task(seqio_task.split(',')[0].strip()))
+    stream = seqio_task_stream(seqio_task, seqio_split)
+    source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
+    identity = {'vocabulary': run_identity.vocabulary_fingerprint(vocab),
+                'task_options': catalog.options(),
+                'samples_sha256': run_identity.array_fingerprint([stream]), **source}
+    name = f'SEQIO_TASK {seqio_task}'
+    vocabulary_name = f'the vocabulary of {seqio_task}'
+  else:
+    flag = 'TEXT_FILE' if text_file is not None else 'JSONL_FILE'
+    path = text_file if text_file is not None else jsonl_file
+    vocab = _vocabulary(vocabulary_path, flag)
+    if text_file is not None:
+      stream = text_file_stream(text_file, vocab)
+    else:
+      by_task = jsonl_examples(jsonl_file, vocab.encode, vocab.eos_id, num_samples)
+      stream = np.concatenate([row[:-1] for rows in by_task.values() for row in rows])
+    source = {flag.lower(): path, 'vocabulary_path': vocabulary_path}
+    identity = {'vocabulary': run_identity.vocabulary_fingerprint(vocab),
+                flag.lower(): run_identity.file_fingerprint(path)}
+    name, vocabulary_name = f'{flag} {path}', f'VOCABULARY_PATH {vocabulary_path}'
+  source['eos_id'] = int(vocab.eos_id)
+  return _Inputs(stream=stream, eos_id=int(vocab.eos_id), vocab=vocab,
+                 vocab_size=int(vocab.vocab_size), vocabulary_name=vocabulary_name,
+                 source_name=name, source=source, by_task=by_task,
+                 identity={**identity, 'eos_id': source['eos_id']})
 
 
 def _mesh(mesh_shape: Sequence[int] | None) -> Any:

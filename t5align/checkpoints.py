@@ -60,8 +60,8 @@ from t5align.checkpoints_t5x import t5x_checkpoint_paths
 __all__ = [  # What `t5align.checkpoints` offers: the loader, plus each format module's API.
     'CheckpointDtypeError', 'CheckpointMismatchError', 'CheckpointReadError',
     'DEFAULT_SOURCE_DTYPES', 'FORMATS', 'Params', 'UNMAPPED', 'adafactor_param_state',
-    'cast_params', 'check_params', 'detect_format', 'flatten_params', 'hf_config_hints',
-    'hf_flax_to_state_dict', 'infer_config', 'kvstore_spec', 'load_params',
+    'cast_params', 'check_params', 'detect_format', 'embedding_rows', 'flatten_params',
+    'hf_config_hints', 'hf_flax_to_state_dict', 'infer_config', 'kvstore_spec', 'load_params',
     'params_from_hf_state_dict', 'params_from_mesh_tf', 'read_hf_checkpoint',
     'read_mesh_tf_checkpoint', 'read_params', 'read_t5x_checkpoint',
     'read_t5x_orbax_checkpoint', 'resolve_ts_spec', 'save_t5x_checkpoint',
@@ -223,8 +223,11 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
   process reads only the slices its own devices hold (legacy and Orbax zarr arrays through
   tensorstore slices, one array at a time; inline msgpack arrays sliced in host memory), each
   slice cast to `dtype` as it is read, so no process ever holds a whole float32 copy of the
-  model, only its shards plus one stored chunk. HuggingFace and Mesh-TF checkpoints are read whole on every host, cast, then
-  placed. The strict checks run on the stored shapes and dtypes before any array is read.
+  model, only its shards plus one stored chunk. Without `mesh`, T5X arrays are read whole, one
+  at a time. HuggingFace and Mesh-TF checkpoints are read whole on every host, cast, then placed.
+  For T5X, the strict checks run on the stored shapes and dtypes before any array is read, and
+  a checkpoint whose declared arrays exceed the host's available memory is refused then
+  (`memory.check_host_fits`), naming it and its largest arrays.
 
   Args:
     path: a T5X checkpoint_N directory (legacy or Orbax) or its `checkpoint` file, a HuggingFace
@@ -251,7 +254,7 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
   """
   validate.float_dtype(dtype, 'dtype (PARAMS_DTYPE)')
   format = detect_format(path) if format == 'auto' else format
-  if mesh is not None and format in ('t5x', 't5x_orbax'):
+  if format in ('t5x', 't5x_orbax'):
     params, config, nonfinite = _load_sharded(str(path), format, config, dtype, source_dtypes,
                                               mesh, rules)
     if check_finite:  # Counted slice by slice as read: no second pass over the arrays.
@@ -279,6 +282,23 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
 
 
 # Sharded T5X loading.
+
+
+def _whole_array(lazy: LazyArray, dtype: Any) -> tuple[np.ndarray, int]:
+  """`lazy` read whole and cast, and its number of NaN / inf values."""
+  data = np.ascontiguousarray(
+      lazy.read(tuple(slice(0, n) for n in lazy.shape)).astype(dtype, copy=False))
+  return data, validate.nonfinite_count(data)
+
+
+def _local_bytes(lazy: LazyArray, sharding: jax.sharding.Sharding | None, dtype: Any) -> int:
+  """Bytes this process holds of `lazy` cast to `dtype`: its distinct local shards (all of it
+  without a sharding)."""
+  if sharding is None:
+    return math.prod(lazy.shape) * np.dtype(dtype).itemsize
+  slices = {tuple(s.indices(n)[:2] for s, n in zip(index, lazy.shape))
+            for index in sharding.addressable_devices_indices_map(lazy.shape).values()}
+  return sum(math.prod(b - a for a, b in box) for box in slices) * np.dtype(dtype).itemsize
 
 
 def _sharded_array(lazy: LazyArray, sharding: jax.sharding.Sharding,
@@ -339,32 +359,62 @@ def _release_free_heap() -> None:
 
 def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
                   config: network.T5Config | None, dtype: Any,
-                  source_dtypes: tuple[str, ...], mesh: jax.sharding.Mesh,
-                  rules: Any) -> tuple[Params, network.T5Config]:
-  """`load_params` with a mesh for T5X legacy and Orbax checkpoints.
+                  source_dtypes: tuple[str, ...], mesh: jax.sharding.Mesh | None,
+                  rules: Any) -> tuple[Params, network.T5Config, dict[str, int]]:
+  """`load_params` for T5X legacy and Orbax checkpoints: sharded over `mesh`, or whole (numpy)
+  without one.
 
   Arrays are read one at a time, those with the largest stored chunks first, and the freed read
   buffers handed back to the OS after each: at any moment a process holds the shards it has
   read so far plus one array's read (a decoded chunk and its compressed bytes), and the biggest
   reads happen while it holds the fewest shards.
   """
+  from t5align import memory  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   if format == 't5x':
     stored = lazy_t5x_arrays(path)
   else:
     state_dir, _, item = orbax_params_metadata(path)
     stored = lazy_orbax_arrays(state_dir, item)
+  dtype = np.dtype(dtype)
+  # At least this process's share (all of it without a mesh, else as if spread evenly over the
+  # devices): checked first, as a corrupt shape can be too large even to infer a config from.
+  share = 1.0 if mesh is None else jax.local_device_count() / jax.device_count()
+  memory.check_host_fits({k: (int(math.prod(v.shape) * dtype.itemsize * share), v.shape)
+                          for k, v in stored.items()}, f'checkpoint {path}', dtype)
   config = _checked_config(unflatten_params(stored), config, path, {})
   _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
-  shardings = flatten_params(partitioning.param_shardings(config, mesh, rules))
-  dtype = np.dtype(dtype)
+  shardings = (flatten_params(partitioning.param_shardings(config, mesh, rules))
+               if mesh is not None else dict.fromkeys(stored))
+  memory.check_host_fits({k: (_local_bytes(v, shardings[k], dtype), v.shape)
+                          for k, v in stored.items()}, f'checkpoint {path}', dtype)
   arrays, nonfinite = {}, {}
   for name in sorted(stored, key=lambda k: -stored[k].chunk_bytes):
-    arrays[name], nonfinite[name] = _sharded_array(stored[name], shardings[name], dtype)
+    if mesh is None:
+      arrays[name], nonfinite[name] = _whole_array(stored[name], dtype)
+    else:
+      arrays[name], nonfinite[name] = _sharded_array(stored[name], shardings[name], dtype)
     _release_free_heap()
-  if jax.process_count() > 1:  # Each process counted its own slices: any count is an error.
+  if mesh is not None and jax.process_count() > 1:  # Each process counted its own slices.
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     names = sorted(nonfinite)
     everyone = multihost_utils.process_allgather(np.array([nonfinite[k] for k in names]))
     nonfinite = dict(zip(names, np.asarray(everyone).reshape(-1, len(names)).max(0).tolist()))
   return unflatten_params({k: arrays[k] for k in stored}), config, nonfinite
+
+
+def embedding_rows(path: str, format: str = 'auto') -> int:  # pylint: disable=redefined-builtin
+  """The rows of a checkpoint's token embedding (the ids its model embeds), from stored
+  metadata where the format has it (T5X, Orbax: array metadata; HuggingFace: config.json's
+  vocab_size); Mesh-TF checkpoints are read."""
+  format = detect_format(path) if format == 'auto' else format
+  if format == 't5x':
+    return int(lazy_t5x_arrays(str(path))['token_embedder/embedding'].shape[0])
+  if format == 't5x_orbax':
+    _, _, item = orbax_params_metadata(str(path))
+    return int(flatten_params(item)['token_embedder/embedding'].shape[0])
+  if format == 'hf':
+    rows = read_hf_config(str(path)).get('vocab_size')
+    if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0:
+      return rows
+  return int(np.shape(read_params(path, format=format)['token_embedder']['embedding'])[0])

@@ -5,6 +5,7 @@ bias `[32, H]` (T5X: `[H, 32]`); block names follow Mesh-TF's numbering (`block_
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any, Mapping
@@ -160,11 +161,18 @@ def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
   buckets = (hf_config.get('relative_attention_num_buckets', 32),
              hf_config.get('relative_attention_max_distance', 128))
   proj = hf_config.get('feed_forward_proj', 'relu')
+  supported = sorted({*_HF_ACTIVATIONS, 'gated-gelu', *(f'gated-{a}' for a in _HF_ACTIVATIONS)})
+  if not isinstance(proj, str):
+    raise ValueError(f'HF config has "feed_forward_proj": {json.dumps(proj)}; expected a string, '
+                     f'one of {", ".join(supported)} (T5 1.0: "relu", T5 1.1: "gated-gelu").')
   act = 'gelu' if proj == 'gated-gelu' else _HF_ACTIVATIONS.get(proj.removeprefix('gated-'))
   if buckets != (32, 128) or act is None:
     raise ValueError(f'HF config has feed_forward_proj={proj!r}, relative attention (buckets, '
                      f'max distance)={buckets}; T5X supports {sorted(_HF_ACTIVATIONS)}, (32, 128)')
   epsilon = hf_config.get('layer_norm_epsilon', 1e-6)
+  if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+    raise ValueError(f'HF config has "layer_norm_epsilon": {json.dumps(epsilon)}, a '
+                     f'{type(epsilon).__name__}; expected a JSON number: 1e-06 (no quotes).')
   if epsilon != 1e-6:
     raise ValueError(f'HF config has layer_norm_epsilon={epsilon!r}; T5X (and t5align) layer '
                      'norms use 1e-6, so this model would run with other numbers than it was '

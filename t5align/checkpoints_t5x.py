@@ -202,6 +202,7 @@ def save_t5x_checkpoint(params: Mapping[str, Any], directory: str, step: int, *,
   os.makedirs(directory, exist_ok=True)
   tmp_dir = tempfile.mkdtemp(prefix=f'checkpoint_{step}.tmp-', dir=directory)
   try:
+    os.chmod(tmp_dir, fileio.folder_mode())  # mkdtemp's 0700 would outlive the rename.
     to_write = {f'target/{path}': array for path, array in flat.items()}
     # t5x writes a full-shape v through tensorstore, the rest of the state inline.
     to_write.update({f'state/param_states/{path}/v': state['v']

@@ -48,6 +48,7 @@ from t5align import network
 from t5align import outputs
 from t5align import partitioning
 from t5align import predictions
+from t5align import run_identity
 from t5align import schedule as schedule_lib
 from t5align import temperature as temperature_lib
 from t5align import validate
@@ -89,8 +90,11 @@ def _plain(value: Any) -> Any:
 
 def make_temperature(config: network.T5Config, temperature: Any = None,
                      schedule_path: str | None = None, schedule_strategy: str | None = None,
-                     label: str | None = None) -> temperature_lib.Temperature:
-  """A constant (the override, else the config's) or a schedule file's temperatures."""
+                     label: str | None = None, model: str = 'the model'
+                     ) -> temperature_lib.Temperature:
+  """A constant (the override, else the config's) or a schedule file's temperatures, checked
+  against the model's encoder layers (`model` names it in errors, e.g. its checkpoint)."""
+  layers = config.num_encoder_layers
   if temperature is not None and schedule_path:
     raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
   if schedule_path:
@@ -100,16 +104,23 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
       warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
                     f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
                     '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
+    for task, cals in [('', schedule.calibrations), *schedule.tasks.items()]:
+      widths = {np.size(c.tau) for c in cals[schedule.strategy]}
+      if widths - {1, layers}:
+        raise ValueError(
+            f'temperature schedule {schedule_path} (SCHEDULE_PATH): strategy '
+            f'{schedule.strategy!r}{f" of task {task!r}" if task else ""} has '
+            f'{max(widths - {1, layers})} per-layer taus but {model} has {layers} encoder '
+            'layers: calibrate it for this model.')
     return temperature_lib.Temperature(schedule=schedule, label=label or '')
   if schedule_strategy:
     raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
   if temperature is None:
-    temperature = config.encoder_attention_temperature
-  if isinstance(temperature, (list, tuple)):
-    temperature = tuple(float(t) for t in temperature)
+    temperature = validate.temperature_setting(
+        config.encoder_attention_temperature, 'network.T5Config.encoder_attention_temperature '
+        '(ENCODER_TEMPERATURE)', layers, model)
   else:
-    temperature = float(temperature)
-  validate.temperatures(temperature, 'TEMPERATURE')
+    temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model)
   return temperature_lib.Temperature(constant=temperature, label=label or '')
 
 
@@ -173,11 +184,40 @@ def evaluate(*,
                   mixture_or_task_name=mixture_or_task_name, output_dir=output_dir)
   validate.run_settings(batch_size=batch_size, num_partitions=num_partitions,
                         num_examples=num_examples, max_decode_length=max_decode_length,
-                        params_dtype=params_dtype)
+                        params_dtype=params_dtype, truncate_inputs=truncate_inputs)
   import seqio  # pylint: disable=g-import-not-at-top
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
   from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
+
+  tasks = [t for name in str(mixture_or_task_name).split(',') if name.strip()
+           for t in seqio.get_subtasks(seqio.get_mixture_or_task(name.strip()))]
+  vocabularies = {t.name: t.output_features['targets'].vocabulary for t in tasks}
+  vocabulary_ids = {t: run_identity.vocabulary_fingerprint(v) for t, v in vocabularies.items()}
+  options = catalog.options()
+  # Every process must run the same command: compared before any checkpoint is read.
+  multihost.check_same({'gin': run_identity.gin_config(ignore=()), 'task_options': options,
+                        'vocabularies': vocabulary_ids, 'arguments': {
+                            'checkpoint_path': str(checkpoint_path), 'output_dir': str(output_dir),
+                            'tasks': [t.name for t in tasks], 'temperature': temperature,
+                            'schedule_path': schedule_path, 'num_examples': num_examples,
+                            'split': split, 'truncate_inputs': truncate_inputs}})
+  rows = checkpoints.embedding_rows(checkpoint_path)
+  for name, vocab in vocabularies.items():
+    files = ','.join(run_identity.vocabulary_files(vocab))
+    validate.vocabulary_fits(vocab.vocab_size, rows, model=f'checkpoint {checkpoint_path}',
+                             vocabulary=f'vocabulary {files} (task {name})')
+  if truncate_inputs is not None and label is None:
+    label = TRUNCATION_LABEL
+  model_label = f'checkpoint {checkpoint_path}'
+  temp = None if model is None else make_temperature(
+      model.config, temperature, schedule_path, schedule_strategy, label, model_label)
+  # What the records depend on (run.json): the checkpoint's content, not its path.
+  base_identity = {
+      'checkpoint': (run_identity.checkpoint_fingerprint(checkpoint_path)
+                     if multihost.is_writer() else None),
+      'checkpoint_path': str(checkpoint_path), 'gin': run_identity.gin_config(),
+      'task_options': options}
 
   mesh = partitioning.eval_mesh(num_partitions)
   # Read sharded: each process reads only the slices its devices hold (T5X formats).
@@ -185,9 +225,9 @@ def evaluate(*,
                                            dtype=jnp.dtype(params_dtype), mesh=mesh,
                                            check_finite=check_finite)
   model = network.Transformer(config)
-  if truncate_inputs is not None and label is None:
-    label = TRUNCATION_LABEL
-  temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label)
+  if temp is None:
+    temp = make_temperature(config, temperature, schedule_path, schedule_strategy, label,
+                            model_label)
   data_size = mesh.shape['data']
   batch_size = batching.round_up(batch_size, data_size)
   model_name = model_name or _model_name(checkpoint_path)
@@ -199,8 +239,6 @@ def evaluate(*,
   show_progress = show_progress and multihost.is_writer()
 
   results = {}
-  tasks = [t for name in str(mixture_or_task_name).split(',') if name.strip()
-           for t in seqio.get_subtasks(seqio.get_mixture_or_task(name.strip()))]
   pooled_temp = temp
   for task in tasks:
     temp = task_temperature(pooled_temp, task.name)
@@ -208,7 +246,7 @@ def evaluate(*,
     scored = (spec.max_decode_length == 0) if spec else (
         bool(task.score_metric_fns) and not task.predict_metric_fns)
     steps = max_decode_length or (spec.max_decode_length if spec else DEFAULT_MAX_DECODE_LENGTH)
-    vocab = task.output_features['targets'].vocabulary
+    vocab = vocabularies[task.name]
     eos_id = vocab.eos_id
     shard = seqio.ShardInfo(index=group, num_shards=groups) if groups > 1 else None
     dataset = task.get_dataset(sequence_length=None, split=split, shuffle=False,
@@ -235,7 +273,8 @@ def evaluate(*,
     # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
     # support; a folder written before then reads as a different run (start a new folder).
     settings = {
-        'task': task.name, 'split': split, 'checkpoint': str(checkpoint_path),
+        **base_identity, 'task': task.name, 'split': split,
+        'vocabulary': vocabulary_ids[task.name], 'examples_sha256': _examples_sha256(examples),
         'num_examples': total, 'mode': 'score' if scored else 'greedy',
         'max_decode_length': None if scored else steps, 'params_dtype': params_dtype,
         **({'truncate_inputs': truncate_inputs} if truncate_inputs is not None else {}),
@@ -259,6 +298,7 @@ def evaluate(*,
       width = _global_width(inputs)
       place = lambda x: multihost.global_batch(x, rows_sharding, batch_size)
       tokens = batching.pad_batch(batching.pad_tokens(inputs, min_length=width), rows)
+      validate.token_ids(tokens, config.vocab_size, f'{task.name} inputs')
       taus = temp.taus(tokens)
       taus[len(batch):] = 1.0
       # What the metrics compare, made here where the example was read (see `_write_metrics`).
@@ -304,6 +344,16 @@ def evaluate(*,
       results[task.name] = metrics
     multihost.barrier(f't5align.eval:{task.name}')
   return results
+
+
+def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:
+  """One fingerprint of every process's examples (index, input and target tokens), in index
+  order: the data, seed, options and tokenizer the records were made from."""
+  mine = [[int(ex['index']), run_identity.array_fingerprint([ex['inputs'], ex['targets']])]
+          for ex in examples]
+  everyone = dict(map(tuple, multihost.gather_json(mine)))  # A group's processes agree.
+  return run_identity.array_fingerprint(
+      [np.frombuffer(f'{i}:{everyone[i]}'.encode(), np.uint8) for i in sorted(everyone)])
 
 
 def _global_width(rows: Sequence[Sequence[int]], multiple: int = 128) -> int:
@@ -357,6 +407,11 @@ def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
   so the writing process needs no example of another process's share.
   """
   records = [log.records[i] for i in range(total)]
+  taus = sorted({tuple(np.ravel(r['tau']).tolist()) for r in records})
+  constant = temp.describe().get('temperature')
+  if constant is not None and taus != [tuple(np.ravel(np.float32(constant)).tolist())]:
+    raise ValueError(f'{folder}: the records were made at temperatures {taus[:8]}, not this '
+                     f'run\'s {constant}: the folder mixes runs; evaluate into a new folder.')
   targets = [r['postprocessed_target'] for r in records]
   values: dict[str, Any] = {}
   if scored:
@@ -375,6 +430,10 @@ def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
       'group': spec.group if spec else task.name, 'column': spec.column if spec else 'all',
       'primary_metric': 'perplexity' if scored else 'accuracy',
       **{k: v for k, v in temp.describe().items() if k != 'schedule'},
+      # From the records: the temperatures the metrics' predictions were made at.
+      'record_temperatures': {'distinct': len(taus), 'min': [min(t) for t in zip(*taus)],
+                              'max': [max(t) for t in zip(*taus)],
+                              **({'values': [list(t) for t in taus]} if len(taus) <= 8 else {})},
   }
   fileio.write_json_atomic(os.path.join(folder, 'metrics.json'), result)
   return result

@@ -15,6 +15,7 @@ credentials fails in two minutes with a message, not after many silent retries.
 from __future__ import annotations
 
 import builtins
+import errno
 import json
 import os
 import posixpath
@@ -142,6 +143,11 @@ def _umask() -> int:
   return mask
 
 
+def folder_mode() -> int:
+  """The permissions `os.makedirs` gives a new folder: 0777 less the process umask."""
+  return 0o777 & ~_umask()
+
+
 def write_atomic(path: PathLike, data: bytes | str) -> None:
   """Writes `data` to `path` so that readers see the old file or the whole new one, never part.
 
@@ -159,19 +165,48 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
     return
   path = os.fspath(path)
   folder = dirname(path)
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.tmp-')
+  tmp = None
   try:
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.tmp-')
     os.fchmod(fd, 0o666 & ~_umask())
     with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
+      write_synced(f, data)
     os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
+  except BaseException as e:
+    if tmp is not None and os.path.exists(tmp):
       os.remove(tmp)
+    if isinstance(e, OSError):
+      raise write_error(e, path) from e
     raise
+
+
+def write_synced(f: IO[bytes], data: bytes) -> None:
+  """Writes `data` to the open local file `f`, flushes and fsyncs it: every local result write
+  (`write_atomic`, `append_text`) goes through here."""
+  f.write(data)
+  f.flush()
+  os.fsync(f.fileno())
+
+
+def write_error(error: OSError, path: PathLike) -> OSError:
+  """`error` (of the same class and errno) with a message naming `path`; a full disk (ENOSPC)
+  also says that what was written before is kept for the rerun to resume from."""
+  if error.filename is not None or os.fspath(path) in str(error):
+    return error
+  hint = (' (what was written before stays; free space and rerun the same command to resume)'
+          if error.errno == errno.ENOSPC else '')
+  return type(error)(error.errno, f'{error.strerror or error}{hint}', os.fspath(path))
+
+
+def append_text(path: PathLike, text: str) -> None:
+  """Appends `text` to a local file in one write, then fsyncs (a kill leaves at most a torn last
+  line, which `outputs.repair_jsonl` cuts); an OSError names the file."""
+  try:
+    with builtins.open(os.fspath(path), 'ab') as f:
+      write_synced(f, text.encode('utf-8'))
+  except OSError as e:
+    raise write_error(e, path) from e
 
 
 def write_json_atomic(path: PathLike, obj: Any, *, allow_nan: bool = True,

@@ -39,7 +39,18 @@ def parse_flags(argv: Sequence[str], *, prog: str, description: str | None = Non
   Returns:
     (gin files, bindings, search paths); the current directory and the repository root are always
     search paths (after the given ones), so gin/... includes resolve from anywhere in the checkout.
+    The bindings are the --gin_bindings, then the --gin.NAME=VALUE flags as `NAME = VALUE`.
   """
+  files, raw, flags, paths = _parse(argv, prog=prog, description=description,
+                                    example_file=example_file)
+  return files, raw + [b for _, b in flags], paths
+
+
+def _parse(argv: Sequence[str], *, prog: str, description: str | None = None,
+           example_file: str | None = None
+           ) -> tuple[list[str], list[str], list[tuple[str, str]], list[str]]:
+  """`parse_flags`, the --gin_bindings and the (flag as given, binding) of each --gin.NAME flag
+  kept apart."""
   parser = argparse.ArgumentParser(prog=prog, description=description,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--gin_file', action='append', default=[], help='gin file (repeatable)')
@@ -48,16 +59,16 @@ def parse_flags(argv: Sequence[str], *, prog: str, description: str | None = Non
   parser.add_argument('--gin_search_paths', action='append', default=[],
                       help='comma-separated folders to look for gin files in')
   args, rest = parser.parse_known_args(argv)
-  bindings = list(args.gin_bindings)
+  flags = []
   for arg in rest:
     if not arg.startswith('--gin.') or '=' not in arg:
       parser.error(f'unrecognized argument {arg!r} (macros are set with --gin.NAME=VALUE)')
     name, value = arg[len('--gin.'):].split('=', 1)
-    bindings.append(binding(name, value))
+    flags.append((arg, binding(name, value)))
   if example_file and not args.gin_file:
     parser.error(f'at least one --gin_file is needed (e.g. {example_file})')
   paths = [p for group in args.gin_search_paths for p in group.split(',') if p]
-  return args.gin_file, bindings, paths + [os.getcwd(), REPO_ROOT]
+  return args.gin_file, list(args.gin_bindings), flags, paths + [os.getcwd(), REPO_ROOT]
 
 
 _MACRO_BINDING = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=')
@@ -87,16 +98,106 @@ def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str])
           f'would be ignored.{hint} Macros they define: {", ".join(sorted(known)) or "none"}.')
 
 
+def _config_values() -> dict[tuple[tuple[str, str], str], object]:
+  """{((scope, selector), parameter): value} of gin's current configuration."""
+  config = gin.config._CONFIG  # pylint: disable=protected-access  (gin has no public listing)
+  return {(key, name): value for key, params in config.items() for name, value in params.items()}
+
+
+def _macro_name(value: object) -> str | None:
+  """NAME if `value` is a reference `%NAME` to a macro, else None."""
+  if isinstance(value, gin.config.ConfigurableReference) and value.configurable.name == 'macro':
+    return value.scoped_selector.rsplit('/', 1)[0]
+  return None
+
+
+def _label(key: tuple[tuple[str, str], str]) -> str:
+  (scope, selector), name = key
+  return scope if selector == 'gin.macro' else f'{scope + "/" if scope else ""}{selector}.{name}'
+
+
+def check_overrides(overrides: Sequence[tuple[str, str]]) -> None:
+  """Applies the command line's bindings one by one (gin's files already parsed) and raises
+  ValueError if two of them set the same value differently.
+
+  The same value: one macro, one parameter, or a parameter and the macro the gin files bind it
+  to (`--gin.TEMPERATURE=0.5` with `--gin_bindings='evaluate.temperature = 0.7'` would run at
+  0.7, the flag silently ignored).
+
+  Args:
+    overrides: (the flag as given, its gin binding) in the order gin applies them.
+  """
+  from_files = _config_values()
+  # target -> (the flag that set it, its value, the parameter it was set through, if any)
+  set_by: dict[tuple[tuple[str, str], str], tuple[str, object, str | None]] = {}
+  for flag, line in overrides:
+    before = _config_values()
+    gin.parse_config(line)
+    for key, value in _config_values().items():
+      if key in before and before[key] is value:
+        continue
+      # What this binding sets: the key itself and, for a parameter the files bind to %NAME,
+      # the macro NAME too (the parameter no longer reads it).
+      macro = _macro_name(from_files.get(key))
+      targets = [(key, None)] + ([(((macro, 'gin.macro'), 'value'), _label(key))] if macro else [])
+      for target, via in targets:
+        if target in set_by and set_by[target][0] != flag:
+          other, old, old_via = set_by[target]
+          if _format(old) != _format(value):
+            note = via or old_via
+            raise ValueError(
+                f'{other} and {flag} set {_label(target)} differently'
+                + (f' ({note} is bound to %{target[0][0]} in the gin files)' if note else '')
+                + '; gin would apply only one of them. Give the value once.')
+        set_by.setdefault(target, (flag, value, via))
+
+
+def _format(value: object) -> str:
+  return gin.config._format_value(value)  # pylint: disable=protected-access
+
+
+def check_required(example_file: str | None = None) -> None:
+  """Raises ValueError when a gin binding calls a configurable (`@X()`) whose required
+  parameters nothing binds, naming them (instead of a TypeError from inside gin's call)."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  config = gin.config._CONFIG  # pylint: disable=protected-access
+  for key, value in _config_values().items():
+    if not isinstance(value, gin.config.ConfigurableReference) or not value.evaluate:
+      continue
+    if value.configurable.name == 'macro':
+      continue
+    try:
+      signature = inspect.signature(value.configurable.wrapped)
+    except (TypeError, ValueError):
+      continue
+    required = [n for n, p in signature.parameters.items()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    bound = {n for (scope, selector), params in config.items()
+             if selector == value.configurable.selector for n in params}
+    missing = [n for n in required if n not in bound]
+    if missing:
+      hint = f': {example_file}' if example_file else ''
+      raise ValueError(
+          f'{_format(value)} (called by {_label(key)}) needs '
+          f'{", ".join(value.configurable.selector + "." + n for n in missing)}, which no gin '
+          f'file or flag binds. Give the gin files the run needs{hint}.')
+
+
 def configure(argv: Sequence[str], **kwargs) -> None:
   """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
 
-  Every macro a flag sets must be one the gin files define (`check_macros`).
+  Every macro a flag sets must be one the gin files define (`check_macros`); two bindings that
+  set one value differently are refused (`check_overrides`), as is a call of a configurable
+  whose required parameters nothing binds (`check_required`).
   """
-  files, bindings, paths = parse_flags(argv, **kwargs)
+  files, raw, flags, paths = _parse(argv, **kwargs)
+  bindings = raw + [b for _, b in flags]
   for path in paths:
     gin.add_config_file_search_path(path)
   gin.parse_config_files_and_bindings(files, None, finalize_config=False)
   check_macros(bindings, defined_macros(), files)
+  check_overrides([(f'--gin_bindings={b!r}', b) for b in raw] + flags)
+  check_required(kwargs.get('example_file'))
   gin.parse_config_files_and_bindings([], bindings)
 
 

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -125,3 +125,42 @@ def check_fits(config: network.T5Config, *, length: int, batch_size: int, params
       f'{est.attention / GiB:.2f} GiB ({est.attention_impl}), activations '
       f'{est.hidden / GiB:.2f} GiB at {length} tokens) but the device has '
       f'{limit / GiB:.2f} GiB ({where}). Set ' + '; or '.join(hints) + '.')
+
+
+def host_available_bytes() -> int:
+  """Memory this host can still give a process: MemAvailable plus free swap (/proc/meminfo);
+  elsewhere its physical memory."""
+  try:
+    with open('/proc/meminfo', encoding='ascii') as f:
+      fields = {line.split(':')[0]: int(line.split()[1]) * 1024 for line in f if ':' in line}
+    return fields['MemAvailable'] + fields.get('SwapFree', 0)
+  except (OSError, KeyError, ValueError, IndexError):
+    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def check_host_fits(arrays: Mapping[str, tuple[int, tuple[int, ...]]], what: str, dtype: Any,
+                    available: int | None = None) -> None:
+  """Refuses, before anything is allocated, arrays that cannot fit in this host's memory.
+
+  Args:
+    arrays: {name: (bytes this process would hold, declared shape)}.
+    what: their source, e.g. 'checkpoint PATH'.
+    dtype: the dtype they would be held in (for the message).
+    available: bytes available (default `host_available_bytes()`).
+
+  Raises:
+    DoesNotFitError: naming `what`, the total and the largest arrays with their shapes.
+  """
+  total = sum(size for size, _ in arrays.values())
+  available = host_available_bytes() if available is None else available
+  if total <= available:
+    return
+  largest = [item for item in sorted(arrays.items(), key=lambda item: -item[1][0])[:3]
+             if item[1][0] >= total / 100]  # Those that matter.
+  listed = ', '.join(f'{name} {tuple(shape)} ({size / GiB:.3g} GiB)'
+                     for name, (size, shape) in largest)
+  raise DoesNotFitError(
+      f'{what} declares arrays of {total / GiB:.3g} GiB in {np.dtype(dtype).name} for this '
+      f'process, more than the {available / GiB:.3g} GiB this host has available; the largest: '
+      f'{listed}. If these shapes are not the model\'s, the checkpoint metadata is corrupt; '
+      'otherwise load it in bfloat16 (PARAMS_DTYPE) or sharded over more processes.')

@@ -4,14 +4,23 @@ Entry points call `initialize()` before anything touches a JAX backend. Every pr
 the same code on the same global arrays; the helpers here cover what differs per process:
   - which rows of a global batch it supplies (`process_rows`, `global_batch`),
   - bringing small results back to every host (`gather`, `broadcast`),
-  - writing files from process 0 only (`is_writer`, `on_writer`), then `barrier`.
+  - writing files from process 0 only (`is_writer`, `on_writer`), then `barrier`;
+  - refusing to start when the processes were given different settings (`check_same`).
 With one process each helper reduces to the plain single-host operation.
+
+Starting is bounded: with JAX_NUM_PROCESSES, `initialize` first meets every process at the
+coordinator address (`rendezvous`) for at most $T5ALIGN_DISTRIBUTED_TIMEOUT_S seconds (default
+300), and raises naming the address and the processes that did not arrive, rather than waiting
+in `jax.distributed.initialize`, whose timeout aborts the process without a Python error.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, TypeVar
+import socket
+import sys
+import time
+from typing import Any, Callable, Mapping, TypeVar
 
 import jax
 import numpy as np
@@ -45,6 +54,151 @@ def _env_process_count() -> tuple[int, str]:
   return 1, ''
 
 
+DISTRIBUTED_TIMEOUT_ENV = 'T5ALIGN_DISTRIBUTED_TIMEOUT_S'
+DEFAULT_DISTRIBUTED_TIMEOUT_S = 300.0
+
+
+class StartError(RuntimeError):
+  """The processes of a multi-process run did not all start within the timeout."""
+
+
+def distributed_timeout_s() -> float:
+  """Seconds the processes may take to meet: $T5ALIGN_DISTRIBUTED_TIMEOUT_S, else 300."""
+  value = os.environ.get(DISTRIBUTED_TIMEOUT_ENV, '').strip()
+  if not value:
+    return DEFAULT_DISTRIBUTED_TIMEOUT_S
+  try:
+    timeout = float(value)
+  except ValueError:
+    timeout = float('nan')
+  if not 0 < timeout < float('inf'):
+    raise ValueError(f'{DISTRIBUTED_TIMEOUT_ENV}={value!r}: expected a positive number of '
+                     'seconds.')
+  return timeout
+
+
+def _host_port(address: str) -> tuple[str, int]:
+  host, _, port = address.rpartition(':')
+  if not host or not port.isdigit():
+    raise ValueError(f'JAX_COORDINATOR_ADDRESS={address!r}: expected host:port.')
+  return host.strip('[]'), int(port)
+
+
+def _readline(conn: socket.socket, deadline: float) -> str:
+  data = b''
+  while not data.endswith(b'\n'):
+    conn.settimeout(max(0.01, deadline - time.monotonic()))
+    chunk = conn.recv(256)
+    if not chunk:
+      break
+    data += chunk
+  return data.decode('utf-8', 'replace').strip()
+
+
+def rendezvous(address: str, num_processes: int, process_id: int, timeout_s: float) -> None:
+  """Meets every process at `address` (host:port of process 0) before JAX starts there.
+
+  Process 0 listens on the port and waits for processes 1..n-1 to connect and say who they
+  are, then releases them and closes the port for the coordination service to take it; the
+  others connect (retrying until process 0 listens) and wait for the release.
+
+  Raises:
+    StartError: within `timeout_s`, naming the address and the processes that did not arrive
+      (process 0), or that process 0 was not reached or gave up (the others).
+  """
+  host, port = _host_port(address)
+  deadline = time.monotonic() + timeout_s
+  if process_id == 0:
+    _await_processes(address, port, num_processes, timeout_s, deadline)
+  else:
+    _join(address, host, port, num_processes, process_id, timeout_s, deadline)
+
+
+def _await_processes(address: str, port: int, num_processes: int, timeout_s: float,
+                     deadline: float) -> None:
+  """`rendezvous` on process 0: every other process must connect and say its id."""
+  dual = socket.has_dualstack_ipv6()  # Like JAX's service: every interface, IPv4 and 6.
+  server = socket.create_server(('', port), family=socket.AF_INET6 if dual else socket.AF_INET,
+                                dualstack_ipv6=dual)
+  arrived: dict[int, socket.socket] = {}
+  try:
+    while len(arrived) < num_processes - 1:
+      server.settimeout(max(0.01, deadline - time.monotonic()))
+      conn = None
+      try:
+        conn, _ = server.accept()
+        words = _readline(conn, deadline).split()
+      except OSError:  # socket.timeout included.
+        if conn is not None:
+          conn.close()
+        if time.monotonic() < deadline:
+          continue
+        missing = sorted(set(range(1, num_processes)) - set(arrived))
+        for conn in arrived.values():
+          conn.sendall(f'fail processes {missing} did not arrive\n'.encode())
+        raise StartError(
+            f'process 0 waited {timeout_s:g} s at the coordinator address {address} '
+            f'(JAX_COORDINATOR_ADDRESS) for {num_processes} processes; '
+            f'process{"es" if len(missing) > 1 else ""} {", ".join(map(str, missing))} did '
+            f'not arrive. Start every process with the same JAX_COORDINATOR_ADDRESS and '
+            f'JAX_NUM_PROCESSES={num_processes} (ids 0..{num_processes - 1}), or raise '
+            f'{DISTRIBUTED_TIMEOUT_ENV} (now {timeout_s:g}).') from None
+      if len(words) != 2 or not all(w.isdigit() for w in words):
+        conn.close()  # Not one of ours (a port scan): ignore it.
+        continue
+      pid, count = int(words[0]), int(words[1])
+      problem = None
+      if count != num_processes:
+        problem = f'JAX_NUM_PROCESSES={count} but process 0 has {num_processes}'
+      elif not 0 < pid < num_processes or pid in arrived:
+        problem = f'JAX_PROCESS_ID={pid} is out of range or taken twice'
+      if problem:
+        conn.sendall(f'fail {problem}\n'.encode())
+        conn.close()
+        for other in arrived.values():
+          other.sendall(f'fail {problem}\n'.encode())
+        raise StartError(f'coordinator {address}: {problem}.')
+      arrived[pid] = conn
+    for conn in arrived.values():
+      conn.sendall(b'go\n')
+    for conn in arrived.values():  # They close first: the port is free for JAX at once.
+      _readline(conn, deadline + 10)
+  finally:
+    for conn in arrived.values():
+      conn.close()
+    server.close()
+
+
+def _join(address: str, host: str, port: int, num_processes: int, process_id: int,
+          timeout_s: float, deadline: float) -> None:
+  """`rendezvous` on the other processes: connect to process 0, say who we are, await 'go'."""
+  setting = f'{DISTRIBUTED_TIMEOUT_ENV}={timeout_s:g}'
+  answer = ''
+  while True:
+    try:
+      with socket.create_connection((host, port), timeout=max(0.01, deadline - time.monotonic())
+                                    ) as conn:
+        conn.sendall(f'{process_id} {num_processes}\n'.encode())
+        answer = _readline(conn, deadline + 1)
+      break
+    except OSError:  # Refused (process 0 not listening yet) or timed out.
+      if time.monotonic() >= deadline:
+        raise StartError(
+            f'process {process_id} could not reach process 0 at the coordinator address '
+            f'{address} (JAX_COORDINATOR_ADDRESS) within {timeout_s:g} s: is process 0 '
+            f'running, with the same address? ({setting})') from None
+      time.sleep(0.2)
+  if answer != 'go':
+    raise StartError(f'process {process_id}: the coordinator {address} (process 0) refused the '
+                     f'start: {answer.removeprefix("fail ") or "no answer"} ({setting}).')
+
+
+def _use_gloo() -> None:
+  # Cross-process collectives of the CPU backend (only it reads this option; TPU and GPU
+  # backends have their own), so it is set whatever the platform.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+
+
 def initialize() -> bool:
   """Calls `jax.distributed.initialize` when the environment says there are several processes.
 
@@ -53,7 +207,9 @@ def initialize() -> bool:
   - TPU pods (TPU_WORKER_HOSTNAMES / TPU_PROCESS_ADDRESSES with several hosts), SLURM and Open MPI
     jobs with several tasks, or T5ALIGN_DISTRIBUTED=1 (e.g. a Cloud TPU VM pod whose hosts
     are known only to the metadata server): jax's own cluster detection fills in everything.
-  CPU collectives across processes use gloo, selected before initializing.
+  CPU collectives across processes use gloo, selected before initializing. With
+  JAX_NUM_PROCESSES, the processes first meet (`rendezvous`) within `distributed_timeout_s()`;
+  every `jax.distributed.initialize` gets that timeout too.
 
   Returns:
     True if this call (or an earlier one) initialized several processes.
@@ -64,9 +220,6 @@ def initialize() -> bool:
   forced = os.environ.get('T5ALIGN_DISTRIBUTED', '') == '1'
   if count <= 1 and not forced:
     return False
-  # Cross-process collectives of the CPU backend (only it reads this option; TPU and GPU
-  # backends have their own), so it is set whatever the platform.
-  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if source == 'JAX_NUM_PROCESSES':
     missing = [v for v in ('JAX_COORDINATOR_ADDRESS', 'JAX_PROCESS_ID') if not os.environ.get(v)]
     if missing:
@@ -76,10 +229,16 @@ def initialize() -> bool:
     if not 0 <= process_id < count:
       raise ValueError(f'JAX_PROCESS_ID={process_id} must be in 0..{count - 1} '
                        f'(JAX_NUM_PROCESSES={count}).')
-    jax.distributed.initialize(os.environ['JAX_COORDINATOR_ADDRESS'], num_processes=count,
-                               process_id=process_id)
+    address, timeout = os.environ['JAX_COORDINATOR_ADDRESS'], distributed_timeout_s()
+    print(f'process {process_id} of {count}: meeting the others at {address} (at most '
+          f'{timeout:g} s, {DISTRIBUTED_TIMEOUT_ENV})', file=sys.stderr, flush=True)
+    rendezvous(address, count, process_id, timeout)
+    _use_gloo()
+    jax.distributed.initialize(address, num_processes=count, process_id=process_id,
+                               initialization_timeout=max(1, int(timeout)))
   else:
-    jax.distributed.initialize()
+    _use_gloo()
+    jax.distributed.initialize(initialization_timeout=max(1, int(distributed_timeout_s())))
   return jax.process_count() > 1
 
 
@@ -125,6 +284,24 @@ def broadcast_json(value: Any) -> Any:
   data = _json_bytes(value) if is_writer() else np.zeros(0, np.uint8)
   size = int(broadcast(np.int64(data.size)))
   return _json_value(broadcast(_padded(data, size)), size)
+
+
+def check_same(settings: Mapping[str, Any], what: str = 'settings') -> None:
+  """Refuses, on every process alike, to go on if any process's `settings` (JSON-able) differ
+  from process 0's, naming the processes and fields (`run_identity.differences`)."""
+  if jax.process_count() == 1:
+    return
+  from t5align import run_identity  # pylint: disable=g-import-not-at-top
+  everyone = gather_json([json.loads(json.dumps(settings, sort_keys=True))])
+  problems = []
+  for i, other in enumerate(everyone[1:], start=1):
+    diff = run_identity.differences(everyone[0], other, ignore=())
+    if diff:
+      problems.append(f'process {i}: {run_identity.describe_differences(diff)}')
+  if problems:
+    raise run_identity.RunMismatchError(
+        f'the processes were started with different {what} (process 0 -> the other): '
+        + ' | '.join(problems) + '. Start every process with the same command.')
 
 
 def read_on_writer(fn: Callable[[], T], what: str) -> T:

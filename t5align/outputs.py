@@ -8,6 +8,12 @@ pid left in the file is reported as a stale lock taken over). Holding the lock, 
 what killed runs leave: `.NAME.tmp-*` files of `fileio.write_atomic` and `checkpoint_N.tmp-*`
 folders of the T5X writer. Only the writing process (JAX process 0) locks; remote (`gs://`)
 outputs are not locked (object stores have no flock).
+
+A file's lock is keyed on the file itself (`.NAME.lock` beside it, its folder's real path), so
+every run that writes that file takes the same lock, whatever path it was given. File and
+folder locks coexist: a run claiming a file refuses while another run holds the folder it is in
+(or that folder's parent: a folder's run writes and cleans two levels deep), and a run claiming
+a folder refuses while another run holds the lock of a file in it (or in a subfolder).
 """
 from __future__ import annotations
 
@@ -23,11 +29,13 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Iterator
 
 from t5align import fileio
 
 LOCK_NAME = '.t5align.lock'
+_HELD: set[str] = set()  # Lock files this process holds.
 _TMP = re.compile(r'^(\..+\.tmp-.+|checkpoint_\d+\.tmp-.+)$')
 
 
@@ -59,9 +67,7 @@ class FolderLock:
     os.makedirs(os.path.dirname(lock_path), exist_ok=True)
     while True:
       self._fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-      try:
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      except BlockingIOError:
+      if not _try_lock(self._fd, fcntl.LOCK_EX):
         holder = self._holder()
         os.close(self._fd)
         raise OutputLockedError(
@@ -81,6 +87,7 @@ class FolderLock:
     os.ftruncate(self._fd, 0)
     os.write(self._fd, f'pid={os.getpid()} host={socket.gethostname()}\n'.encode())
     os.fsync(self._fd)
+    _HELD.add(lock_path)
 
   def _holder(self) -> str:
     with open(self.path, encoding='utf-8', errors='replace') as f:
@@ -103,6 +110,7 @@ class FolderLock:
     if self._fd is None:
       return
     # Unlinked while still locked: a run that opened it meanwhile sees an orphan and retries.
+    _HELD.discard(self.path)
     os.unlink(self.path)
     fcntl.flock(self._fd, fcntl.LOCK_UN)
     os.close(self._fd)
@@ -115,12 +123,70 @@ class FolderLock:
     self.release()
 
 
+def _try_lock(fd: int, mode: int, tries: int = 3) -> bool:
+  """`flock(fd, mode | LOCK_NB)`; a few quick retries ride out another run's probe (`_probe`)."""
+  for attempt in range(tries):
+    try:
+      fcntl.flock(fd, mode | fcntl.LOCK_NB)
+      return True
+    except BlockingIOError:
+      if attempt + 1 < tries:
+        time.sleep(0.02)
+  return False
+
+
 def lock_path(path: fileio.PathLike, *, is_file: bool = False) -> str:
-  """The lock file of an output folder (inside it) or an output file (beside it)."""
-  path = os.path.abspath(os.fspath(path))
+  """The lock file of an output folder (inside it) or an output file (beside it), by real path:
+  one lock per folder or file, whatever path (symbolic links, `..`) names it."""
+  path = os.path.realpath(os.fspath(path))
   if is_file:
     return os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.lock')
   return os.path.join(path, LOCK_NAME)
+
+
+def _probe(lock_file: str) -> str | None:
+  """The holder of `lock_file` if another open lock holds it (this process's locks excepted)."""
+  if lock_file in _HELD:
+    return None
+  try:
+    fd = os.open(lock_file, os.O_RDONLY)
+  except OSError:  # No such lock (or gone meanwhile): nobody holds it.
+    return None
+  try:
+    if _try_lock(fd, fcntl.LOCK_SH, tries=1):
+      fcntl.flock(fd, fcntl.LOCK_UN)
+      return None
+    with open(lock_file, encoding='utf-8', errors='replace') as f:
+      return f.read().strip() or 'holder unknown'
+  finally:
+    os.close(fd)
+
+
+def _check_neighbours(path: str, what: str, *, is_file: bool) -> None:
+  """Raises `OutputLockedError` if another run holds a lock that overlaps `path`'s (see the
+  module docstring): the folder (or its parent) of an output file, or a file lock inside (or
+  one level below) an output folder."""
+  path = os.path.realpath(path)
+  if is_file:
+    parent = os.path.dirname(path)
+    for folder in (parent, os.path.dirname(parent)):
+      holder = _probe(os.path.join(folder, LOCK_NAME))
+      if holder:
+        raise OutputLockedError(
+            f'{what} is inside {folder}, the output folder of another run ({holder}; lock file '
+            f'{os.path.join(folder, LOCK_NAME)}), which writes and cleans files there. Wait for '
+            'it to finish or use another output path.')
+    return
+  folders = [path] + [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+  for folder in folders:
+    for entry in os.scandir(folder):
+      if entry.name.startswith('.') and entry.name.endswith('.lock') and entry.name != LOCK_NAME:
+        holder = _probe(entry.path)
+        if holder:
+          target = os.path.join(folder, entry.name[1:-len('.lock')])
+          raise OutputLockedError(
+              f'{what} holds {target}, the output file of another run ({holder}; lock file '
+              f'{entry.path}). Wait for it to finish or use another output path.')
 
 
 def check_writable(path: fileio.PathLike, *, is_file: bool = False, name: str = 'output') -> None:
@@ -176,6 +242,7 @@ def claim(path: fileio.PathLike | None, what: str, *,
     return
   check_writable(path, is_file=is_file, name=what)
   with FolderLock(lock_path(path, is_file=is_file), f'{what} {os.fspath(path)}') as lock:
+    _check_neighbours(os.fspath(path), f'{what} {os.fspath(path)}', is_file=is_file)
     if is_file:
       path = os.path.abspath(os.fspath(path))
       leftovers = remove_stale_tmp(os.path.dirname(path), 1, only=os.path.basename(path))

@@ -3,7 +3,9 @@
 No JAX here (`t5align.evaluation` computes; this keeps what was computed). Files of a task folder:
   predictions.jsonl  one JSON record per example, keyed by 'index', appended batch by batch
                      (one write + fsync each); a torn last line from a kill is dropped on reopen.
-  run.json           the settings the records were made with; a rerun must match them.
+  run.json           the run identity the records were made with (`run_identity`: content
+                     fingerprints, gin configuration, settings); a rerun must match it field by
+                     field, and records without a run.json are never added to.
   metrics.json       written atomically once every example has a record (by `t5align.eval`).
 """
 from __future__ import annotations
@@ -18,44 +20,54 @@ import tqdm
 from t5align import batching
 from t5align import fileio
 from t5align import outputs
+from t5align import run_identity
 
 
 class PredictionLog:
-  """Append-only JSONL of per-example records with a unique integer 'index'.
+  """Append-only JSONL of records with a unique key: an int 'index' (per-example records), or
+  another field's value.
 
   Opening reads the records already there. A last line without its newline (the process died
-  while writing it) is cut off, so its examples are simply redone. A duplicated index or a bad
+  while writing it) is cut off, so its examples are simply redone. A duplicated key or a bad
   line elsewhere is corruption and raises, naming the file and line.
   """
 
-  def __init__(self, path: str | os.PathLike[str]):
+  def __init__(self, path: str | os.PathLike[str], key: str = 'index'):
     self.path = os.fspath(path)
-    self.records: dict[int, dict[str, Any]] = {}
+    self.key = key
+    self.records: dict[Any, dict[str, Any]] = {}
     fileio.makedirs(fileio.dirname(self.path))
     raw = outputs.repair_jsonl(self.path)
     for number, line in enumerate(outputs.decode_lines(raw, self.path), start=1):
       try:
         record = json.loads(line)
-        index = int(record['index'])
+        value = self._key(record)
       except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'{self.path}:{number}: not a prediction record ({e}).') from e
-      if index in self.records:
-        raise ValueError(f'{self.path}:{number}: index {index} recorded twice.')
-      self.records[index] = record
+        raise ValueError(f'{self.path}:{number}: not a {self._what} record ({e}).') from e
+      if value in self.records:
+        raise ValueError(f'{self.path}:{number}: {self.key} {value} recorded twice.')
+      self.records[value] = record
 
-  def __contains__(self, index: int) -> bool:
-    return index in self.records
+  @property
+  def _what(self) -> str:
+    return 'prediction' if self.key == 'index' else f'keyed ({self.key!r})'
+
+  def _key(self, record: Mapping[str, Any]) -> Any:
+    return int(record['index']) if self.key == 'index' else str(record[self.key])
+
+  def __contains__(self, key: Any) -> bool:
+    return key in self.records
 
   def __len__(self) -> int:
     return len(self.records)
 
   def append(self, records: Sequence[Mapping[str, Any]]) -> None:
-    """Adds records in one write and fsyncs; raises on an index already present."""
+    """Adds records in one write and fsyncs; raises on a key already present."""
     lines = []
     for record in records:
-      index = int(record['index'])
-      if index in self.records:
-        raise ValueError(f'{self.path}: index {index} is already recorded.')
+      value = self._key(record)
+      if value in self.records:
+        raise ValueError(f'{self.path}: {self.key} {value} is already recorded.')
       lines.append(json.dumps(record, ensure_ascii=False, sort_keys=True, allow_nan=True))
     if not lines:
       return
@@ -63,38 +75,34 @@ class PredictionLog:
       old = [json.dumps(r, ensure_ascii=False, sort_keys=True, allow_nan=True)
              for r in self.records.values()]
       fileio.write_atomic(self.path, '\n'.join(old + lines) + '\n')
-      for record in records:
-        self.records[int(record['index'])] = dict(record)
-      return
-    with open(self.path, 'a', encoding='utf-8') as f:
-      f.write('\n'.join(lines) + '\n')
-      f.flush()
-      os.fsync(f.fileno())
+    else:
+      fileio.append_text(self.path, '\n'.join(lines) + '\n')
     for record in records:
-      self.records[int(record['index'])] = dict(record)
+      self.records[self._key(record)] = dict(record)
 
   def ordered(self) -> list[dict[str, Any]]:
     return [self.records[i] for i in sorted(self.records)]
 
 
-def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any]) -> None:
-  """Writes run.json, or checks that an earlier run of this folder used the same settings.
+def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any],
+              has_results: bool | None = None) -> None:
+  """Writes run.json, or checks that the run that made the folder's results had the same
+  identity (`run_identity.check_same`: every field but `run_identity.INFORMATIONAL`).
 
-  A run.json whose folder holds no result yet (no prediction record, no metrics.json: the run
-  failed before its first batch) is replaced, so a corrected rerun is not refused.
+  A run.json whose folder holds no result yet (by default: no prediction record, no
+  metrics.json; the run failed before its first batch) is replaced, so a corrected rerun is not
+  refused. Results without a run.json are refused: nothing says which run made them.
   """
   path = fileio.join(folder, 'run.json')
   settings = json.loads(json.dumps(settings, sort_keys=True))
   predictions = fileio.join(folder, 'predictions.jsonl')
-  has_results = fileio.exists(fileio.join(folder, 'metrics.json')) or (
-      fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
-  if fileio.exists(path) and has_results:
-    before = outputs.read_json(path)
-    diff = {k: (before.get(k), settings.get(k)) for k in sorted(set(before) | set(settings))
-            if before.get(k) != settings.get(k)}
-    if diff:
-      raise ValueError(f'{folder} holds results of a different run; differing settings '
-                       f'(before, now): {diff}. Use another output folder.')
+  if has_results is None:
+    has_results = fileio.exists(fileio.join(folder, 'metrics.json')) or (
+        fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
+  if has_results:
+    before = outputs.read_json(path, 'run record') if fileio.exists(path) else None
+    run_identity.check_same(before, settings, what=os.fspath(folder),
+                            hint='Use another output folder (or move this one away).')
     return
   fileio.write_json_atomic(path, settings)
 

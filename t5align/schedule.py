@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
@@ -29,9 +30,38 @@ from t5align import fileio
 from t5align import labels
 from t5align import outputs
 from t5align import partitioning
+from t5align import predictions
+from t5align import run_identity
 from t5align import validate
 
 FORMAT = 't5align.temperature_schedule.v1'
+
+
+def _need(mapping: Any, key: str, kind: Any, source: str, where: str) -> Any:
+  """`mapping[key]`, which must be of `kind`; errors name `source` and `where`."""
+  if not isinstance(mapping, Mapping) or key not in mapping:
+    raise ValueError(f'{source}: {where} has no key {key!r}.')
+  if not isinstance(mapping[key], kind) or isinstance(mapping[key], bool) and kind is not bool:
+    names = kind.__name__ if isinstance(kind, type) else '/'.join(k.__name__ for k in kind)
+    raise ValueError(f'{source}: {where}[{key!r}] must be {names}; got {mapping[key]!r}.')
+  return mapping[key]
+
+
+def calibration_from_dict(item: Mapping[str, Any], source: str,
+                          where: str = 'calibration') -> calibration.Calibration:
+  """A `Calibration` from its JSON form (`dataclasses.asdict`); errors name `source`, `where`."""
+  _need(item, 'strategy', str, source, where)
+  _need(item, 'length', int, source, where)
+  _need(item, 'reference_length', int, source, where)
+  _need(item, 'tau', (int, float, list), source, where)
+  fields = {f.name for f in dataclasses.fields(calibration.Calibration)}
+  item = {k: v for k, v in item.items() if k in fields}
+  for key in ('tau', 'target', 'achieved'):
+    if isinstance(item.get(key), list):
+      item[key] = tuple(item[key])
+  return calibration.Calibration(**item)
+
+
 @dataclasses.dataclass(frozen=True)
 class TemperatureSchedule:
   """Calibrations per strategy (sorted by length), the strategy applied, and provenance."""
@@ -172,29 +202,15 @@ class TemperatureSchedule:
   def from_dict(cls, data: Mapping[str, Any], source: str = 'schedule') -> TemperatureSchedule:
     """The schedule of a `to_dict` mapping; errors name `source` (the file) and the key at fault."""
     def need(mapping, key, kind, where):
-      if not isinstance(mapping, Mapping) or key not in mapping:
-        raise ValueError(f'{source}: {where} has no key {key!r}.')
-      if not isinstance(mapping[key], kind) or isinstance(mapping[key], bool) and kind is not bool:
-        names = kind.__name__ if isinstance(kind, type) else '/'.join(k.__name__ for k in kind)
-        raise ValueError(f'{source}: {where}[{key!r}] must be {names}; got {mapping[key]!r}.')
-      return mapping[key]
+      return _need(mapping, key, kind, source, where)
 
     if not isinstance(data, Mapping) or data.get('format') != FORMAT:
       found = data.get('format') if isinstance(data, Mapping) else type(data).__name__
       raise ValueError(f'{source}: not a temperature schedule (format {found!r}, expected '
                        f'{FORMAT!r}).')
-    fields = {f.name for f in dataclasses.fields(calibration.Calibration)}
 
     def make(item, where):
-      need(item, 'strategy', str, where)
-      need(item, 'length', int, where)
-      need(item, 'reference_length', int, where)
-      need(item, 'tau', (int, float, list), where)
-      item = {k: v for k, v in item.items() if k in fields}
-      for key in ('tau', 'target', 'achieved'):
-        if isinstance(item.get(key), list):
-          item[key] = tuple(item[key])
-      return calibration.Calibration(**item)
+      return calibration_from_dict(item, source, where)
 
     cals = need(data, 'calibrations', dict, 'the file')
     items = {}
@@ -278,6 +294,8 @@ def build_schedule(
     reference_tokens: Any = None,
     provenance: Mapping[str, Any] | None = None,
     progress: Callable[[int, int, calibration.Calibration], None] | None = None,
+    previous: Mapping[str, calibration.Calibration] | None = None,
+    record: Callable[[str | None, calibration.Calibration], None] | None = None,
     **calibrate_kwargs,
 ) -> TemperatureSchedule:
   """Calibrates every (length, strategy) pair on the same documents.
@@ -292,6 +310,11 @@ def build_schedule(
     reference_tokens: separate `[b', L_tr]` reference samples; None cuts `tokens` to L_tr.
     provenance: extra facts to record (checkpoint, source, seed, ...).
     progress: called as `progress(done, total, calibration)` after each pair.
+    previous: calibrations an interrupted run made, by `calibration_key` (task None), taken as
+      they are (`_resumed`: a grid strategy whose sweep a continuous search still needs is
+      made again), so the schedule equals an uninterrupted run's.
+    record: called as `record(None, calibration)` for each new calibration, as it finishes
+      (`CalibrationLog.add`).
     **calibrate_kwargs: passed to `calibration.calibrate` (grid, tol, mesh, batch_size, memo,
       ...); every pair shares one `calibration.Memo` (a new one unless `memo` is given).
 
@@ -316,10 +339,15 @@ def build_schedule(
   eos_id = calibrate_kwargs.get('eos_id', 1)
   for i, L in enumerate(lengths):
     cut = calibration.cut_to_length(tokens, L, eos_id)
+    done = _resumed(previous, None, strategies, L)
     for j, s in enumerate(_sweep_order(strategies)):
-      c = calibration.calibrate(params, config, cut, s, reference_tokens=reference_tokens,
-                                reference_length=reference_length, **calibrate_kwargs)
+      c = done.get(s) or calibration.calibrate(
+          params, config, cut, s, reference_tokens=reference_tokens,
+          reference_length=reference_length, **calibrate_kwargs)
       cals[s].append(c)
+      if record is not None and s not in done and calibration_key(None, s, L) not in (
+          previous or {}):
+        record(None, c)
       if progress is not None:
         progress(i * len(strategies) + j + 1, total, c)
   settings = {k: v for k, v in calibrate_kwargs.items() if k not in ('mesh', 'memo')}
@@ -345,6 +373,8 @@ def calibrate_tasks(
     *,
     reference_length: int,
     progress: Callable[[int, int, calibration.Calibration], None] | None = None,
+    previous: Mapping[str, calibration.Calibration] | None = None,
+    record: Callable[[str | None, calibration.Calibration], None] | None = None,
     **calibrate_kwargs,
 ) -> dict[str, dict[str, tuple[calibration.Calibration, ...]]]:
   """Per-task calibration, as the paper does it: each task on its own inputs.
@@ -359,6 +389,7 @@ def calibrate_tasks(
     strategies: names from `calibration.STRATEGIES`.
     reference_length: L_tr.
     progress: called as `progress(done, total, calibration)`.
+    previous, record: as `build_schedule`'s, per (task, L_ex).
     **calibrate_kwargs: passed to `calibration.calibrate` (a shared Memo unless `memo` given).
 
   Returns:
@@ -371,14 +402,87 @@ def calibrate_tasks(
   for task, items in pairs.items():
     out[task] = {s: [] for s in strategies}
     for tokens, reference in items:
+      length = int(np.shape(tokens)[1])
+      resumed = _resumed(previous, task, strategies, length)
       for s in _sweep_order(strategies):
         try:
-          c = calibration.calibrate(params, config, tokens, s, reference_tokens=reference,
-                                    reference_length=reference_length, **calibrate_kwargs)
+          c = resumed.get(s) or calibration.calibrate(
+              params, config, tokens, s, reference_tokens=reference,
+              reference_length=reference_length, **calibrate_kwargs)
         except ValueError as e:
           raise ValueError(f'task {task!r}: {e}') from e
+        if record is not None and s not in resumed and calibration_key(task, s, length) not in (
+            previous or {}):
+          record(task, c)
         out[task][s].append(c)
         done += 1
         if progress is not None:
           progress(done, total, c)
   return {t: {s: tuple(v) for s, v in cals.items()} for t, cals in out.items()}
+
+
+def calibration_key(task: str | None, strategy: str, length: int) -> str:
+  """The key of one calibration of a run: pooled (task None) or a task's, at one length."""
+  return f'{task or ""}|{strategy}|{int(length)}'
+
+
+def _resumed(previous: Mapping[str, calibration.Calibration] | None, task: str | None,
+             strategies: Sequence[str], length: int) -> dict[str, calibration.Calibration]:
+  """{strategy: calibration} of `previous` at (`task`, `length`) to take as they are: all found,
+  except the grid strategies' when a continuous search there is still to do (it starts from
+  their sweep, which is then made again, as in one uninterrupted run)."""
+  found = {s: (previous or {}).get(calibration_key(task, s, length)) for s in strategies}
+  searches = any(c is None and calibration.parse_strategy(s)[1] == 'bisect'
+                 for s, c in found.items())
+  return {s: c for s, c in found.items()
+          if c is not None and not (searches and calibration.parse_strategy(s)[1] == 'grid')}
+
+
+class CalibrationLog:
+  """The calibrations a run has finished, one JSON line each, appended and fsynced as each one
+  finishes (`predictions.PredictionLog`): a rerun after a kill or a failed write (a full disk)
+  redoes none of them.
+
+  Its first record, written with the first calibration, is the run identity (`run_identity`);
+  the log of a run with another identity is refused, naming the differing fields.
+  """
+
+  def __init__(self, path: str, identity: Mapping[str, Any]):
+    self.path = path
+    self._log = predictions.PredictionLog(path, key='key')
+    self._identity = None  # To write with the first calibration.
+    if self.done():
+      recorded = self._log.records.get('identity')
+      run_identity.check_same(
+          None if recorded is None else recorded.get('identity'), identity,
+          what=f'calibration progress {path}',
+          hint=f'Rerun with the settings it was made with, or delete {path} to start over.')
+      return
+    if len(self._log):  # An identity alone: its run made nothing.
+      self.remove()
+      self._log = predictions.PredictionLog(path, key='key')
+    self._identity = {'key': 'identity', 'identity': dict(identity)}
+
+  def done(self) -> dict[str, dict[str, Any]]:
+    """{`calibration_key`: the calibration as JSON} of every logged calibration."""
+    return {k: r['calibration'] for k, r in self._log.records.items() if k != 'identity'}
+
+  def add(self, task: str | None, c: calibration.Calibration) -> None:
+    """Appends `c` (`task`'s, or pooled: None) in one write."""
+    record = {'key': calibration_key(task, c.strategy, c.length), 'task': task,
+              'calibration': outputs.jsonable(dataclasses.asdict(c), what=self.path)}
+    self._log.append([self._identity, record] if self._identity else [record])
+    self._identity = None
+
+  def remove(self) -> None:
+    """Deletes the log (the run's schedule is written)."""
+    if fileio.is_remote(self.path):
+      fileio.write_atomic(self.path, b'')  # Object stores: an empty log holds nothing.
+    elif os.path.exists(self.path):
+      os.remove(self.path)
+
+
+def resumed_calibrations(done: Mapping[str, Mapping[str, Any]], source: str
+                         ) -> dict[str, calibration.Calibration]:
+  """`CalibrationLog.done()` as `Calibration`s, for `build_schedule`'s `previous`."""
+  return {k: calibration_from_dict(v, source, k) for k, v in done.items()}

@@ -9,10 +9,12 @@ r"""Trains a small T5 on synthetic retrieval (passkey with decoys too, lines, kv
 
 MODEL_DIR gets sentencepiece.model (trained first, from the tasks' prompts), checkpoint_N/ (T5X
 legacy layout, float32, via `checkpoints.save_t5x_checkpoint`) with train_state_N.msgpack beside
-it (optax state and step; written first, atomically), train_log.jsonl and, at the end, eval.json
-(held-out greedy accuracy per task and length). Rerunning the same command resumes from the
-newest checkpoint that has its train state; the data stream is a function of (seed, step), so a
-resumed run sees the same batches as an uninterrupted one.
+it (optax state and step; written first, atomically), train_log.jsonl, run.json (what determines
+the weights: every optimization, data and model setting) and, at the end, eval.json (held-out
+greedy accuracy per task and length). Rerunning the same command resumes from the newest
+checkpoint that has its train state (a run with other settings is refused, naming them); the
+data stream is a function of (seed, step), so a resumed run sees the same batches as an
+uninterrupted one.
 
 The small model trained this way ships in t5align/assets/retrieval_t5/ (`assets.load_shipped`).
 """
@@ -44,6 +46,8 @@ from t5align import gin_cli
 from t5align import heldout
 from t5align import network
 from t5align import outputs
+from t5align import predictions
+from t5align import run_identity
 from t5align import train_data
 from t5align import validate
 from t5align import vocab as vocab_lib
@@ -77,6 +81,10 @@ def cross_entropy(logits: Array, targets: Array, per_example: bool = False
   denom = jnp.maximum(jnp.sum(mask), 1e-9)
   correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
   return jnp.sum(nll * mask) / denom, jnp.sum(correct * mask) / denom
+
+
+OPTIMIZERS = ('adamw', 'adafactor')
+LEARNING_RATE_SCHEDULES = ('cosine', 'wsd')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +213,6 @@ def export(params: Any, vocab_path: str, export_dir: str, step: int, dtype: str)
   """Writes `export_dir/checkpoint_{step}` (params cast to `dtype`) and the vocabulary."""
   cast = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), jax.device_get(params))
   path = checkpoints.save_t5x_checkpoint(cast, export_dir, step)
-  os.chmod(path, 0o755)  # The writer's temporary directory is private (0700).
   shutil.copyfile(vocab_path, os.path.join(export_dir, assets.VOCAB_FILE))
   return path
 
@@ -314,21 +321,46 @@ def train(*,
     training loop over all segments), 'eval_wall_s'}.
   """
   gin_cli.require('train', model=model, model_dir=model_dir)
-  validate.run_settings(batch_size=batch_size, eval_batch_size=eval_batch_size)
+  validate.run_settings(
+      seed=seed, num_steps=num_steps, batch_size=batch_size, learning_rate=learning_rate,
+      warmup_steps=warmup_steps, weight_decay=weight_decay, length_power=length_power,
+      input_length=input_length, target_length=target_length, vocab_size=vocab_size,
+      checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints, log_every=log_every,
+      eval_examples=eval_examples, eval_seed=eval_seed, eval_batch_size=eval_batch_size,
+      export_dtype=export_dtype)
+  if eval_lengths:
+    validate.int_tuple(eval_lengths, 'EVAL_LENGTHS', minimum=2, example='(256, 1024)')
+  for flag, value, known in (('OPTIMIZER', optimizer, OPTIMIZERS),
+                             ('SCHEDULE', schedule, LEARNING_RATE_SCHEDULES)):
+    if value not in known:
+      raise ValueError(f'{flag}={value!r}; expected one of {", ".join(map(repr, known))}.')
   cfg = model.config
+  validate.vocabulary_fits(vocab_size, cfg.vocab_size,
+                           vocabulary='the vocabulary to train (VOCAB_SIZE)',
+                           model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
   for name, folder in (('MODEL_DIR', model_dir), ('EXPORT_DIR', export_dir)):
     if folder and fileio.is_remote(folder):
       raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
                        'folder (copy the exported model to a bucket afterwards).')
   fileio.makedirs(model_dir)
+  # A resumed run continues the weights only if everything that made them is the same.
+  predictions.check_run(model_dir, run_identity.make(gin=False, settings={
+      'seed': seed, 'num_steps': num_steps, 'batch_size': batch_size,
+      'learning_rate': learning_rate, 'warmup_steps': warmup_steps,
+      'weight_decay': weight_decay, 'optimizer': optimizer, 'schedule': schedule,
+      'per_example_loss': per_example_loss, 'mix': mix, 'length_power': length_power,
+      'min_units': min_units, 'input_length': input_length, 'target_length': target_length,
+      'vocab_size': vocab_size,
+      'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}}),
+      has_results=bool(checkpoint_steps(model_dir)))
   outputs.repair_jsonl(os.path.join(model_dir, 'train_log.jsonl'))  # A torn line from a kill.
   start = time.time()
   vocab_path = os.path.join(model_dir, assets.VOCAB_FILE)
   if not os.path.exists(vocab_path):
     vocab_lib.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
   vocab = vocab_lib.Vocabulary(vocab_path)
-  if vocab.vocab_size > cfg.vocab_size:
-    raise ValueError(f'{vocab.vocab_size} pieces do not fit config.vocab_size={cfg.vocab_size}.')
+  validate.vocabulary_fits(vocab.vocab_size, cfg.vocab_size, vocabulary=f'vocabulary {vocab_path}',
+                           model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
   task_mix = train_data.Mix(weights=dict(mix or {t: 1.0 for t in train_data.TASKS}),
                             max_length=input_length, length_power=length_power,
                             min_units=dict(min_units or {}))

@@ -7,7 +7,7 @@ traced value cannot be checked, so callers validate before tracing.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -64,13 +64,91 @@ def float_dtype(dtype: Any, name: str = 'dtype') -> np.dtype:
   return out
 
 
-def positive_int(value: Any, name: str, *, allow_none: bool = False) -> int | None:
-  """`value` as an int >= 1 (None passes with `allow_none`); bools, floats, text raise."""
+def positive_int(value: Any, name: str, *, allow_none: bool = False,
+                 minimum: int = 1) -> int | None:
+  """`value` as an int >= `minimum` (None passes with `allow_none`); bools, floats, text raise."""
   if value is None and allow_none:
     return None
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f'{name} must be a positive integer; got {value!r}.')
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    kind = 'a positive integer' if minimum == 1 else f'an integer >= {minimum}'
+    raise ValueError(f'{name} must be {kind}; got {value!r}.')
   return int(value)
+
+
+def number(value: Any, name: str, *, positive: bool = False) -> float:
+  """`value` as a finite float, > 0 with `positive`, else >= 0; bools and text raise."""
+  if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or (
+      not math.isfinite(value) or value < 0 or (positive and value == 0)):
+    kind = 'a positive number' if positive else 'a number >= 0'
+    raise ValueError(f'{name} must be {kind}, e.g. {name}=0.01; got {value!r}.')
+  return float(value)
+
+
+def int_tuple(values: Any, name: str, *, minimum: int, why: str = '',
+              example: str = '(1, 2)') -> tuple[int, ...]:
+  """A non-empty tuple or list of ints >= `minimum` (`why` says where the bound comes from)."""
+  if not isinstance(values, (tuple, list)) or not values:
+    raise ValueError(f'{name}={values!r}: expected a tuple of integers, e.g. {name}={example}.')
+  for value in values:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+      raise ValueError(f'{name}={tuple(values)!r}: {value!r} is not an integer >= {minimum}'
+                       f'{f" ({why})" if why else ""}.')
+  return tuple(int(v) for v in values)
+
+
+def strategy_names(values: Any, name: str, known: Sequence[str]) -> tuple[str, ...]:
+  """A non-empty tuple or list of distinct names out of `known`."""
+  if not isinstance(values, (tuple, list)) or not values:
+    raise ValueError(f'{name}={values!r}: expected a tuple of strategy names, e.g. '
+                     f"{name}=('{known[0]}',); known: {', '.join(known)}.")
+  for value in values:
+    if value not in known:
+      raise ValueError(f'{name}={tuple(values)!r}: {value!r} is not a strategy; known: '
+                       f'{", ".join(known)}.')
+  if len(set(values)) != len(values):
+    raise ValueError(f'{name}={tuple(values)!r} names a strategy twice.')
+  return tuple(values)
+
+
+def temperature_setting(value: Any, name: str, num_layers: int, model: str
+                        ) -> float | tuple[float, ...]:
+  """A constant temperature: a number, or one per encoder layer of `model` (e.g. the
+  checkpoint it names); text, other lengths and values `temperatures` refuses raise."""
+  if isinstance(value, (list, tuple)):
+    if len(value) not in (1, num_layers) or not all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+        for v in value):
+      raise ValueError(
+          f'{name}={tuple(value)!r}: give one temperature, or {num_layers} numbers (one per '
+          f'encoder layer of {model}, which has {num_layers}); got {len(value)} values.')
+    out = tuple(float(v) for v in value)
+  elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+    out = float(value)
+  else:
+    raise ValueError(f'{name}={value!r} is not a temperature: give a number (e.g. {name}=0.8) '
+                     f'or a tuple of {num_layers}, one per encoder layer of {model}.')
+  temperatures(out, name)
+  return out
+
+
+def vocabulary_fits(vocab_size: int, embedding_rows: int, *, vocabulary: str,
+                    model: str) -> None:
+  """Raises unless every id of a `vocab_size`-piece vocabulary has an embedding row of `model`
+  (e.g. 'checkpoint PATH'); `vocabulary` names the tokenizer (its flag or file)."""
+  if int(vocab_size) > int(embedding_rows):
+    raise ValueError(
+        f'{vocabulary} has {vocab_size} pieces but {model} embeds {embedding_rows} ids: ids '
+        f'{embedding_rows}..{vocab_size - 1} would have no embedding row. Use the vocabulary '
+        'the model was trained with.')
+
+
+def token_ids(tokens: Any, vocab_size: int, where: str) -> None:
+  """Raises unless every token id of `tokens` is in 0..vocab_size-1."""
+  tokens = np.asarray(tokens)
+  if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+    bad = tokens[(tokens < 0) | (tokens >= vocab_size)]
+    raise ValueError(f'{where}: token ids {sorted(set(bad.tolist()))[:5]} are outside the '
+                     f"model's 0..{vocab_size - 1}; the tokenizer does not belong to this model.")
 
 
 def nonfinite_count(array: Any) -> int:
@@ -134,16 +212,26 @@ def schedule_lengths(lengths: Any, reference_length: Any, where: str) -> None:
                        'at or beyond its training length.')
 
 
+_OPTIONAL_INTS = ('num_examples', 'max_decode_length', 'tau_batch_size', 'truncate_inputs')
+_NONNEGATIVE_INTS = ('warmup_steps', 'seed', 'eval_seed')
+_POSITIVE_NUMBERS = ('learning_rate', 'length_power')
+_NONNEGATIVE_NUMBERS = ('weight_decay',)
+
+
 def run_settings(**settings: Any) -> None:
   """Checks the run settings an entry point was given (names as their gin macros, upper case).
 
-  batch_size, num_partitions, num_samples: positive ints; num_examples, max_decode_length,
-  tau_batch_size: positive ints or None; params_dtype, dtype: floating dtypes.
+  params_dtype, dtype, export_dtype: floating dtypes; num_examples, max_decode_length,
+  tau_batch_size, truncate_inputs: positive ints or None; warmup_steps, seed, eval_seed: ints >= 0;
+  learning_rate, length_power: positive numbers; weight_decay: a number >= 0; any other
+  (batch_size, num_steps, checkpoint_every, ...): a positive int.
   """
-  optional = ('num_examples', 'max_decode_length', 'tau_batch_size')
   for key, value in settings.items():
     flag = key.upper()
-    if key in ('params_dtype', 'dtype'):
+    if key.endswith('dtype'):
       float_dtype(value, flag)
+    elif key in _POSITIVE_NUMBERS + _NONNEGATIVE_NUMBERS:
+      number(value, flag, positive=key in _POSITIVE_NUMBERS)
     else:
-      positive_int(value, flag, allow_none=key in optional)
+      positive_int(value, flag, allow_none=key in _OPTIONAL_INTS,
+                   minimum=0 if key in _NONNEGATIVE_INTS else 1)

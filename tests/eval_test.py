@@ -87,7 +87,8 @@ def test_write_json_atomic_and_check_run(tmp_path):
   assert json.loads((tmp_path / 'run.json').read_text())['temperature'] == 0.9
   predictions.PredictionLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
   predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
-  with pytest.raises(ValueError, match=r"different run.*'temperature': \(0\.9, 0\.7\)"):
+  with pytest.raises(ValueError, match=r'different run; differing fields \(before -> now\): '
+                                       r'temperature: 0\.9 -> 0\.7'):
     predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
 
 

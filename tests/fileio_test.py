@@ -44,6 +44,7 @@ def test_gs_writes_go_through_epath(fake_bucket):
 
 def test_prediction_log_on_gs_rewrites_the_object_and_reopens(fake_bucket):
   root, _ = fake_bucket
+  predictions.check_run('gs://b/eval/task', {'k': 1})
   log = predictions.PredictionLog('gs://b/eval/task/predictions.jsonl')
   log.append([{'index': 0, 'prediction': 'x'}])
   log.append([{'index': 1, 'prediction': 'y'}])
@@ -51,7 +52,7 @@ def test_prediction_log_on_gs_rewrites_the_object_and_reopens(fake_bucket):
   assert [json.loads(line)['index'] for line in lines] == [0, 1]
   again = predictions.PredictionLog('gs://b/eval/task/predictions.jsonl')
   assert [r['prediction'] for r in again.ordered()] == ['x', 'y']
-  predictions.check_run('gs://b/eval/task', {'k': 1})
+  predictions.check_run('gs://b/eval/task', {'k': 1})  # The same run resumes.
   with pytest.raises(ValueError, match='different run'):
     predictions.check_run('gs://b/eval/task', {'k': 2})
 

@@ -346,7 +346,7 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
 
   monkeypatch.setattr(train.vocab_lib, 'train_sentencepiece', stop)  # Just after the repairs.
   with pytest.raises(Started):
-    train.train(model=network.Transformer(network.T5Config(vocab_size=8)),
+    train.train(model=network.Transformer(network.T5Config(vocab_size=1024)),
                 model_dir=str(tmp_path))
   assert log.read_text().count('\n') == 1
   assert not (tmp_path / 'checkpoint_40.tmp-k3j').exists()
