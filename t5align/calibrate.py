@@ -265,7 +265,8 @@ def run(
     vocabulary_path: tokenizer of `text_file` / `jsonl_file`: a SentencePiece model, a HF
       tokenizer.json, or a folder with vocab.json + merges.txt (`vocabularies.load_vocabulary`);
       EOS is its EOS.
-    seqio_task: a registered SeqIO task to sample from instead (needs seqio).
+    seqio_task: registered SeqIO tasks or mixtures to sample from instead, comma-separated
+      (needs seqio; the t5align_* tasks are registered here).
     seqio_split: its split.
     jsonl_file: a JSONL file of task inputs instead ({"inputs": text, "task": name} per line;
       task defaults to the file's name), tokenized with `vocabulary_path`.
@@ -316,7 +317,9 @@ def run(
   if sum(x is not None for x in (text_file, seqio_task, jsonl_file)) != 1:
     raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
                      'JSONL_FILE (with VOCABULARY_PATH).')
+  from t5align import assets  # pylint: disable=g-import-not-at-top
   dtype = activation_dtype(config, dtype)
+  assets.check_reference_length(checkpoint_path, reference_length, 'REFERENCE_LENGTH')
   validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
                         tau_batch_size=tau_batch_size, dtype=dtype)
   validate.float_dtype(params_dtype, 'PARAMS_DTYPE')
@@ -336,7 +339,9 @@ def run(
     source = {'text_file': text_file, 'vocabulary_path': vocabulary_path}
   elif seqio_task is not None:
     import seqio  # pylint: disable=g-import-not-at-top
-    stream = seqio_task_stream(seqio_task, seqio_split)
+    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (t5align_* tasks)
+    stream = np.concatenate([seqio_task_stream(name.strip(), seqio_split)
+                             for name in seqio_task.split(',') if name.strip()])
     eos_id = _task_vocabulary(seqio.get_mixture_or_task(seqio_task.split(',')[0].strip())).eos_id
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
   else:
@@ -426,7 +431,12 @@ def _mesh(mesh_shape: Sequence[int] | None) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
   multihost.initialize()  # First: before anything starts a JAX backend.
-  gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.calibrate',
+  argv = sys.argv[1:] if argv is None else argv
+  if any('SEQIO_TASK' in arg or 'seqio_tasks.' in arg for arg in argv):
+    # Registers the t5align_* tasks and the seqio_tasks.* configurables the flags may bind
+    # (importing seqio costs seconds, so only when they are named).
+    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
+  gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
   run()
 
