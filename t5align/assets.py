@@ -5,9 +5,11 @@ trained; 'input_length' is its training length L_tr). `t5align.train` writes suc
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
+import warnings
 
 from t5align import checkpoints
 from t5align import network
@@ -26,8 +28,14 @@ def checkpoint_dir(path: str = ASSET_DIR) -> str:
 
 
 def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_lib.Vocabulary]:
-  """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/."""
+  """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/.
+
+  The config's encoder attention is 'auto' (materialized up to its `blockwise_threshold`
+  tokens, blockwise above), as gin/models/retrieval_small.gin's: the same model from Python and
+  from gin, and long inputs in O(L) memory.
+  """
   params, config = checkpoints.load_params(checkpoint_dir(path))
+  config = dataclasses.replace(config, attention_impl='auto')
   return params, config, vocab_lib.Vocabulary(os.path.join(path, VOCAB_FILE))
 
 
@@ -42,3 +50,23 @@ def training_length(path: str = ASSET_DIR) -> int:
   if not isinstance(value, int) or isinstance(value, bool) or value < 1:
     raise ValueError(f'{record}: "input_length" must be a positive integer; got {value!r}.')
   return value
+
+
+def check_reference_length(checkpoint_path: str, reference_length: int,
+                           what: str = 'reference_length') -> None:
+  """Warns when a checkpoint's model directory records another L_tr than `reference_length`.
+
+  Knowable for a `checkpoint_N/` inside a model directory with training.json (the shipped model,
+  `t5align.train`'s exports); other checkpoints pass silently.
+  """
+  folder = os.path.dirname(os.path.normpath(str(checkpoint_path)))
+  for model_dir in (str(checkpoint_path), folder):
+    if os.path.isfile(os.path.join(model_dir, 'training.json')):
+      l_tr = training_length(model_dir)
+      if l_tr != reference_length:
+        warnings.warn(
+            f'{what}={reference_length}, but {checkpoint_path} was trained at L_tr = {l_tr} '
+            f'({os.path.join(model_dir, "training.json")}): the temperatures would match the '
+            f'attention at {reference_length} tokens, not at the training length. '
+            f'Set {what}={l_tr}.', stacklevel=2)
+      return

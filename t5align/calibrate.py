@@ -268,7 +268,8 @@ def run(
     vocabulary_path: tokenizer of `text_file` / `jsonl_file`: a SentencePiece model, a HF
       tokenizer.json, or a folder with vocab.json + merges.txt (`vocabularies.load_vocabulary`);
       EOS is its EOS.
-    seqio_task: a registered SeqIO task to sample from instead (needs seqio).
+    seqio_task: registered SeqIO tasks or mixtures to sample from instead, comma-separated
+      (needs seqio; the t5align_* tasks are registered here).
     seqio_split: its split.
     jsonl_file: a JSONL file of task inputs instead ({"inputs": text, "task": name} per line;
       task defaults to the file's name), tokenized with `vocabulary_path`.
@@ -312,11 +313,13 @@ def run(
   """
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
+  from t5align import assets  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   _check_settings(checkpoint_path, output_path, (text_file, seqio_task, jsonl_file), lengths,
                   strategies, reference_length, num_samples, seed, batch_size, tau_batch_size,
                   params_dtype, grid, tol, mesh_shape)
   dtype = activation_dtype(config, dtype)
+  assets.check_reference_length(checkpoint_path, reference_length, 'REFERENCE_LENGTH')
   lengths = sorted(set(lengths))
   start = time.time()
   # The inputs, read, tokenized and checked against the model before any weight is read.
@@ -480,9 +483,10 @@ def _read_inputs(*, text_file: str | None, vocabulary_path: str | None, seqio_ta
   by_task = {}
   if seqio_task is not None:
     import seqio  # pylint: disable=g-import-not-at-top
-    from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
-    vocab = _task_vocabulary(seqio.get_mixture_or_task(seqio_task.split(',')[0].strip()))
-    stream = seqio_task_stream(seqio_task, seqio_split)
+    from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top  (t5align_* tasks)
+    names = [name.strip() for name in seqio_task.split(',') if name.strip()]
+    vocab = _task_vocabulary(seqio.get_mixture_or_task(names[0]))
+    stream = np.concatenate([seqio_task_stream(name, seqio_split) for name in names])
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}
     identity = {'vocabulary': run_identity.vocabulary_fingerprint(vocab),
                 'task_options': catalog.options(),
@@ -524,7 +528,12 @@ def _mesh(mesh_shape: Sequence[int] | None) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
   multihost.initialize()  # First: before anything starts a JAX backend.
-  gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.calibrate',
+  argv = sys.argv[1:] if argv is None else argv
+  if any('SEQIO_TASK' in arg or 'seqio_tasks.' in arg for arg in argv):
+    # Registers the t5align_* tasks and the seqio_tasks.* configurables the flags may bind
+    # (importing seqio costs seconds, so only when they are named).
+    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
+  gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
   run()
 

@@ -6,6 +6,7 @@ import difflib
 import importlib
 import os
 import re
+import warnings
 from typing import Sequence
 
 import gin
@@ -183,18 +184,49 @@ def check_required(example_file: str | None = None) -> None:
           f'file or flag binds. Give the gin files the run needs{hint}.')
 
 
+def _macro_values() -> dict[str, str]:
+  """{macro: repr of its value} in gin's current configuration."""
+  config = gin.config._CONFIG  # pylint: disable=protected-access
+  return {scope: repr(params.get('value')) for (scope, selector), params in config.items()
+          if selector == 'gin.macro'}
+
+
+def parse_files(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
+  """Parses `files` in order, warning when one changes a macro an earlier file set.
+
+  Run files (gin/calibrate.gin, gin/runs/*) and model files (gin/models/*) may define the same
+  macro (e.g. ACTIVATION_DTYPE, ATTENTION_IMPL); the later file's value wins, so the order of
+  --gin_file flags would otherwise change a run setting the user never touched. A macro that
+  `bindings` set is the user's choice and is not warned about.
+  """
+  chosen = {m.group(1) for b in bindings if (m := _MACRO_BINDING.match(b))}
+  set_by: dict[str, tuple[str, str]] = {}
+  for name in files:
+    before = _macro_values()
+    gin.parse_config_files_and_bindings([name], None, finalize_config=False)
+    for macro, value in _macro_values().items():
+      if macro in before and before[macro] != value and macro in set_by and macro not in chosen:
+        earlier, old = set_by[macro]
+        warnings.warn(
+            f'{name} sets {macro} = {value}, replacing {old} from {earlier} (the later '
+            f'--gin_file wins). Pass --gin.{macro}=... to choose it.', stacklevel=3)
+      if macro not in before or before[macro] != value:
+        set_by[macro] = (name, value)
+
+
 def configure(argv: Sequence[str], **kwargs) -> None:
   """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
 
-  Every macro a flag sets must be one the gin files define (`check_macros`); two bindings that
-  set one value differently are refused (`check_overrides`), as is a call of a configurable
-  whose required parameters nothing binds (`check_required`).
+  Every macro a flag sets must be one the gin files define (`check_macros`); a file that changes
+  a macro an earlier file set warns (`parse_files`); two bindings that set one value differently
+  are refused (`check_overrides`), as is a call of a configurable whose required parameters
+  nothing binds (`check_required`).
   """
   files, raw, flags, paths = _parse(argv, **kwargs)
   bindings = raw + [b for _, b in flags]
   for path in paths:
     gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(files, None, finalize_config=False)
+  parse_files(files, bindings)
   check_macros(bindings, defined_macros(), files)
   check_overrides([(f'--gin_bindings={b!r}', b) for b in raw] + flags)
   check_required(kwargs.get('example_file'))

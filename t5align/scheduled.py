@@ -17,21 +17,78 @@ def cached_schedule(path: str, strategy: str | None = None) -> schedule_lib.Temp
   return schedule_lib.load_schedule(path, strategy)
 
 
+def _task_names(mixture_or_task_name: str) -> tuple[str, ...]:
+  """The tasks of a registered seqio task or mixture; any other name (no seqio, or a JSONL
+  file's task name) stands for itself."""
+  try:
+    import seqio  # pylint: disable=g-import-not-at-top
+    found = seqio.get_mixture_or_task(mixture_or_task_name)
+  except (ImportError, ValueError):
+    return (mixture_or_task_name,)
+  return tuple(t.name for t in seqio.get_subtasks(found))
+
+
+@functools.cache
+def task_schedule(path: str, strategy: str | None = None,
+                  task: str | None = None) -> schedule_lib.TemperatureSchedule:
+  """The schedule one run applies to every example of `task` (a seqio task or mixture name).
+
+  A file with per-task calibrations (`TemperatureSchedule.tasks`) gives the task's own entry, as
+  `t5align.eval` applies it; the pooled one only with `for_task`'s warning when the file has no
+  entry for the task.
+
+  Raises:
+    ValueError: the file has per-task entries and `task` is None, or `task` is a mixture holding
+      tasks with entries: one network applies one schedule to all of its examples, so it cannot
+      give each task its own, and pooling them silently would evaluate another temperature.
+  """
+  schedule = cached_schedule(path, strategy)
+  if not schedule.tasks:
+    return schedule
+  if task is None:
+    raise ValueError(
+        f'temperature schedule {path} holds per-task calibrations '
+        f'({", ".join(sorted(schedule.tasks))}); name the task it is applied to '
+        '(ScheduledTransformer.schedule_task; gin/t5x/schedule.gin binds it to '
+        'MIXTURE_OR_TASK_NAME), so that the task\'s own temperatures are used.')
+  names = _task_names(task)
+  if len(names) == 1:
+    return schedule.for_task(names[0])
+  own = [t for t in names if t in schedule.tasks]
+  if own:
+    raise ValueError(
+        f'temperature schedule {path} holds per-task calibrations for {", ".join(own)}, tasks '
+        f'of the mixture {task!r}; one t5x.eval run applies one schedule to all its examples '
+        'and would give them the pooled temperatures. Evaluate each task in its own run '
+        f'(e.g. --gin.MIXTURE_OR_TASK_NAME=\\"{own[0]}\\"), or use `python -m t5align.eval`, '
+        'which applies every task its own entry.')
+  return schedule.for_task(task)  # Warns: none of the mixture's tasks has an entry.
+
+
 class ScheduledTransformer(network.Transformer):
   """`network.Transformer` whose encoder temperature comes per example from a schedule file.
 
   For callers that never pass `temperature` (t5x's EncoderDecoderModel calls `encode(tokens)`):
-  each row's tau is `schedule.temperatures(encoder_input_tokens)`, from its non-pad length.
-  Parameters and signatures are the parent's; an explicit `temperature` still wins.
+  each row's tau is `schedule.temperatures(encoder_input_tokens)`, from its non-pad length, with
+  the schedule `task_schedule(schedule_path, schedule_strategy, schedule_task)` (a file with
+  per-task entries: `schedule_task`'s own). Parameters and signatures are the parent's; an
+  explicit `temperature` still wins. The schedule is read, and checked against the task, when
+  the module is built (gin configures it before t5x restores the checkpoint).
   """
 
   schedule_path: str | None = None
   schedule_strategy: str | None = None
+  schedule_task: str | None = None
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.schedule_path:
+      task_schedule(self.schedule_path, self.schedule_strategy, self.schedule_task)
 
   def encode(self, encoder_input_tokens, encoder_segment_ids=None, enable_dropout=True,
              temperature=None):
     if temperature is None and self.schedule_path:
-      temperature = cached_schedule(self.schedule_path, self.schedule_strategy).temperatures(
-          encoder_input_tokens)
+      temperature = task_schedule(self.schedule_path, self.schedule_strategy,
+                                  self.schedule_task).temperatures(encoder_input_tokens)
     return super().encode(encoder_input_tokens, encoder_segment_ids=encoder_segment_ids,
                           enable_dropout=enable_dropout, temperature=temperature)

@@ -1,6 +1,7 @@
 """The calibrate CLI's fidelity to the paper: evaluation's precision, per-task calibration."""
 from __future__ import annotations
 
+import hashlib
 import pathlib
 
 import gin
@@ -204,3 +205,39 @@ def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
   target = network.mean_row_stats(
       network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))['pmax']
   np.testing.assert_allclose(cal.target, target, rtol=1e-5)
+
+
+def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
+  # As gin/calibrate.gin documents: SEQIO_TASK names several tasks; the pooled calibration samples
+  # all of them, and each gets its own entry. No `import seqio_tasks` binding is needed, and the
+  # tasks' vocabulary is bound on the command line.
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      f'--gin.seqio_tasks.vocabulary_path.path={ASSET / "sentencepiece.model"}',
+      '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
+      "--gin_bindings=calibrate.run.seqio_split = 'test'",
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.SEQIO_TASK=t5align_passkey_2k, t5align_passkey_5k', '--gin.LENGTHS=(512,)',
+      '--gin_bindings=calibrate.run.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
+      '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  assert sorted(loaded.tasks) == ['t5align_passkey_2k', 't5align_passkey_5k']
+  assert loaded.provenance['seqio_task'] == 't5align_passkey_2k, t5align_passkey_5k'
+  # The pooled samples are windows of both tasks' inputs, concatenated.
+  stream = np.concatenate([calibrate.seqio_task_stream(t, 'test')
+                           for t in ('t5align_passkey_2k', 't5align_passkey_5k')])
+  want = calibrate.sample_windows(stream, 1, 512, 0, eos_id=1)
+  assert loaded.provenance['samples_sha256'] == hashlib.sha256(want.tobytes()).hexdigest()
+
+
+def test_reference_length_other_than_the_models_training_length_warns():
+  with pytest.warns(UserWarning, match=r'REFERENCE_LENGTH=512, but .*checkpoint_5000 was trained '
+                                       r'at L_tr = 256 .*training.json.*Set REFERENCE_LENGTH=256'):
+    assets.check_reference_length(str(CKPT), 512, 'REFERENCE_LENGTH')
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    assets.check_reference_length(str(CKPT), 256)
+    assets.check_reference_length('/no/such/checkpoint_1', 512)  # Not knowable: silent.

@@ -7,6 +7,7 @@ midway, and reruns it: every example must end up recorded exactly once.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -214,6 +215,29 @@ def test_scheduled_transformer_equals_explicit_temperature(tiny, tmp_path):
   want = plain.apply({'params': params}, tokens, enable_dropout=False, method='encode',
                      temperature=jnp.array([[0.5], [1.0]]))
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_scheduled_transformer_applies_the_tasks_own_entry(tiny, tmp_path):
+  # A schedule calibrated per task (task_a: tau 0.7 at 32 tokens; pooled: 0.5), as t5x.eval's
+  # network gets it from gin/t5x/schedule.gin (schedule_task = MIXTURE_OR_TASK_NAME).
+  config, params = tiny
+  pooled = _schedule()
+  path = str(tmp_path / 'per_task.json')
+  dataclasses.replace(pooled, tasks={'task_a': {'pmax': (
+      calibration.Calibration('pmax', 32, 16, 0.7),)}}).save(path)
+  tokens = jnp.array([[5] * 40 + [1], [5] * 8 + [1] + [0] * 32])
+  plain = network.Transformer(config)
+  model = scheduled.ScheduledTransformer(config, schedule_path=path, schedule_task='task_a')
+  got = model.apply({'params': params}, tokens, enable_dropout=False, method='encode')
+  want = plain.apply({'params': params}, tokens, enable_dropout=False, method='encode',
+                     temperature=jnp.array([[0.7], [1.0]]))
+  pooled_out = plain.apply({'params': params}, tokens, enable_dropout=False, method='encode',
+                           temperature=jnp.array([[0.5], [1.0]]))
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  assert not np.allclose(got[0], pooled_out[0], rtol=1e-3, atol=1e-3)
+  # Without a task, a per-task schedule is refused rather than applied pooled.
+  with pytest.raises(ValueError, match=r'holds per-task calibrations \(task_a\); name the task'):
+    scheduled.ScheduledTransformer(config, schedule_path=path)
 
 
 # ---------------------------------------------------------------------------------------------

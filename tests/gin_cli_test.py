@@ -36,3 +36,44 @@ def test_parse_flags_errors(argv, message, capsys):
     gin_cli.parse_flags(argv, prog='t', example_file='gin/runs/eval.gin')
   assert e.value.code == 2
   assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def clean_gin(monkeypatch):
+  import gin  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(gin_cli.REPO_ROOT)
+  gin.clear_config()
+  yield gin
+  gin.clear_config()
+
+
+def test_a_later_gin_file_changing_a_macro_warns(clean_gin):
+  # gin/calibrate.gin sets ATTENTION_IMPL = 'blockwise'; a model file after it sets its own.
+  # The user touched neither: the change is announced, naming both files and values.
+  argv = ['--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+          '--gin.CHECKPOINT_PATH=/c', '--gin.OUTPUT_PATH=/o.json']
+  with pytest.warns(UserWarning) as record:
+    gin_cli.configure(argv, prog='t')
+  messages = sorted(str(w.message) for w in record)
+  assert messages == [
+      "gin/models/retrieval_small.gin sets ACTIVATION_DTYPE = 'float32', replacing 'bfloat16' "
+      'from gin/calibrate.gin (the later --gin_file wins). Pass --gin.ACTIVATION_DTYPE=... to '
+      'choose it.',
+      "gin/models/retrieval_small.gin sets ATTENTION_IMPL = 'auto', replacing 'blockwise' from "
+      'gin/calibrate.gin (the later --gin_file wins). Pass --gin.ATTENTION_IMPL=... to choose it.']
+  assert clean_gin.query_parameter('ATTENTION_IMPL/macro.value') == 'auto'
+  # A macro the flags set is the user's choice: nothing to warn about; the flag's value holds.
+  clean_gin.clear_config()
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    gin_cli.configure([*argv, "--gin.ATTENTION_IMPL='blockwise'",
+                       "--gin.ACTIVATION_DTYPE='float32'"], prog='t')
+  assert clean_gin.query_parameter('ATTENTION_IMPL/macro.value') == 'blockwise'
+  # An include inside one file (t5_1_1/xl.gin over t5_1_1/base.gin) is that file's own setting.
+  clean_gin.clear_config()
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xl.gin',
+                       '--gin.CHECKPOINT_PATH=/c', '--gin.MIXTURE_OR_TASK_NAME=t',
+                       '--gin.EVAL_OUTPUT_DIR=/e'], prog='t')

@@ -212,12 +212,30 @@ def test_config_fields(gin_file):
       'mlp_activations': ('gelu', 'linear') if arch.gated else ('relu',),
       'logits_via_embedding': arch.tied, 'float32_attention_logits': False,
       'dropout_rate': 0.0, 'encoder_attention_temperature': 1.0,
-      'attention_impl': 'auto' if gin_file in BIG_MODELS else 'reference'}
+      'attention_impl': 'auto' if gin_file in [*BIG_MODELS, *AUTO_MODELS] else 'reference'}
 
 
 # Files whose defaults are the big-run ones: bfloat16 activations, blockwise attention above 2048.
 BIG_MODELS = [f'{family}/{size}.gin' for family in ('t5_1_1', 'flan_t5', 't5_1_1_lm100k')
               for size in ('xl', 'xxl')] + ['t5_1_0/3B.gin', 't5_1_0/11B.gin']
+# float32 files with 'auto' attention: the shipped model, run on CPU to 16x its L_tr.
+AUTO_MODELS = ['retrieval_small.gin']
+
+
+def test_shipped_model_config_from_python_equals_its_gin_file():
+  # Calibrating the shipped model at 2048+ tokens from Python must not materialize [L, L]
+  # attention where the gin path would not: both say 'auto'.
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from t5align import assets  # pylint: disable=g-import-not-at-top
+  from_python = assets.load_shipped()[1]
+  from_gin = build_config('retrieval_small.gin')
+  assert from_python.attention_impl == from_gin.attention_impl == 'auto'
+  fields = ('vocab_size', 'dtype', 'emb_dim', 'num_heads', 'head_dim', 'num_encoder_layers',
+            'num_decoder_layers', 'mlp_dim', 'mlp_activations', 'logits_via_embedding',
+            'blockwise_threshold')
+  as_dict = lambda cfg: {f: jnp.dtype(cfg.dtype) if f == 'dtype' else getattr(cfg, f)
+                         for f in fields}
+  assert as_dict(from_python) == as_dict(from_gin), dataclasses.asdict(from_python)
 
 
 @pytest.mark.parametrize('gin_file', BIG_MODELS)

@@ -19,6 +19,7 @@ import types
 from typing import Any
 
 import gin
+import numpy as np
 import pytest
 
 if importlib.util.find_spec('t5x') is not None:
@@ -345,16 +346,52 @@ def test_temperature_reaches_the_network():
   assert run['model'].module.config.encoder_attention_temperature == (0.9, 0.8, 0.7)
 
 
-def test_schedule_and_its_refusal_of_a_temperature():
-  run = _eval(('retrieval_t5.gin', 'schedule.gin'), "SCHEDULE_PATH = '/s.json'")
+def _schedule_file(folder, tasks=()) -> str:
+  """A schedule (L_tr 256): pooled tau 0.8 at 1024; each of `tasks` its own 0.6 at 1024."""
+  from t5align import calibration  # pylint: disable=g-import-not-at-top
+  from t5align import schedule  # pylint: disable=g-import-not-at-top
+  cals = lambda tau: {'pmax': (calibration.Calibration('pmax', 1024, 256, tau),)}
+  path = folder / f'schedule_{len(tasks)}.json'
+  schedule.TemperatureSchedule(256, cals(0.8), 'pmax', tasks={t: cals(0.6) for t in tasks}
+                               ).save(str(path))
+  return str(path)
+
+
+def test_schedule_and_its_refusal_of_a_temperature(tmp_path):
+  path = _schedule_file(tmp_path)
+  run = _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'")
   module = run['model'].module
   assert isinstance(module, scheduled.ScheduledTransformer)
-  assert (module.schedule_path, module.config.encoder_attention_temperature) == ('/s.json', 1.0)
+  assert (module.schedule_path, module.config.encoder_attention_temperature) == (path, 1.0)
   for tau in ('0.3', '1.0'):
     with pytest.raises(ValueError, match=rf'TEMPERATURE={tau} is set together with '
                                          r'gin/t5x/schedule.gin'):
-      _eval(('retrieval_t5.gin', 'schedule.gin'), "SCHEDULE_PATH = '/s.json'",
+      _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'",
             f'TEMPERATURE = {tau}')
+
+
+def test_schedule_applies_the_evaluated_tasks_own_entry(tmp_path):
+  # Calibrated per task (tau 0.6 at 1024 tokens), pooled 0.8: the network t5x.eval runs for
+  # t5align_passkey_10k gives its inputs the task's 0.6, as t5align.eval does.
+  path = _schedule_file(tmp_path, tasks=('t5align_passkey_10k', 't5align_passkey_2k'))
+  module = _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'")['model'].module
+  assert module.schedule_task == 't5align_passkey_10k'
+  tokens = np.ones((1, 1024), np.int32)
+  applied = scheduled.task_schedule(module.schedule_path, None, module.schedule_task)
+  np.testing.assert_allclose(applied.temperatures(tokens), [[0.6]], rtol=1e-6)
+  # A task without an entry: the pooled 0.8, with a warning.
+  with pytest.warns(UserWarning, match="no calibration for task 't5align_passkey_20k'"):
+    module = _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'",
+                   "MIXTURE_OR_TASK_NAME = 't5align_passkey_20k'")['model'].module
+  np.testing.assert_allclose(scheduled.task_schedule(
+      module.schedule_path, None, module.schedule_task).temperatures(tokens), [[0.8]], rtol=1e-6)
+  # A mixture holding tasks with entries: one run cannot apply each its own; refused when the
+  # model is configured, before any checkpoint is read.
+  with pytest.raises(ValueError, match=r'per-task calibrations for t5align_passkey_10k, '
+                                       r't5align_passkey_2k, tasks of the mixture '
+                                       r"'t5align_passkey'.*Evaluate each task in its own run"):
+    _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'",
+          "MIXTURE_OR_TASK_NAME = 't5align_passkey'")
 
 
 @pytest.mark.parametrize('gin_file', [f for f in T5X_FILES if f not in PARTS])

@@ -93,10 +93,15 @@ def test_quickstart_executes(tmp_path, monkeypatch):
   monkeypatch.setenv('T5ALIGN_QUICKSTART_MULTIPLE', '2')
   monkeypatch.setenv('T5ALIGN_QUICKSTART_EXAMPLES', '2')
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
+  monkeypatch.setenv('TMPDIR', str(tmp_path))  # The kernel's temporary folders go here.
   notebook = nbformat.read(NOTEBOOK, as_version=4)
+  # In the notebook's folder, as `jupyter execute notebooks/quickstart.ipynb` runs it: it must
+  # leave nothing there (its figures go to a temporary folder).
+  before = sorted(p.name for p in NOTEBOOK.parent.iterdir())
   client = nbclient.NotebookClient(notebook, timeout=300, kernel_name='python3',
-                                   resources={'metadata': {'path': str(tmp_path)}})
+                                   resources={'metadata': {'path': str(NOTEBOOK.parent)}})
   client.execute()  # Raises CellExecutionError, with the cell's traceback, on any failure.
+  assert sorted(p.name for p in NOTEBOOK.parent.iterdir()) == before
   printed = '\n'.join(_text(c) for c in notebook.cells if c.cell_type == 'code')
   assert 'L_tr = 256, L_ex = 512' in printed, printed
   # Every strategy printed a temperature in (0, 1], and every accuracy row was printed.
@@ -106,6 +111,7 @@ def test_quickstart_executes(tmp_path, monkeypatch):
     row = re.search(rf'{re.escape(labels.strategy_label(strategy))} @ 512: passkey \d+%', printed)
     assert row, (strategy, printed)
   assert re.search(r'tau = 1 @ 512: passkey \d+%', printed), printed
-  figures = tmp_path / 'quickstart_figures'
+  figures = pathlib.Path(re.search(r'^figures in (.+)$', printed, flags=re.M)[1])
+  assert figures.parent == tmp_path
   assert (figures / 'statistic_curves.png').stat().st_size > 1000
   assert (figures / 'relpos_bias.png').stat().st_size > 1000
