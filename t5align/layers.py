@@ -76,18 +76,50 @@ def _blockwise(query, key, value, *, options, **kwargs):
   return blockwise.blockwise_attention(query, key, value, **dataclasses.asdict(options), **kwargs)
 
 
+def _per_device(kernel: Callable[..., tuple[Array, attention.RowStats | None]], query: Array,
+                key: Array, value: Array, *, rel_embedding: Array, segment_ids: Array,
+                temperature: Array | None, with_stats: bool, **kwargs):
+  """`kernel(query, key, value, ...)` on each device's shard of the mesh in effect.
+
+  XLA cannot partition a Pallas custom call (Mosaic or Triton), so under a mesh of several
+  devices the kernel runs in a `shard_map` whose specs are the arrays' logical axes under flax's
+  rules in effect (`partitioning.standard_logical_axis_rules`: examples over 'data', heads over
+  'model'; `partitioning.spec_for` replicates an axis its mesh axis does not divide); each device
+  attends its own examples and heads. Without a mesh the kernel is called as it is.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  call = lambda q, k, v, table, ids, tau: kernel(
+      q, k, v, rel_embedding=table, segment_ids=ids, temperature=tau, with_stats=with_stats,
+      **kwargs)
+  if mesh.empty or mesh.size == 1:
+    return call(query, key, value, rel_embedding, segment_ids, temperature)
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  rules = nn_partitioning.get_axis_rules()
+  spec = lambda names, shape: partitioning.spec_for(names, shape, mesh, rules)
+  batch, length, heads, _ = query.shape
+  tau = attention.head_temperature(temperature, batch, heads)  # [1 or b, 1 or h]
+  qkv = spec(('batch', 'length', 'heads', 'kv'), query.shape)
+  rows = spec(('batch', 'heads', 'length'), (batch, heads, length))
+  return jax.shard_map(
+      call, in_specs=(qkv, qkv, qkv, spec(('heads', 'relpos_buckets'), rel_embedding.shape),
+                      spec(('batch', 'length'), segment_ids.shape),
+                      spec(('batch', 'heads'), tau.shape)),
+      out_specs=(qkv, attention.RowStats(rows, rows) if with_stats else None),
+      check_vma=False)(query, key, value, rel_embedding, segment_ids, tau)
+
+
 def _pallas_gpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
   _refuse_dropout('pallas_gpu', dropout_rng, dropout_rate)
-  return pallas_attention.pallas_attention(
-      query, key, value, interpret=_interpret('pallas_gpu', target_platform()),
-      **dataclasses.asdict(options), **kwargs)
+  return _per_device(pallas_attention.pallas_attention, query, key, value,
+                     interpret=_interpret('pallas_gpu', target_platform()),
+                     **dataclasses.asdict(options), **kwargs)
 
 
 def _pallas_tpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
   _refuse_dropout('pallas_tpu', dropout_rng, dropout_rate)
-  return pallas_tpu.pallas_tpu_attention(
-      query, key, value, interpret=_interpret('pallas_tpu', target_platform()),
-      **dataclasses.asdict(options), **kwargs)
+  return _per_device(pallas_tpu.pallas_tpu_attention, query, key, value,
+                     interpret=_interpret('pallas_tpu', target_platform()),
+                     **dataclasses.asdict(options), **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,17 +54,20 @@ def test_encoder_matches_reference(impl, block, taus):
     np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
 
 
-def test_blockwise_vmapped_calibration_stats_match_reference():
-  """Calibration-style sweep: 11 taus vmapped through the blockwise encoder, then mean stats."""
+@pytest.mark.parametrize('impl', ['blockwise', 'pallas'])  # CPU: 'pallas' is the TPU kernel.
+def test_vmapped_calibration_stats_match_reference(impl):
+  """Calibration-style sweep: 11 taus vmapped through the encoder, then mean stats."""
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']
   taus = np.linspace(1.0, 0.5, 11, dtype=np.float32)
-  blockwise_config = dataclasses.replace(config, attention_impl='blockwise')
+  blocks = 128 if impl == 'pallas' else None  # blockwise: the backend's default.
+  sweep_config = dataclasses.replace(config, attention_impl=impl, attention_block_q=blocks,
+                                     attention_block_k=blocks)
 
   @jax.jit
   @jax.vmap
   def sweep(tau):
-    return network.mean_row_stats(_encode(blockwise_config, params, tokens, tau)[1])
+    return network.mean_row_stats(_encode(sweep_config, params, tokens, tau)[1])
 
   swept = sweep(jnp.asarray(taus))
   for i in (0, 5, 10):
