@@ -243,7 +243,7 @@ def finalize(carry, length: int) -> tuple[Array, Array, Array]:
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k',
-    'batch_block', 'dropout_rate'))
+    'batch_block', 'dropout_rate', 'backend'))
 def blockwise_attention(
     query: Array,
     key: Array,
@@ -261,6 +261,7 @@ def blockwise_attention(
     batch_block: int | None = None,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
+    backend: str | None = None,
 ) -> tuple[Array, attention.RowStats | None]:
   """Self-attention with the T5 bias built block by block (see `layers.self_attention`).
 
@@ -285,6 +286,8 @@ def blockwise_attention(
       with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
       sliced per key block.
     dropout_rate: attention dropout rate.
+    backend: the platform compiled for, which picks the default blocks and batch chunks; None:
+      jax's default backend (the dispatch passes the mesh's platform: `layers.target_platform`).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -296,7 +299,7 @@ def blockwise_attention(
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
   lut = attention.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
-  default_q, default_k = default_blocks()
+  default_q, default_k = default_blocks(backend)
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = _round_up(length, bq), _round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
@@ -356,7 +359,7 @@ def blockwise_attention(
     return (jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(c, len_q, heads, depth),
             to_rows(pmax), to_rows(entropy))
 
-  chunk = min(batch_block or default_batch_block(batch, heads, bq, bk), batch)
+  chunk = min(batch_block or default_batch_block(batch, heads, bq, bk, backend), batch)
   if chunk >= batch:
     out, pmax, entropy = attend(query, key, value, segment_ids, tau, multiplier)
   else:

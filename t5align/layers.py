@@ -73,7 +73,8 @@ def _reference(query, key, value, *, options, **kwargs):
 
 
 def _blockwise(query, key, value, *, options, **kwargs):
-  return blockwise.blockwise_attention(query, key, value, **dataclasses.asdict(options), **kwargs)
+  return blockwise.blockwise_attention(query, key, value, backend=target_platform(),
+                                       **dataclasses.asdict(options), **kwargs)
 
 
 def _per_device(kernel: Callable[..., tuple[Array, attention.RowStats | None]], query: Array,

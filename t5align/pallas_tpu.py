@@ -132,11 +132,13 @@ def _thresholds(bidirectional: bool) -> tuple[tuple[int, int], ...]:
 def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_hi_ref,
             k_one_ref, k_first_ref, k_last_ref,  # scalar prefetch (SMEM)
             q_ref, k_ref, v_ref, q_ids_ref, k_ids_ref, v_sum_ref,  # inputs (VMEM blocks)
-            o_ref, stats_ref,  # outputs
-            band_ref, m_ref, l_ref, c_ref, acc_ref,  # scratch
-            *, heads: int, length: int, block_q: int, block_k: int, bidirectional: bool,
+            o_ref, *refs,  # outputs (`stats_ref` if with_stats), then scratch
+            heads: int, length: int, block_q: int, block_k: int, bidirectional: bool,
             qk_dtype, p_dtype, with_stats: bool):
-  """One (example * head, query block, key block) tile; refs as laid out by `_call`."""
+  """One (example * head, query block, key block) tile; refs as laid out by
+  `pallas_tpu_attention`."""
+  stats_ref = refs[0] if with_stats else None
+  band_ref, q_col_ref, m_ref, l_ref, c_ref, acc_ref = refs[-6:]
   bh, qi, ki = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   b, h = jax.lax.div(bh, heads), jax.lax.rem(bh, heads)
   nq, nk = pl.num_programs(1), pl.num_programs(2)
@@ -160,6 +162,10 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
   def init():
     m, l, c, acc, _ = blockwise.init_carry((block_q,), acc_ref.shape[-1], lanes=LANES)
     m_ref[...], l_ref[...], c_ref[...], acc_ref[...] = m, l, c, acc
+    # The query block's ids as columns repeated over the lanes (a [1, bq] row transposed), -1
+    # on padding so that no key id equals them.
+    q_ids = jnp.broadcast_to(q_ids_ref[...], (LANES, block_q)).T  # [bq, 128]
+    q_col_ref[...] = jnp.where(q_ids > 0, q_ids, -1)
 
   q_start, k_start = qi * block_q, ki * block_k
   qb, kb = b * nq + qi, b * nk + ki  # Rows of the per-block tables.
@@ -184,8 +190,8 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
     s = (qk + bias()) * inv_tau_ref[bh]  # [bq, bk]
     allowed = None
     if masked:
-      # [bq, 1] == [1, bk] -> [bq, bk]; query padding carries id -1, never equal to a key's.
-      allowed = q_ids_ref[...] == k_ids_ref[...]
+      # [bq, 128] tiled == [1, bk] -> [bq, bk]
+      allowed = jnp.tile(q_col_ref[...], (1, block_k // LANES)) == k_ids_ref[...]
       if not bidirectional:
         rows = q_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
         cols = k_start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
@@ -347,7 +353,7 @@ def pallas_tpu_attention(
 
   def q_ids_map(bh, i, j, *prefetch):
     del j, prefetch
-    return jax.lax.div(bh, heads), i, 0
+    return jax.lax.div(bh, heads), 0, i
 
   def k_ids_map(bh, i, j, *prefetch):
     b, _, j, _ = kv_map(bh, i, j, *prefetch)
@@ -373,28 +379,25 @@ def pallas_tpu_attention(
           pl.BlockSpec((None, None, block_q, depth), q_map),
           pl.BlockSpec((None, None, block_k, depth), kv_map),
           pl.BlockSpec((None, None, block_k, depth), kv_map),
-          pl.BlockSpec((None, block_q, 1), q_ids_map),
+          pl.BlockSpec((None, 1, block_q), q_ids_map),
           pl.BlockSpec((None, 1, block_k), k_ids_map),
           pl.BlockSpec((None, None, 1, depth), v_sum_map),
       ],
-      out_specs=[
-          pl.BlockSpec((None, None, block_q, depth), q_map),
-          pl.BlockSpec((None, None, 2, block_q), stats_map),
-      ],
+      out_specs=[pl.BlockSpec((None, None, block_q, depth), q_map)] + (
+          [pl.BlockSpec((None, None, 2, block_q), stats_map)] if with_stats else []),
       scratch_shapes=[
           pltpu.VMEM((count, block_q, block_k), jnp.float32),  # band tiles of the head
-          pltpu.VMEM((block_q, LANES), jnp.float32),  # m (lane-broadcast rows)
+          pltpu.VMEM((block_q, LANES), jnp.int32),  # the query block's ids as columns
+          pltpu.VMEM((block_q, LANES), jnp.float32),  # m (rows repeated over the lanes)
           pltpu.VMEM((block_q, LANES), jnp.float32),  # l
           pltpu.VMEM((block_q, LANES), jnp.float32),  # c
           pltpu.VMEM((block_q, depth), jnp.float32),  # acc
       ])
-  out, stats = pl.pallas_call(
+  out, *stats = pl.pallas_call(
       kernel,
       grid_spec=grid_spec,
-      out_shape=[
-          jax.ShapeDtypeStruct((batch, heads, padded, depth), out_dtype),
-          jax.ShapeDtypeStruct((batch, heads, 2, padded), jnp.float32),
-      ],
+      out_shape=[jax.ShapeDtypeStruct((batch, heads, padded, depth), out_dtype)] + (
+          [jax.ShapeDtypeStruct((batch, heads, 2, padded), jnp.float32)] if with_stats else []),
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=('parallel', 'arbitrary', 'arbitrary'),
           vmem_limit_bytes=vmem_limit_bytes),
@@ -404,8 +407,9 @@ def pallas_tpu_attention(
       name='t5_relpos_attention_tpu',
   )(table, inv_tau, *q_ranges, *k_ranges, k_first, k_last,
     to_heads(query), to_heads(key), to_heads(value),
-    jnp.where(ids > 0, ids, -1)[:, :, None], ids[:, None, :], v_sum)
+    ids[:, None, :], ids[:, None, :], v_sum)
   out = jnp.transpose(out[:, :, :length], (0, 2, 1, 3))  # [b, h, padded, d] -> [b, l, h, d]
   if not with_stats:
     return out, None
+  stats = stats[0]  # [b, h, 2, padded]
   return out, attention.RowStats(pmax=stats[:, :, 0, :length], entropy=stats[:, :, 1, :length])
