@@ -216,6 +216,7 @@ def main(argv=None) -> None:
       spec = dict(common, kind='llo', length=1024, dump_dir=dump,
                   blocks=args.blocks or [512, 512])
       rows.append(attention_bench.run_worker('benchmarks.tpu_kernel_bench', spec, args.timeout))
+      rows[-1].pop('dump_dir')  # Gone with the temporary directory.
   print(json.dumps({'benchmark': 'tpu_kernel', 'rows': rows}, indent=1))
 
 

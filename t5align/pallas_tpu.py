@@ -2,8 +2,12 @@
 
 The same math as 'reference' (attention.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
 float32, q.k in the inputs' dtype with float32 accumulation, fully masked (padding) query rows
-uniform over all keys, and per-row P_max and entropy from the same pass (the flash accumulators of
-`blockwise.online_softmax_step` / `finalize`, which lower under Mosaic as they are).
+uniform over all keys, and per-row P_max and entropy from the same pass: the flash accumulators
+of `blockwise.init_carry` / `online_softmax_step` / `finalize`, which lower under Mosaic as they
+are, with the row statistics kept `[block_q, 128]` (each row repeated over the lanes,
+`init_carry(lanes=128)`), the layout of their VMEM scratch. Attention dropout is not implemented
+(the dispatch, layers.py, refuses it); under a mesh of several devices the dispatch runs the
+kernel per device in a `shard_map`, since XLA cannot partition a Mosaic call.
 
 Layout and grid. q, k, v go to `[b, h, L, d]` (full-`d` blocks: `d` = 64 for Flan-T5 is the
 array's own last dimension, as Mosaic requires), padded to a multiple of the blocks. The grid is
@@ -34,8 +38,9 @@ any mask. Fully masked rows are uniform over all keys: their output is the mean 
 real keys, reduced by XLA before the kernel.
 
 Verified: equality with 'reference' in interpret mode on CPU (tests/attention_test.py,
-tests/network_impl_test.py) and Mosaic compiles for TPU topologies without a TPU
-(tests/pallas_tpu_test.py). Real TPU speed is unmeasured.
+tests/network_impl_test.py, tests/pallas_tpu_test.py) and Mosaic compiles for TPU topologies
+without a TPU (tests/pallas_tpu_test.py, benchmarks/tpu_kernel_bench.py). Real TPU speed is
+unmeasured: no TPU ran this kernel.
 """
 from __future__ import annotations
 
@@ -232,26 +237,28 @@ def _block_ranges(ids: Array, size: int) -> tuple[Array, Array, Array]:
   return lo.reshape(-1), hi.reshape(-1), one.reshape(-1)
 
 
-def _cost(batch: int, heads: int, padded: int, depth: int, block_q: int, block_k: int,
-          bidirectional: bool, itemsize: int, out_itemsize: int) -> pl.CostEstimate:
-  """What the kernel does when no tile is skipped for its ids (an upper bound otherwise).
+def _cost(batch: int, heads: int, padded: int, depth: int, block_q: int, block_k: int, *,
+          bidirectional: bool, with_stats: bool, qk_bytes: int, v_bytes: int,
+          out_bytes: int) -> pl.CostEstimate:
+  """The kernel's work when no tile is skipped for its ids (an upper bound otherwise).
 
-  FLOPs: 2 d per (query, key) pair for q.k and as many for p.v; transcendentals: one exp per
-  pair; bytes: q, the outputs and ids once, k and v once per tile visited (each query block
-  reads every key block it attends), from HBM. Causal attention visits the tiles on or below
-  the diagonal.
+  Mosaic reports no cost for a kernel (XLA then counts its operands and results once, and no
+  FLOPs), so this is given to `pallas_call`. Per (example, head): FLOPs 2 d per (query, key)
+  pair for q.k and as many for p.v; one exp per pair; HBM bytes of the blocks the grid fetches
+  and writes: each query block's q and ids and its output (and statistics) once, the k, v and
+  ids of every key block it visits. Causal attention visits the tiles on or below the diagonal.
+  `*_bytes`: itemsizes of q and k, v, and the output.
   """
   nq, nk = padded // block_q, padded // block_k
   tiles = nq * nk
   if not bidirectional:
     tiles = sum(min(nk, (qi * block_q + block_q - 1) // block_k + 1) for qi in range(nq))
-  pairs = batch * heads * tiles * block_q * block_k
-  rows = batch * heads * padded
-  kv = 2 * batch * heads * tiles * block_k * depth * itemsize
-  return pl.CostEstimate(
-      flops=4 * depth * pairs, transcendentals=pairs,
-      bytes_accessed=rows * depth * (itemsize + out_itemsize) + kv + rows * 2 * 4
-      + 2 * batch * padded * 4)
+  pairs = tiles * block_q * block_k
+  rows = padded * (depth * (qk_bytes + out_bytes) + 4 + (2 * 4 if with_stats else 0))
+  keys = tiles * block_k * (depth * (qk_bytes + v_bytes) + 4)
+  return pl.CostEstimate(flops=batch * heads * 4 * depth * pairs,
+                         transcendentals=batch * heads * pairs,
+                         bytes_accessed=batch * heads * (rows + keys + depth * 4))
 
 
 @functools.partial(jax.jit, static_argnames=(
@@ -371,7 +378,6 @@ def pallas_tpu_attention(
       _kernel, heads=heads, length=length, block_q=block_q, block_k=block_k,
       bidirectional=bidirectional, qk_dtype=qk_dtype, p_dtype=dtype, with_stats=with_stats)
   _, _, count = _band(block_q, block_k)
-  itemsize = jnp.dtype(query.dtype).itemsize
   grid_spec = pltpu.PrefetchScalarGridSpec(
       num_scalar_prefetch=10,
       grid=(batch * heads, nq, nk),
@@ -401,8 +407,10 @@ def pallas_tpu_attention(
       compiler_params=pltpu.CompilerParams(
           dimension_semantics=('parallel', 'arbitrary', 'arbitrary'),
           vmem_limit_bytes=vmem_limit_bytes),
-      cost_estimate=_cost(batch, heads, padded, depth, block_q, block_k, bidirectional,
-                          itemsize, jnp.dtype(out_dtype).itemsize),
+      cost_estimate=_cost(
+          batch, heads, padded, depth, block_q, block_k, bidirectional=bidirectional,
+          with_stats=with_stats, qk_bytes=jnp.dtype(qk_dtype).itemsize,
+          v_bytes=value.dtype.itemsize, out_bytes=jnp.dtype(out_dtype).itemsize),
       interpret=interpret,
       name='t5_relpos_attention_tpu',
   )(table, inv_tau, *q_ranges, *k_ranges, k_first, k_last,
