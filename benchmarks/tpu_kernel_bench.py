@@ -19,8 +19,9 @@ Rows, each compiled in its own process:
   `--params-dtype`) at `--encoder-length` tokens, batch 2, on `--encoder-topology` as data 2 x
   model 8: compile seconds and per-chip memory against `--hbm-gib`.
 - 'llo' (`--llo`): libtpu's static LLO schedule of the kernel for one chip (1024 tokens, 512 x
-  512 tiles unless `--blocks`): the bundles of each tile branch (bias: band or beyond it; mask: none or ids/causal),
-  from libtpu's dump files. A schedule length, not a timing: stalls and DMA waits are not in it.
+  512 tiles unless `--blocks`): the bundles of each tile branch (bias: band or beyond it; mask:
+  none, or ids / causal), from libtpu's dump files. A schedule length, not a timing: stalls and
+  DMA waits are not in it.
 Real TPU speed is not measured by any row.
 """
 from __future__ import annotations
@@ -70,7 +71,8 @@ def _attention_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from jax.sharding import Mesh, NamedSharding  # pylint: disable=g-import-not-at-top
+  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from t5align import blockwise, layers, pallas_tpu  # pylint: disable=g-import-not-at-top
   device = _topology_devices(spec['topology'])[0]
   mesh = Mesh(np.asarray([device]), ('data',))

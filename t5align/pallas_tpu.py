@@ -75,11 +75,18 @@ class Options:
 
 
 def default_blocks(device_kind: str | None = None) -> tuple[int, int]:
-  """`(block_q, block_k)`: 512 x 512 on every TPU generation.
+  """`(block_q, block_k)`: 512 x 512 on every TPU generation (`device_kind` for future tuning).
 
-  Chosen from what Mosaic reports, not from timings (no TPU ran it): 512 x 512 with head_dim 64
-  uses about 9 MiB of scoped VMEM, within the 16 MiB default of v5e / v5p (32 MiB on v6e);
-  1024 x 512 exceeds v5e's default.
+  Chosen from what Mosaic reports, not from timings (no TPU ran the kernel). Scoped VMEM of the
+  kernel at 8,192 tokens, head_dim 64, bfloat16, statistics on (`python -m
+  benchmarks.tpu_kernel_bench --topology T --lengths 8192 --impls pallas_tpu --blocks BQ BK`):
+  512 x 512 takes 6.3-7.4 MB on v4, v5e, v5p and v6e, within every default limit (16 MiB; v6e
+  32 MiB); 512 x 1024 takes 13.6-16.2 MB on v5e, v5p and v6e and exceeds v4's; 1024 x 1024
+  takes 25.8 MB on v6e and exceeds the others'. A larger tile schedules no faster per (query,
+  key) pair: libtpu's static schedule of an unmasked v5e tile (`--llo --blocks BQ BK`) is 6.0
+  bundles per 1,000 pairs at 512 x 512 and 6.1 at 512 x 1024; larger query blocks would only
+  re-read k and v less often. T5Config.attention_block_q / _k and pallas_vmem_limit_bytes set
+  others.
   """
   del device_kind
   return 512, 512

@@ -1,4 +1,4 @@
-"""The TPU kernel (pallas_tpu.py) compiled by Mosaic for a TPU topology without a TPU, and its tiles.
+"""The TPU kernel (pallas_tpu.py): Mosaic compiles for a TPU topology without a TPU; its tiles.
 
 Deviceless compiles need libtpu (`pip install "jax[tpu]"`); without it those tests skip. Numerical
 equality with 'reference' in interpret mode: tests/attention_test.py (every case of CASES) and
