@@ -13,7 +13,8 @@ includes its q/k/v/o projections and its materialized `[1, H, L, L]` bias.
 Before timing, each blockwise/Pallas worker checks itself against 'reference' on a padded batch
 of 2 with two taus (`check_vs_reference`: output relative error, P_max / entropy errors), so a
 kernel that compiles but computes the wrong thing shows in the same JSON. `--pallas-configs
-128,64,4,2 ...` measures the kernel at other blocks / warps / stages, one row each.
+128,64,4,2 ...` measures the GPU kernel at other blocks / warps / stages, one row each. 'pallas' is
+the platform's fused kernel (layers.FUSED): on CPU the TPU kernel in interpret mode.
 """
 from __future__ import annotations
 
@@ -122,17 +123,18 @@ def attention_flops(length: int, heads: int, depth: int) -> float:
 
 
 def kernel_options(spec: dict) -> dict:
-  """`layers.self_attention` keywords from `spec['pallas']` = [bq, bk, warps, stages] (or {})."""
+  """`layers.self_attention` keywords from `spec['pallas']` = [bq, bk, warps, stages] (or {}):
+  the GPU kernel's options object."""
   if not spec.get('pallas'):
     return {}
-  return dict(zip(('block_q', 'block_k', 'num_warps', 'num_stages'), spec['pallas']))
+  from t5align import pallas_attention  # pylint: disable=g-import-not-at-top
+  return {'options': pallas_attention.Options(*spec['pallas'])}
 
 
 def config_options(spec: dict) -> dict:
   """The same settings as `T5Config` fields (for the encoder benchmark)."""
-  names = {'block_q': 'attention_block_q', 'block_k': 'attention_block_k',
-           'num_warps': 'pallas_num_warps', 'num_stages': 'pallas_num_stages'}
-  return {names[k]: v for k, v in kernel_options(spec).items()}
+  names = ('attention_block_q', 'attention_block_k', 'pallas_num_warps', 'pallas_num_stages')
+  return dict(zip(names, spec.get('pallas') or ()))
 
 
 def check_against_reference(impl: str, heads: int, depth: int, dtype,
@@ -230,7 +232,7 @@ def parse_common_flags(parser: argparse.ArgumentParser, argv, timeout: int) -> a
   parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
   parser.add_argument('--timeout', type=int, default=timeout, help='seconds per measurement')
   parser.add_argument('--pallas-configs', nargs='+', default=[''], metavar='BQ,BK,WARPS,STAGES',
-                      help="Pallas kernel settings to measure (one row each); '' = defaults")
+                      help="GPU (Triton) kernel settings to measure (one row each); '' = defaults")
   parser.add_argument('--worker', help=argparse.SUPPRESS)
   return parser.parse_args(argv)
 

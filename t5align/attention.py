@@ -39,31 +39,42 @@ class RowStats(NamedTuple):
 
 
 def relative_position_bucket(
-    relative_position: Array,
+    relative_position: Array | np.ndarray,
     bidirectional: bool = True,
     num_buckets: int = NUM_BUCKETS,
     max_distance: int = MAX_DISTANCE,
-) -> Array:
+) -> Array | np.ndarray:
   """Maps `key_pos - query_pos` to T5's relative-position bucket (int32, same shape).
 
   Half the buckets (per side when bidirectional) are exact offsets; the rest are log-spaced up to
-  `max_distance`, beyond which every offset shares the last bucket of its side.
+  `max_distance`, beyond which every offset shares the last bucket of its side. A numpy input is
+  computed with numpy (on the host, so that tracing for devices without a runtime, e.g. a
+  deviceless TPU compile, evaluates nothing eagerly); anything else with jnp.
   """
-  n = -jnp.asarray(relative_position, jnp.int32)
-  bucket = jnp.zeros_like(n)
+  xp = np if isinstance(relative_position, (np.ndarray, np.generic, int)) else jnp
+  n = -xp.asarray(relative_position, np.int32)
+  bucket = xp.zeros_like(n)
   if bidirectional:
     num_buckets //= 2
-    bucket = bucket + (n < 0).astype(jnp.int32) * num_buckets
-    n = jnp.abs(n)
+    bucket = bucket + (n < 0).astype(np.int32) * num_buckets
+    n = xp.abs(n)
   else:
-    n = jnp.maximum(n, 0)
+    n = xp.maximum(n, 0)
   max_exact = num_buckets // 2
-  # NOTE: float32 arithmetic, as t5x computes it, so boundary offsets fall in the same bucket.
+  # NOTE: float32 arithmetic, as t5x computes it, so boundary offsets fall in the same bucket
+  # (numpy's float32 and XLA's agree on every offset: test_buckets_match_t5x_fixture).
   scale = np.float32((num_buckets - max_exact) / np.log(max_distance / max_exact))
-  log_ratio = jnp.log(n.astype(jnp.float32) / max_exact + np.finfo(np.float32).eps)
-  large = max_exact + (log_ratio * scale).astype(jnp.int32)
-  large = jnp.minimum(large, num_buckets - 1)
-  return bucket + jnp.where(n < max_exact, n, large)
+  log_ratio = xp.log(n.astype(np.float32) / max_exact + np.finfo(np.float32).eps)
+  large = max_exact + (log_ratio * scale).astype(np.int32)
+  large = xp.minimum(large, num_buckets - 1)
+  return bucket + xp.where(n < max_exact, n, large)
+
+
+def offset_buckets(bidirectional: bool, num_buckets: int = NUM_BUCKETS) -> np.ndarray:
+  """Host-side bucket of every clipped offset: int32 `[2 * MAX_DISTANCE + 1]`, entry
+  `o + MAX_DISTANCE` for offset `o = key - query` in `[-MAX_DISTANCE, MAX_DISTANCE]`."""
+  offsets = np.arange(-MAX_DISTANCE, MAX_DISTANCE + 1, dtype=np.int32)
+  return relative_position_bucket(offsets, bidirectional, num_buckets)
 
 
 def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
@@ -74,11 +85,8 @@ def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
   `test_bias_by_offset_covers_every_offset` checks it), so
   `bias(o) = bias_by_offset[:, clip(o, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE]` exactly.
   """
-  offsets = np.arange(-MAX_DISTANCE, MAX_DISTANCE + 1, dtype=np.int32)
-  with jax.ensure_compile_time_eval():
-    buckets = np.asarray(relative_position_bucket(offsets, bidirectional, rel_embedding.shape[-1]))
   # [h, num_buckets] -> [h, 2 * MAX_DISTANCE + 1]
-  return jnp.take(rel_embedding, buckets, axis=1)
+  return jnp.take(rel_embedding, offset_buckets(bidirectional, rel_embedding.shape[-1]), axis=1)
 
 
 def offset_index(q_pos: Array, k_pos: Array) -> Array:

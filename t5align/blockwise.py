@@ -7,16 +7,17 @@ tile is one lookup in `attention.bias_by_offset` (`[heads, 2 * MAX_DISTANCE + 1]
 call from the `[heads, 32]` table: every offset beyond `MAX_DISTANCE` shares its side's last
 bucket), so no tile computes buckets, and a tile lying wholly beyond `MAX_DISTANCE` adds one
 value per head without a lookup; the padding/segment mask comes from the segment ids.
-Block sizes are arguments (T5Config.attention_block_q / _k); None picks `default_blocks()` for
-the backend. On CPU a batch whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended
-a few examples at a time (`default_batch_block`, a `lax.map` over chunks of the batch). Same
-math as 'reference' (see attention.py):
+Block sizes are arguments (`Options`, from T5Config.attention_block_q / _k); None picks
+`default_blocks()` for the backend. On CPU a batch whose tiles would outgrow the cache
+(`CPU_TILE_ELEMENTS`) is attended a few examples at a time (`default_batch_block`, a `lax.map`
+over chunks of the batch). Same math as 'reference' (see attention.py):
 `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
 t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key block, so it drops
 exactly the keys 'reference' (and t5x) drop.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -26,6 +27,14 @@ import numpy as np
 from t5align import attention
 
 Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """'blockwise' tiles (keywords of `blockwise_attention`); None: `default_blocks()`."""
+
+  block_q: int | None = None
+  block_k: int | None = None
 
 
 def default_blocks(backend: str | None = None) -> tuple[int, int]:
@@ -117,21 +126,47 @@ def block_logits(
   return logits, mask
 
 
-def init_carry(shape: tuple[int, ...], depth: int):
-  """Empty accumulators `(m, l, c, acc, v_sum)` for query rows of `shape` (e.g. `[b, h, q]`)."""
-  zeros = jnp.zeros(shape, jnp.float32)
-  return (jnp.full(shape, -jnp.inf, jnp.float32), zeros, zeros,
+def init_carry(shape: tuple[int, ...], depth: int, lanes: int | None = None):
+  """Empty accumulators `(m, l, c, acc, v_sum)` for query rows of `shape` (e.g. `[b, h, q]`).
+
+  `lanes`: None keeps the row statistics m, l, c as `shape`; a number keeps them as
+  `shape + (lanes,)`, each row's value repeated over `lanes` (the layout of a TPU kernel's
+  `[block_q, 128]` scratch: `_rows` then tiles a statistic against a `[q, k]` block instead
+  of broadcasting a `[q]` vector across lanes, which Mosaic does with cross-lane permutes.
+  libtpu's static schedule of pallas_tpu's unmasked 512 x 512 v5e tile, written both ways and
+  read with `benchmarks/tpu_kernel_bench.py --llo`: 2,705 bundles with `[q]` statistics, 1,561
+  repeated over 128 lanes).
+  """
+  rows = shape if lanes is None else shape + (lanes,)
+  zeros = jnp.zeros(rows, jnp.float32)
+  return (jnp.full(rows, -jnp.inf, jnp.float32), zeros, zeros,
           jnp.zeros(shape + (depth,), jnp.float32), jnp.zeros(shape[:-1] + (depth,), jnp.float32))
 
 
-def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Array,
+def _rows(x: Array, width: int, repeated: bool) -> Array:
+  """A row statistic against `[..., q, width]`: `[..., q]` -> `[..., q, 1]`, or (`repeated`,
+  see `init_carry`) `[..., q, lanes]` tiled or cut to `width`."""
+  if not repeated:
+    return x[..., None]
+  lanes = x.shape[-1]
+  if lanes in (1, width):
+    return x
+  if width % lanes == 0:
+    return jnp.tile(x, (1,) * (x.ndim - 1) + (width // lanes,))
+  if lanes % width:
+    raise ValueError(f'row statistics over {lanes} lanes do not fit a width of {width}.')
+  return x[..., :width]
+
+
+def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_valid: Array | None,
                         p_dtype: jnp.dtype, dropout: Array | None = None, stats: bool = True):
   """One key block of the online softmax.
 
   Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
   c = sum exp(s - m) (s - m), acc `[..., q, d]` = sum exp(s - m) v, and v_sum `[..., d]` = sum v
   over all real keys (for fully masked rows). `c` is `w - m l` of REFERENCE sec. 2, kept relative
-  to the running max: H = log l - c / l does not cancel.
+  to the running max: H = log l - c / l does not cancel. m, l and c may instead be
+  `[..., q, lanes]`, each row repeated over lanes (`init_carry(..., lanes=)`).
 
   NOTE: 'reference' adds -1e10 to masked logits. Whenever a row has an allowed key, exp underflows
   to exactly 0 on the masked ones (for any tau < ~1e8), and a row without one is uniform over all
@@ -141,35 +176,44 @@ def online_softmax_step(carry, s: Array, allowed: Array, v: Array, k_valid: Arra
   Args:
     carry: (m, l, c, acc, v_sum).
     s: `[..., q, k]` tempered float32 logits (without the mask).
-    allowed: bool, broadcastable to `s`; False for masked keys.
+    allowed: bool, broadcastable to `s`; False for masked keys. None: every key is allowed (a
+      block without padding, segment boundary or causal cut; no selects at all).
     v: `[..., k, d]` values.
-    k_valid: bool `[k]`; False for keys added by internal padding (excluded entirely).
+    k_valid: bool `[k]`; False for keys added by internal padding (excluded entirely). None:
+      every key is real.
     p_dtype: dtype of the probabilities multiplied with `v`.
     dropout: optional `[..., 1, k]` float32 attention-dropout multiplier (keep / keep_prob) of
       the block's keys. It scales what reaches `v` (acc and v_sum), never l or c: the softmax is
-      normalized, and its statistics taken, before dropout, as in 'reference'.
+      normalized, and its statistics taken, before dropout.
     stats: update c (for the entropy); False leaves it as it is (outputs only).
 
   Returns:
     The updated carry.
   """
   m, l, c, acc, v_sum = carry
-  allowed = allowed & k_valid
-  m_new = jnp.maximum(m, jnp.max(jnp.where(allowed, s, -jnp.inf), axis=-1))  # [..., q]
+  repeated = m.ndim == s.ndim  # [..., q, lanes] row statistics.
+  row_max = functools.partial(jnp.max, axis=-1, keepdims=repeated)
+  row_sum = functools.partial(jnp.sum, axis=-1, keepdims=repeated)
+  if k_valid is not None:
+    allowed = k_valid if allowed is None else allowed & k_valid
+  masked = lambda x, fill: x if allowed is None else jnp.where(allowed, x, fill)
+  m_new = jnp.maximum(m, row_max(masked(s, -jnp.inf)))  # [..., q]
   m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # [..., q]; no allowed key yet.
   alpha = jnp.exp(m - m_safe)  # [..., q]; 0 while m = -inf.
-  shifted = jnp.where(allowed, s - m_safe[..., None], 0.0)  # [..., q, k]
-  p = jnp.where(allowed, jnp.exp(shifted), 0.0)  # [..., q, k]
+  shifted = masked(s - _rows(m_safe, s.shape[-1], repeated), 0.0)  # [..., q, k]
+  p = masked(jnp.exp(shifted), 0.0)  # [..., q, k]
   # NOTE: rescaling c to the new max: sum e^(s-m_new)(s-m_new) = alpha (c + (m - m_new) l).
   c_old = c + jnp.where(l > 0, m - m_safe, 0.0) * l
-  l_new = alpha * l + jnp.sum(p, axis=-1)
-  c_new = alpha * c_old + jnp.sum(p * shifted, axis=-1) if stats else c
+  l_new = alpha * l + row_sum(p)
+  c_new = alpha * c_old + row_sum(p * shifted) if stats else c
   p_v = p if dropout is None else p * dropout  # [..., q, k]
   # [..., q, k] x [..., k, d] -> [..., q, d]
   pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
                   preferred_element_type=jnp.float32)
-  acc_new = alpha[..., None] * acc + pv
-  v_real = jnp.where(k_valid[..., None], v.astype(jnp.float32), 0.0)  # [..., k, d]
+  acc_new = _rows(alpha, acc.shape[-1], repeated) * acc + pv
+  v_real = v.astype(jnp.float32)  # [..., k, d]
+  if k_valid is not None:
+    v_real = jnp.where(k_valid[..., None], v_real, 0.0)
   if dropout is None:
     # [..., k, d] -> [..., d]
     v_sum = v_sum + jnp.sum(v_real, axis=-2)
@@ -183,13 +227,17 @@ def finalize(carry, length: int) -> tuple[Array, Array, Array]:
   """Output, P_max and entropy from the accumulators after all `length` keys.
 
   Rows with allowed keys: `acc / l`, P_max = 1 / l, H = log l - c / l. Fully masked rows are
-  uniform over all keys, as in t5x: mean of v, P_max = 1 / length, H = log(length).
+  uniform over all keys, as in t5x: mean of v, P_max = 1 / length, H = log(length). P_max and
+  entropy have the shape of the carry's row statistics (`[..., q]` or `[..., q, lanes]`).
   """
   _, l, c, acc, v_sum = carry
+  repeated = l.ndim == acc.ndim
+  width = acc.shape[-1]
   some = l > 0  # [..., q]
   l_safe = jnp.where(some, l, 1.0)
   # [..., q, d]
-  out = jnp.where(some[..., None], acc / l_safe[..., None], v_sum[..., None, :] / length)
+  out = jnp.where(_rows(some, width, repeated), acc / _rows(l_safe, width, repeated),
+                  v_sum[..., None, :] / length)
   pmax = jnp.where(some, 1.0 / l_safe, 1.0 / length)
   entropy = jnp.where(some, jnp.log(l_safe) - c / l_safe, np.float32(np.log(length)))
   return out, pmax, entropy
@@ -197,7 +245,7 @@ def finalize(carry, length: int) -> tuple[Array, Array, Array]:
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k',
-    'batch_block', 'dropout_rate'))
+    'batch_block', 'dropout_rate', 'backend'))
 def blockwise_attention(
     query: Array,
     key: Array,
@@ -215,6 +263,7 @@ def blockwise_attention(
     batch_block: int | None = None,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
+    backend: str | None = None,
 ) -> tuple[Array, attention.RowStats | None]:
   """Self-attention with the T5 bias built block by block (see `layers.self_attention`).
 
@@ -239,6 +288,8 @@ def blockwise_attention(
       with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
       sliced per key block.
     dropout_rate: attention dropout rate.
+    backend: the platform compiled for, which picks the default blocks and batch chunks; None:
+      jax's default backend (the dispatch passes the mesh's platform: `layers.target_platform`).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -250,7 +301,7 @@ def blockwise_attention(
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
   lut = attention.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
-  default_q, default_k = default_blocks()
+  default_q, default_k = default_blocks(backend)
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = _round_up(length, bq), _round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
@@ -310,7 +361,7 @@ def blockwise_attention(
     return (jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(c, len_q, heads, depth),
             to_rows(pmax), to_rows(entropy))
 
-  chunk = min(batch_block or default_batch_block(batch, heads, bq, bk), batch)
+  chunk = min(batch_block or default_batch_block(batch, heads, bq, bk, backend), batch)
   if chunk >= batch:
     out, pmax, entropy = attend(query, key, value, segment_ids, tau, multiplier)
   else:

@@ -3,12 +3,14 @@
 Parameter names, shapes and logical axes follow t5x/examples/t5/layers.py so that T5X checkpoints
 and t5x's PjitPartitioner work unchanged. Axis letters: see attention.py.
 
-The encoder's self-attention implementation is chosen here (`self_attention`, `IMPLEMENTATIONS`):
-the math modules (attention.py for 'reference', blockwise.py, pallas_attention.py) import nothing
+The encoder's self-attention implementation is chosen here (`self_attention`, `IMPLEMENTATIONS`,
+`resolve`: 'pallas' is the target platform's fused kernel, `FUSED`): the math modules
+(attention.py for 'reference', blockwise.py, pallas_attention.py, pallas_tpu.py) import nothing
 above them.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from typing import Any, Callable, Sequence
@@ -22,6 +24,7 @@ import numpy as np
 from t5align import attention
 from t5align import blockwise
 from t5align import pallas_attention
+from t5align import pallas_tpu
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -29,34 +32,150 @@ param_with_axes = nn_partitioning.param_with_axes
 with_sharding_constraint = nn_partitioning.with_sharding_constraint
 
 
-def _reference(query, key, value, *, block_q, block_k, num_warps, num_stages, **kwargs):
-  del block_q, block_k, num_warps, num_stages  # Materialized: no blocks.
-  return attention.reference_self_attention(query, key, value, **kwargs)
+def target_platform() -> str:
+  """The platform the traced computation is compiled for: 'cpu', 'gpu' or 'tpu'.
+
+  The device platform of the mesh in effect (`jax.set_mesh`; `partitioning.partition` traces
+  under it), so that a deviceless compile for a TPU topology on a CPU host is 'tpu'; without a
+  mesh (or with one of abstract devices only), `jax.default_backend()`.
+  """
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  platform = device.platform if device is not None else jax.default_backend()
+  return {'cuda': 'gpu', 'rocm': 'gpu'}.get(platform, platform)
 
 
-def _blockwise(query, key, value, *, block_q, block_k, num_warps, num_stages, **kwargs):
-  del num_warps, num_stages  # Triton launch parameters.
-  return blockwise.blockwise_attention(query, key, value, block_q=block_q, block_k=block_k,
-                                       **kwargs)
+def _interpret(impl: str, platform: str) -> bool:
+  """Whether Pallas kernel `impl` runs in interpret mode (CPU); refuses a foreign platform."""
+  if platform == 'cpu':
+    return True
+  if platform not in IMPLEMENTATIONS[impl].platforms:
+    raise ValueError(
+        f'attention_impl={impl!r} is the {"/".join(IMPLEMENTATIONS[impl].platforms)} kernel and '
+        f"cannot compile for {platform}; use 'pallas' (the platform's fused kernel: "
+        f"{FUSED.get(platform, 'none')}), 'blockwise' or 'reference'.")
+  return False
 
 
-def _pallas(query, key, value, *, block_q, block_k, num_warps, num_stages, dropout_rng,
-            dropout_rate, **kwargs):
-  # NOTE: the kernel has no attention dropout; dropout on is refused rather than run without it.
+def _refuse_dropout(impl: str, dropout_rng: Array | None, dropout_rate: float) -> None:
+  # NOTE: the fused kernels have no attention dropout; dropout on is refused rather than run
+  # without it.
   if dropout_rng is not None and dropout_rate > 0.0:
     raise ValueError(
-        f"attention_impl='pallas' does not implement attention dropout, but dropout is on "
+        f'attention_impl={impl!r} does not implement attention dropout, but dropout is on '
         f'(T5Config.dropout_rate={dropout_rate}, enable_dropout=True / deterministic=False). '
         "Train with attention_impl='reference' or 'blockwise' (same parameters, t5x's dropout), "
         'or set dropout_rate=0.0 or enable_dropout=False.')
-  return pallas_attention.pallas_attention(
-      query, key, value, block_q=block_q, block_k=block_k, num_warps=num_warps,
-      num_stages=num_stages, interpret=pallas_attention.interpret_mode(), **kwargs)
 
 
-# Encoder self-attention implementations by name (T5Config.attention_impl, besides 'auto').
-IMPLEMENTATIONS: dict[str, Callable[..., tuple[Array, attention.RowStats | None]]] = {
-    'reference': _reference, 'blockwise': _blockwise, 'pallas': _pallas}
+def _reference(query, key, value, *, options, **kwargs):
+  del options  # Materialized: no blocks.
+  return attention.reference_self_attention(query, key, value, **kwargs)
+
+
+def _blockwise(query, key, value, *, options, **kwargs):
+  return blockwise.blockwise_attention(query, key, value, backend=target_platform(),
+                                       **dataclasses.asdict(options), **kwargs)
+
+
+def _per_device(kernel: Callable[..., tuple[Array, attention.RowStats | None]], query: Array,
+                key: Array, value: Array, *, rel_embedding: Array, segment_ids: Array,
+                temperature: Array | None, with_stats: bool, **kwargs):
+  """`kernel(query, key, value, ...)` on each device's shard of the mesh in effect.
+
+  XLA cannot partition a Pallas custom call (Mosaic or Triton), so under a mesh of several
+  devices the kernel runs in a `shard_map` whose specs are the arrays' logical axes under flax's
+  rules in effect (`partitioning.standard_logical_axis_rules`: examples over 'data', heads over
+  'model'; `partitioning.spec_for` replicates an axis its mesh axis does not divide); each device
+  attends its own examples and heads. Without a mesh the kernel is called as it is.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  call = lambda q, k, v, table, ids, tau: kernel(
+      q, k, v, rel_embedding=table, segment_ids=ids, temperature=tau, with_stats=with_stats,
+      **kwargs)
+  if mesh.empty or mesh.size == 1:
+    return call(query, key, value, rel_embedding, segment_ids, temperature)
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  rules = nn_partitioning.get_axis_rules()
+  spec = lambda names, shape: partitioning.spec_for(names, shape, mesh, rules)
+  batch, length, heads, _ = query.shape
+  tau = attention.head_temperature(temperature, batch, heads)  # [1 or b, 1 or h]
+  qkv = spec(('batch', 'length', 'heads', 'kv'), query.shape)
+  rows = spec(('batch', 'heads', 'length'), (batch, heads, length))
+  return jax.shard_map(
+      call, in_specs=(qkv, qkv, qkv, spec(('heads', 'relpos_buckets'), rel_embedding.shape),
+                      spec(('batch', 'length'), segment_ids.shape),
+                      spec(('batch', 'heads'), tau.shape)),
+      out_specs=(qkv, attention.RowStats(rows, rows) if with_stats else None),
+      check_vma=False)(query, key, value, rel_embedding, segment_ids, tau)
+
+
+def _pallas_gpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
+  _refuse_dropout('pallas_gpu', dropout_rng, dropout_rate)
+  return _per_device(pallas_attention.pallas_attention, query, key, value,
+                     interpret=_interpret('pallas_gpu', target_platform()),
+                     **dataclasses.asdict(options), **kwargs)
+
+
+def _pallas_tpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
+  _refuse_dropout('pallas_tpu', dropout_rng, dropout_rate)
+  return _per_device(pallas_tpu.pallas_tpu_attention, query, key, value,
+                     interpret=_interpret('pallas_tpu', target_platform()),
+                     **dataclasses.asdict(options), **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+  """One encoder self-attention implementation.
+
+  Attributes:
+    fn: `(q, k, v, *, options, rel_embedding, segment_ids, ...) -> (out, RowStats | None)`.
+    options: its frozen options class (tile sizes, launch parameters; the fields are the
+      kernel's keyword arguments), or None.
+    platforms: where it compiles; a Pallas kernel also runs on CPU, in interpret mode.
+  """
+
+  fn: Callable[..., tuple[Array, attention.RowStats | None]]
+  options: type | None = None
+  platforms: tuple[str, ...] = ('cpu', 'gpu', 'tpu')
+
+
+# Encoder self-attention implementations by name (T5Config.attention_impl, besides 'pallas' and
+# 'auto', which `resolve` maps to one of these).
+IMPLEMENTATIONS: dict[str, Implementation] = {
+    'reference': Implementation(_reference),
+    'blockwise': Implementation(_blockwise, blockwise.Options),
+    'pallas_gpu': Implementation(_pallas_gpu, pallas_attention.Options, ('gpu',)),
+    'pallas_tpu': Implementation(_pallas_tpu, pallas_tpu.Options, ('tpu',)),
+}
+# The fused kernel of each platform ('pallas'): Triton on GPU, Mosaic on TPU; on CPU (tests) the
+# TPU kernel in Pallas interpret mode.
+FUSED = {'gpu': 'pallas_gpu', 'tpu': 'pallas_tpu', 'cpu': 'pallas_tpu'}
+NAMES = (*IMPLEMENTATIONS, 'pallas', 'auto')  # What T5Config.attention_impl accepts.
+
+
+def resolve(impl: str, length: int, threshold: int, platform: str | None = None) -> str:
+  """The implementation (a key of `IMPLEMENTATIONS`) that `impl` stands for.
+
+  'auto' is 'reference' for inputs of at most `threshold` tokens and, above, the platform's fused
+  kernel on GPU and TPU, 'blockwise' on CPU; 'pallas' is the platform's fused kernel (`FUSED`).
+
+  Args:
+    impl: one of `NAMES`.
+    length: the (static) input length.
+    threshold: T5Config.blockwise_threshold.
+    platform: 'cpu', 'gpu' or 'tpu'; None: `target_platform()` (at trace time: the mesh's).
+  """
+  if impl not in NAMES:
+    raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(NAMES)}.')
+  platform = platform or target_platform()
+  if impl == 'auto':
+    impl = 'reference' if length <= threshold else 'blockwise' if platform == 'cpu' else 'pallas'
+  if impl == 'pallas':
+    if platform not in FUSED:
+      raise ValueError(f"attention_impl='pallas': no fused kernel for platform {platform!r} "
+                       f'(kernels: {FUSED}); use \'blockwise\'.')
+    impl = FUSED[platform]
+  return impl
 
 
 def self_attention(
@@ -69,15 +188,12 @@ def self_attention(
     temperature: Array | None = None,
     bidirectional: bool = True,
     impl: str = 'reference',
+    options: Any = None,
     dtype: Any = jnp.float32,
     float32_logits: bool = False,
     with_stats: bool = False,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
-    block_q: int | None = None,
-    block_k: int | None = None,
-    num_warps: int = 4,
-    num_stages: int = 2,
 ) -> tuple[Array, attention.RowStats | None]:
   """Self-attention with T5 relative bias and padding/segment mask by implementation `impl`.
 
@@ -92,29 +208,38 @@ def self_attention(
     temperature: softmax temperature per example and head, broadcastable to `[b, h]`
       (`attention.head_temperature`); None for 1.
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
-    impl: a key of `IMPLEMENTATIONS`: 'reference' (materialized, attention.py), 'blockwise'
-      (blockwise.py) or 'pallas' (pallas_attention.py).
+    impl: a key of `IMPLEMENTATIONS` ('reference': materialized, attention.py; 'blockwise':
+      blockwise.py; 'pallas_gpu': Triton, pallas_attention.py; 'pallas_tpu': Mosaic,
+      pallas_tpu.py), or 'pallas': the target platform's fused kernel (`resolve`).
+    options: `IMPLEMENTATIONS[impl].options` instance (tiles, launch parameters); None: its
+      defaults.
     dtype: computation dtype.
     float32_logits: compute q.k in float32.
     with_stats: also return per-row P_max and entropy.
     dropout_rng: PRNG key, enables attention dropout (t5x's mask, after the softmax; row
-      statistics are the softmax's). 'pallas' refuses it.
+      statistics are the softmax's). The fused kernels refuse it.
     dropout_rate: attention dropout rate.
-    block_q, block_k: 'blockwise' / 'pallas' tile sizes; None: the implementation's
-      `default_blocks()` for the backend.
-    num_warps, num_stages: 'pallas' Triton launch parameters.
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
+  if impl == 'pallas':
+    impl = resolve(impl, query.shape[1], threshold=0)
   if impl not in IMPLEMENTATIONS:
-    raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(IMPLEMENTATIONS)}.')
-  return IMPLEMENTATIONS[impl](
-      query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
+    raise ValueError(f'attention_impl={impl!r}; expected \'pallas\' or one of '
+                     f'{sorted(IMPLEMENTATIONS)} (\'auto\': see network.encoder_attention_impl).')
+  spec = IMPLEMENTATIONS[impl]
+  if options is None:
+    options = spec.options() if spec.options else None
+  elif not (spec.options and isinstance(options, spec.options)):
+    raise ValueError(f'options {options!r} are not those of attention_impl={impl!r} '
+                     f'({spec.options.__module__}.Options).' if spec.options else
+                     f'options {options!r} given, but attention_impl={impl!r} takes none.')
+  return spec.fn(
+      query, key, value, options=options, rel_embedding=rel_embedding, segment_ids=segment_ids,
       temperature=temperature, bidirectional=bidirectional, dtype=dtype,
       float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
-      dropout_rate=dropout_rate, block_q=block_q, block_k=block_k, num_warps=num_warps,
-      num_stages=num_stages)
+      dropout_rate=dropout_rate)
 
 
 class DenseGeneral(nn.Module):
@@ -267,11 +392,9 @@ class MultiHeadDotProductAttention(nn.Module):
   kernel_init: Initializer = nn.initializers.variance_scaling(1.0, 'fan_in', 'normal')
   float32_logits: bool = False
   attention_impl: str = 'reference'
-  # 'blockwise' / 'pallas' tiles (None: the backend's default) and Triton launch parameters.
-  block_q: int | None = None
-  block_k: int | None = None
-  num_warps: int = 4
-  num_stages: int = 2
+  # The options object of `attention_impl` (`IMPLEMENTATIONS[...].options`: tiles, launch
+  # parameters); None: its defaults.
+  options: Any = None
 
   @nn.compact
   def __call__(
@@ -357,8 +480,7 @@ class MultiHeadDotProductAttention(nn.Module):
         query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
         temperature=temperature, impl=self.attention_impl, dtype=self.dtype,
         float32_logits=self.float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
-        dropout_rate=self.dropout_rate, block_q=self.block_q, block_k=self.block_k,
-        num_warps=self.num_warps, num_stages=self.num_stages)
+        dropout_rate=self.dropout_rate, options=self.options)
     if with_stats:
       # [b, 1, l] valid query rows. Padding rows (uniform by construction) are excluded with a
       # select, not a product, so whatever they hold cannot leak into the sums.

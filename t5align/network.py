@@ -1,6 +1,7 @@
 """T5 encoder-decoder with an encoder softmax temperature (T5X parameter tree and signatures)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -37,17 +38,21 @@ class T5Config:
   float32_attention_logits: bool = False
   # Encoder self-attention softmax temperature: one float, or one per encoder layer. 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] = 1.0
-  # Encoder self-attention implementation (see layers.IMPLEMENTATIONS), or 'auto':
-  # 'reference' for inputs of at most `blockwise_threshold` tokens, 'blockwise' above.
+  # Encoder self-attention implementation (layers.NAMES): 'reference' (materialized), 'blockwise',
+  # 'pallas' (the target platform's fused kernel, layers.FUSED: Triton on GPU, Mosaic on TPU),
+  # 'pallas_gpu' / 'pallas_tpu' (one of them by name), or 'auto': 'reference' for inputs of at
+  # most `blockwise_threshold` tokens, above it 'pallas' on GPU / TPU and 'blockwise' on CPU.
   attention_impl: str = 'reference'
   blockwise_threshold: int = 2048
-  # 'blockwise' / 'pallas' tile sizes (queries, keys); None: the implementation's default for the
-  # backend (blockwise.default_blocks, pallas_attention.default_blocks).
+  # Tiles of 'blockwise' and the fused kernels (queries, keys); None: the implementation's
+  # default (blockwise / pallas_attention / pallas_tpu .default_blocks). See `attention_options`.
   attention_block_q: int | None = None
   attention_block_k: int | None = None
-  # 'pallas' Triton launch parameters.
+  # 'pallas' on GPU: Triton launch parameters.
   pallas_num_warps: int = 4
   pallas_num_stages: int = 2
+  # 'pallas' on TPU: Mosaic's scoped VMEM limit in bytes (larger tiles); None: the compiler's.
+  pallas_vmem_limit_bytes: int | None = None
 
   def __post_init__(self):
     tau = self.encoder_attention_temperature
@@ -64,25 +69,41 @@ class T5Config:
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
                        f'{self.dropout_rate!r}.')
-    if self.attention_impl not in (*layers.IMPLEMENTATIONS, 'auto'):
-      raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected \'auto\' or '
-                       f'one of {sorted(layers.IMPLEMENTATIONS)}.')
+    if self.attention_impl not in layers.NAMES:
+      raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
+                       f'{sorted(layers.NAMES)}.')
     for name in ('attention_block_q', 'attention_block_k', 'pallas_num_warps',
-                 'pallas_num_stages'):
+                 'pallas_num_stages', 'pallas_vmem_limit_bytes'):
       value = getattr(self, name)
-      if value is None and name.startswith('attention_block'):
+      optional = name not in ('pallas_num_warps', 'pallas_num_stages')
+      if value is None and optional:
         continue
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f'T5Config.{name} must be a positive int'
-                         f'{" or None" if name.startswith("attention_block") else ""}; got '
-                         f'{value!r}.')
+        raise ValueError(f'T5Config.{name} must be a positive int{" or None" if optional else ""}'
+                         f'; got {value!r}.')
 
 
-def encoder_attention_impl(config: T5Config, length: int) -> str:
-  """The implementation the encoder uses for inputs of `length` (static) tokens."""
-  if config.attention_impl != 'auto':
-    return config.attention_impl
-  return 'reference' if length <= config.blockwise_threshold else 'blockwise'
+def encoder_attention_impl(config: T5Config, length: int, platform: str | None = None) -> str:
+  """The implementation (a key of `layers.IMPLEMENTATIONS`) the encoder uses for inputs of
+  `length` (static) tokens on `platform` ('cpu', 'gpu', 'tpu'; None: the target platform at
+  trace time, `layers.target_platform`)."""
+  return layers.resolve(config.attention_impl, length, config.blockwise_threshold, platform)
+
+
+# The T5Config field behind each field of the implementations' options objects.
+_OPTION_FIELDS = {'block_q': 'attention_block_q', 'block_k': 'attention_block_k',
+                  'num_warps': 'pallas_num_warps', 'num_stages': 'pallas_num_stages',
+                  'vmem_limit_bytes': 'pallas_vmem_limit_bytes'}
+
+
+def attention_options(config: T5Config, impl: str) -> Any:
+  """The options object of implementation `impl` (`layers.IMPLEMENTATIONS[impl].options`) with
+  the config's values, or None for an implementation without options."""
+  options = layers.IMPLEMENTATIONS[impl].options
+  if options is None:
+    return None
+  return options(**{f.name: getattr(config, _OPTION_FIELDS[f.name])
+                    for f in dataclasses.fields(options)})
 
 
 def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
@@ -125,8 +146,7 @@ def _attention(cfg: T5Config, name: str, impl: str = 'reference'):
   return layers.MultiHeadDotProductAttention(
       num_heads=cfg.num_heads, head_dim=cfg.head_dim, dtype=cfg.dtype,
       dropout_rate=cfg.dropout_rate, float32_logits=cfg.float32_attention_logits,
-      attention_impl=impl, block_q=cfg.attention_block_q, block_k=cfg.attention_block_k,
-      num_warps=cfg.pallas_num_warps, num_stages=cfg.pallas_num_stages, name=name)
+      attention_impl=impl, options=attention_options(cfg, impl), name=name)
 
 
 def _mlp(cfg: T5Config):
@@ -283,7 +303,9 @@ class Transformer(nn.Module):
       raise ValueError(f'encoder_input_tokens must be [batch, length]; got shape '
                        f'{encoder_input_tokens.shape}.')
     if temperature is None:
-      temperature = cfg.encoder_attention_temperature
+      # NOTE: the config's tuple is one value per layer, [1, num_layers]: never read as one per
+      # example (a 1-D vector is ambiguous when batch == num_encoder_layers).
+      temperature = jnp.asarray(cfg.encoder_attention_temperature, jnp.float32).reshape(1, -1)
     tau = layer_temperatures(temperature, cfg.num_encoder_layers, encoder_input_tokens.shape[0])
     ids = segment_ids_for(encoder_input_tokens, encoder_segment_ids)
     return self.encoder(encoder_input_tokens, ids, tau, deterministic=not enable_dropout)

@@ -1,4 +1,4 @@
-"""Pallas ('pallas') self-attention kernel with the T5 relative bias computed inside the kernel.
+"""Pallas GPU ('pallas' on GPU, 'pallas_gpu') self-attention kernel with the T5 bias in-kernel.
 
 Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
 over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
@@ -10,9 +10,10 @@ far right) with bounds from the program id replace per-tile branching.
 
 Backend: Triton, chosen explicitly with `pltriton.CompilerParams` (jax's default Pallas GPU
 backend is Mosaic GPU, which this kernel's whole-sequence K/V blocks would overflow in shared
-memory). On CPU the kernel runs in interpret mode (`interpret_mode()`); tests also lower it for CUDA
-without a GPU (`attention_test.test_pallas_kernel_lowers_to_triton_for_cuda`), which checks every
-operation against Triton's lowering rules. Compiling and timing it need a GPU
+memory). On CPU the kernel runs in interpret mode (the dispatch, layers.py, asks for it);
+tests also lower it for CUDA without a GPU
+(`attention_test.test_pallas_kernel_lowers_to_triton_for_cuda`), which checks every operation
+against Triton's lowering rules. Compiling and timing it need a GPU
 (`benchmarks/attention_bench.py --preset gpu` checks it against 'reference' first).
 - block_q, block_k and head_dim must be powers of 2 and >= 16 (tl.dot tiles); head_dim = 64 for
   Flan-T5. Lengths are padded internally to a multiple of the blocks.
@@ -23,6 +24,7 @@ operation against Triton's lowering rules. Compiling and timing it need a GPU
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -39,15 +41,21 @@ Array = jax.Array
 _PARAMS = 64  # Per-program float32 vector: table row [0, 32), tau at 32, zeros after.
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """'pallas_gpu' tiles and Triton launch parameters (keywords of `pallas_attention`; from
+  T5Config.attention_block_q / _k, pallas_num_warps / _stages); None: `default_blocks()`."""
+
+  block_q: int | None = None
+  block_k: int | None = None
+  num_warps: int = 4
+  num_stages: int = 2
+
+
 def default_blocks(backend: str | None = None) -> tuple[int, int]:
   """`(block_q, block_k)` of the kernel: 64 x 64 on every backend."""
   del backend
   return 64, 64
-
-
-def interpret_mode() -> bool:
-  """Run the kernel as plain JAX (Pallas interpret mode): True iff the default backend is CPU."""
-  return jax.default_backend() == 'cpu'
 
 
 def _scalar(vector: Array, index: int) -> Array:
@@ -145,7 +153,7 @@ def pallas_attention(
   """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
 
   `block_q` / `block_k` None: `default_blocks()`; `num_warps` / `num_stages`: Triton's launch
-  parameters; `interpret`: run as plain JAX (on CPU, see `interpret_mode`).
+  parameters; `interpret`: run as plain JAX (Pallas interpret mode, on CPU).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.

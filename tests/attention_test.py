@@ -1,4 +1,4 @@
-"""Attention implementations ('blockwise', 'pallas') against 'reference', and 'reference' itself.
+"""Attention implementations ('blockwise', the Pallas kernels) against 'reference', and 'reference'.
 
 The implementations are called through `layers.self_attention` (the dispatch the model uses),
 with block sizes passed as arguments.
@@ -16,6 +16,7 @@ from t5align import attention
 from t5align import blockwise
 from t5align import layers
 from t5align import pallas_attention
+from t5align import pallas_tpu
 
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny' / 'reference.npz'
 F32 = dict(rtol=1e-5, atol=1e-5)
@@ -40,8 +41,8 @@ def _segment_ids(batch=2, length=300):
 
 def _impl(name, block_q, block_k):
   """`(q, k, v, **kw)` of an implementation through `layers.self_attention`, given blocks."""
-  return lambda *a, **kw: layers.self_attention(*a, impl=name, block_q=block_q, block_k=block_k,
-                                                **kw)
+  options = layers.IMPLEMENTATIONS[name].options(block_q=block_q, block_k=block_k)
+  return lambda *a, **kw: layers.self_attention(*a, impl=name, options=options, **kw)
 
 
 def _reference(*args, **kwargs):
@@ -86,16 +87,24 @@ CASES = {
 }
 # (impl, block_q, block_k, cases). At length 300, 128 x 128 and 128 x 64 blocks give blockwise
 # tiles of all three bias kinds: near the diagonal (table lookup), wholly beyond MAX_DISTANCE to
-# the left and to the right (one value per head).
+# the left and to the right (one value per head). The TPU kernel's tiles at 128 x 128 are of all
+# three bias kinds too, and of its three mask kinds (example 1's first query block against its
+# first key block: one segment, no mask; padding-only blocks: skipped; the rest masked);
+# 128 x 256 pads 300 tokens to 512 (lcm of the blocks) and has unequal blocks.
 IMPLS = [
     ('blockwise', 128, 128, list(CASES)),
     ('blockwise', 128, 64, ['encoder_f32_per_example_tau', 'encoder_f32_per_head_tau',
                             'causal_f32']),
+    ('pallas_tpu', 128, 128, list(CASES)),
+    ('pallas_tpu', 128, 256, ['encoder_f32_per_head_tau', 'causal_bf16']),
 ]
-if pallas_attention.interpret_mode():  # CPU: interpret mode is slow, fewer cases.
-  IMPLS.append(('pallas', 64, 32, ['encoder_f32_per_head_tau', 'causal_bf16']))
+if jax.default_backend() == 'cpu':  # Interpret mode is slow: fewer cases for the GPU kernel.
+  IMPLS.append(('pallas_gpu', 64, 32, ['encoder_f32_per_head_tau', 'causal_bf16']))
 else:  # GPU: the Triton kernel on every case, at two block shapes.
-  IMPLS += [('pallas', 64, 32, list(CASES)), ('pallas', 128, 64, list(CASES))]
+  IMPLS += [('pallas_gpu', 64, 32, list(CASES)), ('pallas_gpu', 128, 64, list(CASES))]
+# A Pallas kernel runs on its own platform, and on CPU in interpret mode.
+IMPLS = [spec for spec in IMPLS
+         if jax.default_backend() in ('cpu', *layers.IMPLEMENTATIONS[spec[0]].platforms)]
 
 
 @pytest.mark.parametrize('impl,block_q,block_k,case', [
@@ -298,12 +307,50 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
 
 
 def test_registry_and_switches():
-  assert {'reference', 'blockwise', 'pallas'} <= set(layers.IMPLEMENTATIONS)
-  assert pallas_attention.interpret_mode() == (jax.default_backend() == 'cpu')
+  assert {'reference', 'blockwise', 'pallas_gpu', 'pallas_tpu'} == set(layers.IMPLEMENTATIONS)
   query, key, value, table = _inputs(length=16, depth=16)
   with pytest.raises(ValueError, match='power of 2'):
     pallas_attention.pallas_attention(query, key, value, rel_embedding=table,
                                       segment_ids=jnp.ones((2, 16), jnp.int32), block_q=48)
+  with pytest.raises(ValueError, match='block_k=64: the TPU kernel takes multiples of 128'):
+    pallas_tpu.pallas_tpu_attention(query, key, value, rel_embedding=table,
+                                    segment_ids=jnp.ones((2, 16), jnp.int32), block_k=64)
+  with pytest.raises(ValueError, match=r"are not those of attention_impl='blockwise'"):
+    layers.self_attention(query, key, value, rel_embedding=table, impl='blockwise',
+                          segment_ids=jnp.ones((2, 16), jnp.int32),
+                          options=pallas_tpu.Options(block_q=128))
+  with pytest.raises(ValueError, match=r"attention_impl='fused'; expected 'pallas' or one of"):
+    layers.self_attention(query, key, value, rel_embedding=table, impl='fused',
+                          segment_ids=jnp.ones((2, 16), jnp.int32))
+
+
+@pytest.mark.parametrize('platform,fused,long', [
+    ('cpu', 'pallas_tpu', 'blockwise'),  # CPU: the TPU kernel in interpret mode; auto: blockwise.
+    ('gpu', 'pallas_gpu', 'pallas_gpu'), ('tpu', 'pallas_tpu', 'pallas_tpu')])
+def test_dispatch_table(platform, fused, long):
+  """'pallas' is the platform's fused kernel; 'auto' is 'reference' up to the threshold and above
+  it the fused kernel on GPU / TPU, 'blockwise' on CPU; names are kept as they are."""
+  assert layers.resolve('pallas', 100, 2048, platform) == fused
+  assert [layers.resolve('auto', n, 2048, platform) for n in (100, 2048, 2049, 32768)] == [
+      'reference', 'reference', long, long]
+  for name in layers.IMPLEMENTATIONS:
+    assert layers.resolve(name, 32768, 2048, platform) == name
+  with pytest.raises(ValueError, match="no fused kernel for platform 'metal'"):
+    layers.resolve('pallas', 100, 2048, 'metal')
+
+
+def test_target_platform_is_the_mesh_platform():
+  """Without a mesh, jax's default backend; under `jax.set_mesh`, the mesh's devices' platform
+  (tests/pallas_tpu_test.py: 'tpu' for a TPU topology's devices on this CPU host)."""
+  assert layers.target_platform() == jax.default_backend()
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('data',))
+  with jax.set_mesh(mesh):
+    assert layers.target_platform() == jax.devices()[0].platform
+  # A foreign kernel is refused by name rather than compiled for the wrong platform.
+  other = 'pallas_gpu' if jax.default_backend() == 'tpu' else 'pallas_tpu'
+  if jax.default_backend() != 'cpu':
+    with pytest.raises(ValueError, match=f'attention_impl={other!r} is the'):
+      layers._interpret(other, jax.default_backend())  # pylint: disable=protected-access
 
 
 def test_math_modules_depend_one_way():
@@ -324,3 +371,4 @@ def test_math_modules_depend_one_way():
   assert ours('attention') == set()
   assert ours('blockwise') == {'attention'}
   assert ours('pallas_attention') == {'attention', 'blockwise'}
+  assert ours('pallas_tpu') == {'attention', 'blockwise'}

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 
 import pytest
 
 from benchmarks import attention_bench
 from benchmarks import encoder_bench
+from benchmarks import tpu_kernel_bench
 from t5align import calibration_stats
 
 
@@ -26,6 +28,24 @@ def test_attention_bench_row_checks_itself_against_reference(capsys):
   check = row['check_vs_reference']  # float32 on CPU: agreement to rounding.
   assert check['all_finite'] and check['out_rel_err'] < 1e-5, check
   assert check['pmax_max_abs_err'] < 1e-5 and check['entropy_max_abs_err'] < 1e-4, check
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec('libtpu') is None,
+    reason='libtpu is not installed (pip install "jax[tpu]"): no deviceless TPU compile')
+def test_tpu_kernel_bench_row_carries_the_kernel_cost(capsys):
+  """A deviceless compile for one v5e chip: the attention is the program's one Mosaic call, and
+  XLA's cost analysis carries the kernel's own estimate (at 256 tokens one 256 x 256 tile per
+  head, never skipped: 4 d L^2 h FLOPs and L^2 h exps), which Mosaic alone would not report."""
+  tpu_kernel_bench.main(['--topology', 'v5e:2x2', '--lengths', '256', '--impls', 'pallas_tpu'])
+  (row,) = json.loads(capsys.readouterr().out)['rows']
+  assert 'error' not in row, row
+  assert (row['tpu_custom_calls'], row['device']) == (1, 'TPU v5 lite')
+  assert 0 < row['kernel_scoped_vmem_bytes'] < 16 * 2**20  # Within v5e's scoped default.
+  heads, depth, length = tpu_kernel_bench.HEADS, tpu_kernel_bench.DEPTH, 256
+  assert row['xla_cost']['transcendentals'] == heads * length * length
+  kernel_flops = 4 * depth * length * length * heads
+  assert kernel_flops <= row['xla_cost']['flops'] < 1.01 * kernel_flops
 
 
 def test_pallas_variants_and_repeats():

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from t5align import attention
+from t5align import blockwise
 from t5align import layers
 from t5align import network
 
@@ -73,9 +74,9 @@ def _inputs():
 def test_attention_dropout_is_t5x_s(impl):
   # Blocks of 16 over 40 positions: several key blocks, and internal padding of the last one.
   x, table, ids, tau = _inputs()
+  options = {'reference': None, 'blockwise': blockwise.Options(block_q=16, block_k=16)}[impl]
   module = layers.MultiHeadDotProductAttention(
-      num_heads=HEADS, head_dim=DEPTH, dropout_rate=RATE, attention_impl=impl, block_q=16,
-      block_k=16)
+      num_heads=HEADS, head_dim=DEPTH, dropout_rate=RATE, attention_impl=impl, options=options)
   rng = np.random.default_rng(1)
   kernel = lambda *shape: rng.normal(scale=0.3, size=shape).astype(np.float32)
   params = {**{n: {'kernel': kernel(EMBED, HEADS * DEPTH)} for n in ('query', 'key', 'value')},
@@ -128,12 +129,15 @@ def test_encoder_dropout_same_in_reference_and_blockwise():
   np.testing.assert_allclose(encoded['blockwise'], encoded['reference'], rtol=1e-5, atol=1e-5)
 
 
-def test_pallas_refuses_attention_dropout():
-  config = _tiny_config(attention_impl='pallas')
+@pytest.mark.parametrize('impl,kernel', [
+    ('pallas', 'pallas_tpu'),  # CPU: 'pallas' is the TPU kernel (interpret mode).
+    ('pallas_gpu', 'pallas_gpu'), ('pallas_tpu', 'pallas_tpu')])
+def test_pallas_refuses_attention_dropout(impl, kernel):
+  config = _tiny_config(attention_impl=impl)
   params = _random_params(config)
   model = network.Transformer(config)
   tokens = jnp.ones((1, 16), jnp.int32)
-  with pytest.raises(ValueError, match=r"attention_impl='pallas' does not implement attention "
+  with pytest.raises(ValueError, match=rf"attention_impl='{kernel}' does not implement attention "
                                        r'dropout.*dropout_rate=0.5'):
     model.apply({'params': params}, tokens, enable_dropout=True, method=model.encode,
                 rngs={'dropout': jax.random.PRNGKey(4)})

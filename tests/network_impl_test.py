@@ -1,4 +1,4 @@
-"""Tiny t5x encoder with attention_impl blockwise/pallas equals the reference encoder."""
+"""Tiny t5x encoder with attention_impl blockwise / the Pallas kernels equals the reference encoder."""
 from __future__ import annotations
 
 import dataclasses
@@ -32,12 +32,20 @@ def _encode(config, params, tokens, temperature):
   return encoded, network.encoder_row_stats(state['intermediates'], config.num_encoder_layers)
 
 
-@pytest.mark.parametrize('impl,block', [('blockwise', 64), ('blockwise', 512), ('pallas', 64)])
-def test_encoder_matches_reference(impl, block):
+# Per-example taus for both layers ([b, 1]), or one per layer (the config's tuple).
+TAUS = {'per_example': (np.array([[0.6], [1.0]], np.float32), 1.0),
+        'per_layer': (None, (0.7, 1.3))}
+
+
+@pytest.mark.parametrize('impl,block,taus', [
+    ('blockwise', 64, 'per_example'), ('blockwise', 512, 'per_example'),
+    ('pallas_gpu', 64, 'per_example'),
+    ('pallas', 128, 'per_example'), ('pallas', 128, 'per_layer')])  # CPU: the TPU kernel.
+def test_encoder_matches_reference(impl, block, taus):
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
-  # Per-example taus for both layers: [b, 1].
-  tau = np.array([[0.6], [1.0]], np.float32)
+  tau, config_tau = TAUS[taus]
+  config = dataclasses.replace(config, encoder_attention_temperature=config_tau)
   expected, expected_stats = _encode(config, params, tokens, tau)
   actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
                                               attention_block_k=block), params, tokens, tau)
@@ -46,17 +54,20 @@ def test_encoder_matches_reference(impl, block):
     np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
 
 
-def test_blockwise_vmapped_calibration_stats_match_reference():
-  """Calibration-style sweep: 11 taus vmapped through the blockwise encoder, then mean stats."""
+@pytest.mark.parametrize('impl', ['blockwise', 'pallas'])  # CPU: 'pallas' is the TPU kernel.
+def test_vmapped_calibration_stats_match_reference(impl):
+  """Calibration-style sweep: 11 taus vmapped through the encoder, then mean stats."""
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']
   taus = np.linspace(1.0, 0.5, 11, dtype=np.float32)
-  blockwise_config = dataclasses.replace(config, attention_impl='blockwise')
+  blocks = 128 if impl == 'pallas' else None  # blockwise: the backend's default.
+  sweep_config = dataclasses.replace(config, attention_impl=impl, attention_block_q=blocks,
+                                     attention_block_k=blocks)
 
   @jax.jit
   @jax.vmap
   def sweep(tau):
-    return network.mean_row_stats(_encode(blockwise_config, params, tokens, tau)[1])
+    return network.mean_row_stats(_encode(sweep_config, params, tokens, tau)[1])
 
   swept = sweep(jnp.asarray(taus))
   for i in (0, 5, 10):
@@ -70,14 +81,16 @@ def test_blockwise_vmapped_calibration_stats_match_reference():
 
 @pytest.mark.parametrize('threshold,expected_impl', [(160, 'reference'), (159, 'blockwise')])
 def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypatch):
+  """On CPU, 'auto' is 'reference' up to the threshold and 'blockwise' above it (on GPU / TPU
+  the fused kernel: attention_test.test_dispatch_table)."""
   from t5align import layers  # pylint: disable=g-import-not-at-top
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']  # [2, 160]
   called = []
   for name in ('reference', 'blockwise'):
-    impl = layers.IMPLEMENTATIONS[name]
-    monkeypatch.setitem(layers.IMPLEMENTATIONS, name,
-                        lambda *a, _impl=impl, _name=name, **k: called.append(_name) or _impl(*a, **k))
+    spec = layers.IMPLEMENTATIONS[name]
+    traced = lambda *a, _fn=spec.fn, _name=name, **k: called.append(_name) or _fn(*a, **k)
+    monkeypatch.setitem(layers.IMPLEMENTATIONS, name, dataclasses.replace(spec, fn=traced))
   auto = dataclasses.replace(config, attention_impl='auto', blockwise_threshold=threshold)
   actual, _ = _encode(auto, params, tokens, 0.8)
   assert set(called) == {expected_impl}
