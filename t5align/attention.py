@@ -38,6 +38,17 @@ class RowStats(NamedTuple):
   entropy: Array
 
 
+def target_platform() -> str:
+  """The platform the code being traced runs on: that of the mesh set with `jax.set_mesh` (as
+  `partitioning.partition` does), else jax's default backend ('cpu', 'gpu', 'tpu').
+
+  A deviceless compile for a TPU topology (`t5align.preflight`) runs on a CPU host under a mesh
+  of TPU devices: tile sizes and kernels chosen here are then the TPU's.
+  """
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return jax.default_backend() if device is None else device.platform
+
+
 def relative_position_bucket(
     relative_position: Array,
     bidirectional: bool = True,
@@ -48,22 +59,29 @@ def relative_position_bucket(
 
   Half the buckets (per side when bidirectional) are exact offsets; the rest are log-spaced up to
   `max_distance`, beyond which every offset shares the last bucket of its side.
+
+  A `jax.Array` (or tracer) is bucketed with jnp; anything else (numpy arrays, Python ints) with
+  numpy on the host, returning numpy: tables of static offsets are then built without running
+  a device computation while tracing, which compiling for abstract devices (a TPU topology with
+  no TPU, `t5align.preflight`) cannot do. Both give the same buckets
+  (`attention_test.test_numpy_and_jax_buckets_agree`).
   """
-  n = -jnp.asarray(relative_position, jnp.int32)
-  bucket = jnp.zeros_like(n)
+  xp = jnp if isinstance(relative_position, jax.Array) else np
+  n = -xp.asarray(relative_position, xp.int32)
+  bucket = xp.zeros_like(n)
   if bidirectional:
     num_buckets //= 2
-    bucket = bucket + (n < 0).astype(jnp.int32) * num_buckets
-    n = jnp.abs(n)
+    bucket = bucket + (n < 0).astype(xp.int32) * num_buckets
+    n = xp.abs(n)
   else:
-    n = jnp.maximum(n, 0)
+    n = xp.maximum(n, 0)
   max_exact = num_buckets // 2
   # NOTE: float32 arithmetic, as t5x computes it, so boundary offsets fall in the same bucket.
   scale = np.float32((num_buckets - max_exact) / np.log(max_distance / max_exact))
-  log_ratio = jnp.log(n.astype(jnp.float32) / max_exact + np.finfo(np.float32).eps)
-  large = max_exact + (log_ratio * scale).astype(jnp.int32)
-  large = jnp.minimum(large, num_buckets - 1)
-  return bucket + jnp.where(n < max_exact, n, large)
+  log_ratio = xp.log(n.astype(xp.float32) / max_exact + np.finfo(np.float32).eps)
+  large = max_exact + (log_ratio * scale).astype(xp.int32)
+  large = xp.minimum(large, num_buckets - 1)
+  return bucket + xp.where(n < max_exact, n, large)
 
 
 def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
@@ -75,8 +93,8 @@ def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
   `bias(o) = bias_by_offset[:, clip(o, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE]` exactly.
   """
   offsets = np.arange(-MAX_DISTANCE, MAX_DISTANCE + 1, dtype=np.int32)
-  with jax.ensure_compile_time_eval():
-    buckets = np.asarray(relative_position_bucket(offsets, bidirectional, rel_embedding.shape[-1]))
+  # numpy in, numpy out: no device computation while tracing (see `relative_position_bucket`).
+  buckets = relative_position_bucket(offsets, bidirectional, rel_embedding.shape[-1])
   # [h, num_buckets] -> [h, 2 * MAX_DISTANCE + 1]
   return jnp.take(rel_embedding, buckets, axis=1)
 

@@ -191,6 +191,18 @@ def test_buckets_match_t5x_fixture(bidirectional):
 
 
 @pytest.mark.parametrize('bidirectional', [True, False])
+def test_numpy_and_jax_buckets_agree(bidirectional):
+  """Host (numpy) and traced (jnp) bucketing give the same int32 buckets at every offset."""
+  offsets = np.arange(-70000, 70001, dtype=np.int32)
+  on_host = attention.relative_position_bucket(offsets, bidirectional)
+  traced = jax.jit(attention.relative_position_bucket, static_argnums=1)(
+      jnp.asarray(offsets), bidirectional)
+  assert isinstance(on_host, np.ndarray) and on_host.dtype == np.int32
+  np.testing.assert_array_equal(on_host, np.asarray(traced))
+  np.testing.assert_array_equal(on_host, _np_bucket(offsets, bidirectional))
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
 def test_bias_by_offset_covers_every_offset(bidirectional):
   """The clipped-offset table equals the bucketed table at every offset of a 5000-token input."""
   table = np.asarray(_inputs()[3])
