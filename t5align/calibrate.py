@@ -10,6 +10,7 @@ Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_p
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any, Mapping, Sequence
@@ -307,7 +308,6 @@ def run(
   Returns:
     The schedule written to `output_path`.
   """
-  import dataclasses  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
   if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
@@ -322,13 +322,12 @@ def run(
   validate.float_dtype(params_dtype, 'PARAMS_DTYPE')
   start = time.time()
   print(f'loading {checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
-  mesh = _mesh(mesh_shape)
+  mesh = mesh_for(mesh_shape)
   # With a mesh, read sharded: each process reads only the slices its devices hold.
   params, config = checkpoints.load_params(checkpoint_path, config,
                                            dtype=jnp.dtype(params_dtype), mesh=mesh,
                                            check_finite=check_finite)
-  config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
-                               attention_impl=attention_impl or config.attention_impl)
+  config = run_config(config, dtype, attention_impl)
   if text_file is not None:
     vocab = _vocabulary(vocabulary_path, 'TEXT_FILE')
     stream = text_file_stream(text_file, vocab)
@@ -411,13 +410,24 @@ def run(
   return schedule
 
 
-def _mesh(mesh_shape: Sequence[int] | None) -> Any:
-  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device."""
+def run_config(config: Any, dtype: str, attention_impl: str | None) -> Any:
+  """The `network.T5Config` calibration computes with: `dtype` activations, no dropout, and
+  `attention_impl` (None: the config's)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
+                             attention_impl=attention_impl or config.attention_impl)
+
+
+def mesh_for(mesh_shape: Sequence[int] | None) -> Any:
+  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device.
+
+  Over `partitioning.all_devices()`: jax's, or a TPU topology's in `t5align.preflight`.
+  """
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   if not mesh_shape:
-    if jax.process_count() == 1:
+    if partitioning.process_count() == 1:
       return None
-    return partitioning.calibration_mesh(1, jax.device_count(), 1)
+    return partitioning.calibration_mesh(1, len(partitioning.all_devices()), 1)
   shape = tuple(int(s) for s in mesh_shape)
   if len(shape) not in (2, 3):
     raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')

@@ -118,9 +118,11 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _stats_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
-              parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
-  """jit of per-example, per-layer row-statistic sums (summed over heads) for `[t, n]` taus.
+def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
+             parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
+  """jit of per-example, per-layer row-statistic sums (summed over heads) for `[t, n]` taus:
+  `(params, tokens [b, l], taus [t, n]) -> sums`, the compiled sweep of
+  `encoder_attention_stats` (and of `t5align.preflight`'s calibration check).
 
   `parts`: the top-level keys of the params it is called with (the encoder needs 'encoder' and
   'token_embedder' only, so a tree without the decoder is enough).
@@ -249,7 +251,7 @@ def encoder_attention_stats(
     tau_chunk = default_tau_chunk()
   elif tau_chunk is not None:
     validate.positive_int(tau_chunk, 'tau_chunk')
-  fn = _stats_fn(config, mesh, tau_chunk, tuple(sorted(params)))
+  fn = sweep_fn(config, mesh, tau_chunk, tuple(sorted(params)))
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
   params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
   tb = batching.round_up(tau_batch_size or len(taus), tau_axis)

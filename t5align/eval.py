@@ -53,6 +53,7 @@ from t5align import temperature as temperature_lib
 from t5align import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
+INPUT_WIDTH_MULTIPLE = 128  # Batches are padded to a multiple of this many tokens.
 TRUNCATION_LABEL = 'w/ truncation'  # paper Table 6's baseline row
 
 
@@ -306,7 +307,7 @@ def evaluate(*,
   return results
 
 
-def _global_width(rows: Sequence[Sequence[int]], multiple: int = 128) -> int:
+def _global_width(rows: Sequence[Sequence[int]], multiple: int = INPUT_WIDTH_MULTIPLE) -> int:
   """The padded width (a multiple of `multiple`) of the longest row over every process."""
   longest = max([len(r) for r in rows] + [1])
   return int(np.asarray(multihost.gather(np.array([batching.round_up(longest, multiple)]))).max())

@@ -87,16 +87,27 @@ def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str])
           f'would be ignored.{hint} Macros they define: {", ".join(sorted(known)) or "none"}.')
 
 
-def configure(argv: Sequence[str], **kwargs) -> None:
+def required_macros() -> list[str]:
+  """Names of the macros gin's current configuration sets to %gin.REQUIRED."""
+  return sorted(name for name in defined_macros() if str(getattr(
+      gin.query_parameter(f'{name}/macro.value'), 'scoped_selector', '')).startswith(
+          'gin.REQUIRED'))
+
+
+def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) -> None:
   """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
 
-  Every macro a flag sets must be one the gin files define (`check_macros`).
+  Every macro a flag sets must be one the gin files define (`check_macros`). With
+  `unset_required`, macros the files mark %gin.REQUIRED and no flag sets are bound to None
+  (for callers that read neither checkpoint nor data, e.g. `t5align.preflight`).
   """
   files, bindings, paths = parse_flags(argv, **kwargs)
   for path in paths:
     gin.add_config_file_search_path(path)
   gin.parse_config_files_and_bindings(files, None, finalize_config=False)
   check_macros(bindings, defined_macros(), files)
+  if unset_required:
+    bindings = [f'{name} = None' for name in required_macros()] + list(bindings)
   gin.parse_config_files_and_bindings([], bindings)
 
 
