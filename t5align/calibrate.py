@@ -22,7 +22,6 @@ import numpy as np
 from t5align import batching
 from t5align import calibration
 from t5align import gin_cli
-from t5align import memory
 from t5align import multihost
 from t5align import outputs
 from t5align import schedule as schedule_lib
@@ -348,8 +347,10 @@ def run(
   # Every process draws the same samples (same seed); on a mesh each copies to its devices
   # only the rows of its 'data' shards (partitioning.global_array).
   tokens = sample_windows(stream, num_samples, max(lengths), seed, eos_id=eos_id)
-  memory.check_fits(config, length=max(lengths), batch_size=batch_size or num_samples,
-                    params_dtype=params_dtype, mesh=mesh, taus=tau_batch_size or len(grid))
+  # Before any sweep: the widest one (every sample at the longest length) fits the devices.
+  calibration.check_sweep_memory(params, config, length=max(lengths),
+                                 batch_size=batch_size or num_samples,
+                                 taus=tau_batch_size or len(grid), mesh=mesh)
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
