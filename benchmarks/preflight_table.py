@@ -77,6 +77,8 @@ def rows(args: argparse.Namespace) -> dict[str, list[str]]:
 def run_row(flags: list[str], json_path: str) -> dict:
   """One preflight command in its own process; its JSON report plus how the run went."""
   command = [sys.executable, '-m', 't5align.preflight', *flags, f'--json_output={json_path}']
+  if os.path.exists(json_path):
+    os.remove(json_path)
   start = time.time()
   load = os.getloadavg()[0]
   try:
@@ -85,7 +87,7 @@ def run_row(flags: list[str], json_path: str) -> dict:
     return {'error': f'timed out after {ROW_TIMEOUT_S} s'}
   row = {'exit_status': done.returncode, 'wall_s': round(time.time() - start, 1),
          'loadavg_1min_at_start': load}
-  if done.returncode not in (0, 1) or not os.path.exists(json_path):
+  if done.returncode not in (0, preflight.DOES_NOT_FIT) or not os.path.exists(json_path):
     return {**row, 'error': done.stderr[-3000:]}
   with open(json_path, encoding='utf-8') as f:
     return {**row, 'report': json.load(f)}

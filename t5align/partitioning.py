@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import jax
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from t5align import network
@@ -96,7 +97,9 @@ def make_mesh(shape: Mapping[str, int], devices: Sequence[Any] | None = None) ->
 
   The product of the sizes must equal the number of devices. `jax.make_mesh` orders all the
   devices for the platform's interconnect (TPU topologies); a given device list is used in its
-  order.
+  order. An axis no product of the slice's physical axes makes (e.g. 'model' = 8 on a 4x4 v6e
+  slice, which `jax.make_mesh` refuses outside v5e) is laid out with physical axes split
+  (`mesh_utils.create_device_mesh(allow_split_physical_axes=True)`).
   """
   names, sizes = tuple(shape), tuple(int(s) for s in shape.values())
   if any(s < 1 for s in sizes):
@@ -107,7 +110,12 @@ def make_mesh(shape: Mapping[str, int], devices: Sequence[Any] | None = None) ->
                      f'{count}. Change NUM_PARTITIONS (the \'model\' axis) or the mesh shape.')
   types = (AxisType.Auto,) * len(names)
   if devices is None:
-    return jax.make_mesh(sizes, names, axis_types=types, devices=all_devices())
+    try:
+      return jax.make_mesh(sizes, names, axis_types=types, devices=all_devices())
+    except NotImplementedError:  # No assignment without splitting a physical axis.
+      return Mesh(mesh_utils.create_device_mesh(sizes, all_devices(),
+                                                allow_split_physical_axes=True),
+                  names, axis_types=types)
   return Mesh(np.asarray(devices).reshape(sizes), names, axis_types=types)
 
 

@@ -34,8 +34,8 @@ greedy decoding's early stop, gives N as a bound). A Pallas TPU kernel (`tpu_cus
 counts by the cost estimate it declares. `cost_analysis()`'s own figures are reported beside,
 uncorrected. Bytes are logical (TPU tiling padding is not counted; XLA's TPU figure counts it).
 
-Exit status: 0 when the program fits every chip's HBM, 1 when it does not (the message names the
-settings to change), 2 for bad flags.
+Exit status: 0 when the program fits every chip's HBM, 3 when it does not (the message names the
+settings to change), 2 for bad flags (1: an error, as for any Python program).
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ from t5align import tpu_chips
 GiB = 2**30
 DEFAULT_MAX_DECODE_LENGTH = 64  # t5align.eval's default for tasks without their own.
 PROGRAMS = ('eval', 'calibration')
+DOES_NOT_FIT = 3  # The CLI's exit status for a program that does not fit.
 
 
 def compile_only_environment(target: tpu_chips.Target | None = None) -> None:
@@ -798,7 +799,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   print(report.summary())
   if args.json_output:
     fileio.write_json_atomic(args.json_output, report.to_json())
-  return 0 if report.fits else 1
+  return 0 if report.fits else DOES_NOT_FIT
 
 
 if __name__ == '__main__':

@@ -61,6 +61,24 @@ def test_tpu_type_names_map_to_topologies():
 
 
 @needs_libtpu
+def test_meshes_over_a_slice_are_the_runs_meshes():
+  """Inside `partitioning.target_devices` the run's mesh builders lay meshes over the slice as
+  `jax.make_mesh` does over a real one; an axis that needs a physical axis split (8 along
+  'model' on a 4x4 v6e, which `jax.make_mesh` refuses there) is split instead of failing."""
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  devices = preflight.compile_only_devices(tpu_chips.parse_target('v6e-16'))
+  with partitioning.target_devices(devices):
+    assert len(partitioning.all_devices()) == 16 and partitioning.process_count() == 4
+    mesh = partitioning.eval_mesh(4)
+    expected = jax.make_mesh((4, 4), ('data', 'model'), devices=devices)
+    assert [d.id for d in mesh.devices.flat] == [d.id for d in expected.devices.flat]
+    mesh = partitioning.calibration_mesh(2, 1, 8)
+    assert dict(mesh.shape) == {'tau': 2, 'data': 1, 'model': 8}
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+  assert partitioning.all_devices() == jax.devices()  # Outside the block: jax's own.
+
+
+@needs_libtpu
 def test_loop_costs_apply_trip_counts():
   """A scan of 10 x (scan of 3 matmuls): FLOPs = 30 x 2 n^3 (+ tanh), as when the outer loop is
   unrolled; XLA's own `cost_analysis` counts each body once."""
@@ -176,12 +194,12 @@ def _cli(*args, tmp_path):
 def test_cli_refuses_a_run_that_does_not_fit(tmp_path):
   """gin/calibrate.gin + gin/models/tiny.gin, 'reference' attention at 32k tokens: 11 taus x 4
   heads of [32k, 32k] float32 logits and probabilities on one v5e chip. XLA refuses to compile
-  it; exit 1, naming the settings to change; the JSON says so too."""
+  it; exit 3, naming the settings to change; the JSON says so too."""
   out = tmp_path / 'report.json'
   result = _cli('--gin_file=gin/calibrate.gin', '--gin_file=gin/models/tiny.gin',
                 '--gin.ATTENTION_IMPL=reference', '--gin.NUM_SAMPLES=1', '--topology=v5e:2x2',
                 '--length=32768', f'--json_output={out}', tmp_path=tmp_path)
-  assert result.returncode == 1, result.stderr[-3000:]
+  assert result.returncode == preflight.DOES_NOT_FIT == 3, result.stderr[-3000:]
   assert 'XLA refused it for v5e: RESOURCE_EXHAUSTED' in result.stdout, result.stdout
   assert 'Does not fit' in result.stdout
   for setting in ("ATTENTION_IMPL='blockwise'", 'TAU_BATCH_SIZE, now 11', 'BATCH_SIZE (now 1)'):
