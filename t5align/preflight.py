@@ -716,7 +716,8 @@ def _gin_model_config() -> Any:
 
 def settings_from_gin(target: tpu_chips.Target, length: int | None = None,
                       program: str | None = None) -> Settings:
-  """The `Settings` of the run gin is configured for (`gin_cli.configure` first).
+  """The `Settings` of the run gin is configured for (`gin_cli.configure` first, after importing
+  `t5align.eval` and `t5align.calibrate`, whose configurables gin must know before it locks).
 
   `program`: 'eval' or 'calibration'; None: the one the gin files configure (gin/runs/eval.gin
   binds `t5align.eval.evaluate`, gin/calibrate.gin `t5align.calibrate.run`).

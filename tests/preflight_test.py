@@ -109,6 +109,30 @@ def test_loop_costs_apply_trip_counts():
   assert hlo_unrolled.cost().bytes_accessed == pytest.approx(cost.bytes_accessed, rel=0.05)
 
 
+@needs_libtpu
+def test_pallas_kernels_count_by_their_cost_estimate():
+  """jax's own Pallas TPU flash attention (Mosaic), 3 calls in a loop: XLA's generic analysis
+  knows nothing of a kernel, so the kernel's declared estimate counts, times the trip count."""
+  from jax.experimental.pallas.ops.tpu import flash_attention  # pylint: disable=g-import-not-at-top
+  devices = preflight.compile_only_devices(V5E_2X2)
+  arg = jax.ShapeDtypeStruct((1, 8, 2048, 64), jnp.bfloat16,
+                             sharding=jax.sharding.SingleDeviceSharding(devices[0]))
+
+  def f(q, k, v):
+    return jax.lax.fori_loop(0, 3, lambda i, x: flash_attention.flash_attention(x, k, v), q)
+
+  compiled = jax.jit(f).lower(arg, arg, arg).compile()
+  hlo = preflight.HloProgram(compiled.as_text())
+  cost = hlo.cost()
+  assert hlo.custom_calls_without_estimate == [] and [loop.trips for loop in hlo.loops] == [3]
+  # The kernel's own estimate (q.k and p.v of 8 heads x 2048 x 2048 x 64, exp per logit).
+  kernel = compiled.cost_analysis()
+  assert kernel['flops'] == pytest.approx(4 * 8 * 2048 * 2048 * 64, rel=0.01)
+  assert cost.flops == pytest.approx(3 * kernel['flops'], rel=0.01)
+  assert cost.transcendentals == pytest.approx(3 * 8 * 2048 * 2048, rel=0.01)
+  assert cost.bytes_accessed >= 3 * 4 * 8 * 2048 * 64 * 2  # q, k, v, out per call
+
+
 @pytest.fixture(scope='module')
 def small_reports():
   """The SMALL model's eval and calibration programs compiled for v5e:2x2 (data 2 x model 2)."""
@@ -240,6 +264,8 @@ def test_eval_settings_come_from_the_eval_gin_files():
   pytest.importorskip('seqio')
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
+  # Registered with gin before it is configured, as `preflight.main` does.
+  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top,unused-import
   gin.clear_config()
   try:
