@@ -20,9 +20,12 @@ checkpoint) and compiled by XLA's TPU compiler:
                (MAX_DECODE_LENGTH steps, default 64, counted without an early stop);
   calibration  `calibration_stats.sweep_fn`: the encoder swept over a tau batch
                (TAU_BATCH_SIZE, default the grid's 11 candidates), with its statistics.
-Printed per chip: XLA's memory (arguments, temporaries, outputs) against the chip's HBM; FLOPs
-and bytes accessed per call and per example, with loop trip counts applied; and a roofline
-lower bound of the seconds per example from the chip's peak bf16 FLOP/s and HBM bandwidth.
+Printed per chip: XLA's memory (arguments, temporaries, outputs, code, and the parameters the
+run holds but the program does not read: `memory.Compiled`) against what XLA lets a program use
+on the chip (`tpu_chips.Chip.usable_hbm_bytes`; a program the compiler itself refuses for
+memory is reported with the temporaries it names); FLOPs and bytes accessed per call and per
+example, with loop trip counts applied; and a roofline lower bound of the seconds per example
+from the chip's peak bf16 FLOP/s and HBM bandwidth.
 
 Trip counts: `Compiled.cost_analysis()` counts a while loop's body once. Here the compiled
 per-device HLO is split into computations; each is costed by XLA's HLO cost analysis (the
@@ -50,7 +53,6 @@ from typing import Any, Mapping, Sequence
 from t5align import tpu_chips
 
 GiB = 2**30
-DEFAULT_MAX_DECODE_LENGTH = 64  # t5align.eval's default for tasks without their own.
 PROGRAMS = ('eval', 'calibration')
 DOES_NOT_FIT = 3  # The CLI's exit status for a program that does not fit.
 
@@ -380,7 +382,8 @@ class Settings:
     batch_size: examples per call, before rounding up to the 'data' axis.
     params_dtype: dtype the parameters are held in (PARAMS_DTYPE).
     num_partitions: eval: devices along 'model' (NUM_PARTITIONS).
-    max_decode_length: eval: decoding steps.
+    max_decode_length: eval: decoding steps; None: `t5align.eval`'s default for tasks without
+      their own (64).
     layer_taus: eval: one temperature per layer (`[b, layers]`, a per-layer TEMPERATURE or a
       schedule) rather than one per example (`[b, 1]`).
     mesh_shape: calibration: MESH_SHAPE, (tau, data[, model]); None as `t5align.calibrate`.
@@ -395,7 +398,7 @@ class Settings:
   batch_size: int
   params_dtype: str = 'float32'
   num_partitions: int = 1
-  max_decode_length: int = DEFAULT_MAX_DECODE_LENGTH
+  max_decode_length: int | None = None
   layer_taus: bool = False
   mesh_shape: tuple[int, ...] | None = None
   tau_batch: int = 11
@@ -404,7 +407,10 @@ class Settings:
   def __post_init__(self):
     if self.program not in PROGRAMS:
       raise ValueError(f'program={self.program!r}: expected one of {PROGRAMS}.')
+    from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
     from t5align import validate  # pylint: disable=g-import-not-at-top
+    if self.max_decode_length is None:
+      object.__setattr__(self, 'max_decode_length', t5align_eval.DEFAULT_MAX_DECODE_LENGTH)
     validate.positive_int(self.length, '--length')
     validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
                           max_decode_length=self.max_decode_length,
@@ -749,8 +755,7 @@ def settings_from_gin(target: tpu_chips.Target, length: int | None = None,
         length=min(length, truncate) if truncate else length,
         batch_size=args['batch_size'], params_dtype=args['params_dtype'],
         num_partitions=args['num_partitions'],
-        max_decode_length=(args.get('max_decode_length')
-                           or t5align_eval.DEFAULT_MAX_DECODE_LENGTH),
+        max_decode_length=args.get('max_decode_length'),
         # A schedule file may give one tau per layer (it need not exist yet): assume it does.
         layer_taus=bool(args.get('schedule_path'))
         or isinstance(args.get('temperature'), (list, tuple)))

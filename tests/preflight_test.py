@@ -247,7 +247,7 @@ def test_cli_passes_a_run_that_fits(tmp_path):
   report = json.loads(out.read_text())
   assert report['fits'] and report['settings']['length'] == 1000  # max(LENGTHS)
   assert report['mesh'] == {'tau': 2, 'data': 2, 'model': 1}
-  # gin/models/tiny.gin (after gin/calibrate.gin) sets ATTENTION_IMPL, as t5align.calibrate reads it.
+  # gin/models/tiny.gin (after gin/calibrate.gin) sets ATTENTION_IMPL, as for t5align.calibrate.
   assert report['settings']['attention_impl'] == 'reference'
   # gin/calibrate.gin's BATCH_SIZE = 1, rounded up to the 'data' axis; 11 taus rounded up to 12.
   assert report['shapes'] == {'inputs': [2, 1000], 'taus': [12, 2]}
