@@ -282,8 +282,8 @@ class HloProgram:
           todo.extend(r for r in _NAME.findall(inst.attributes) if r in self.blocks)
     return found
 
-  def trip_count(self, caller: str, loop: _Instruction) -> tuple[int | None, bool]:
-    """(trips, exact) of `loop` (a while instruction in `caller`'s reach), read from the HLO."""
+  def trip_count(self, loop: _Instruction) -> tuple[int | None, bool]:
+    """(trips, exact) of `loop` (a while instruction), read from the HLO."""
     attrs = loop.attributes
     known = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', attrs)
     if known:
@@ -354,7 +354,7 @@ class HloProgram:
     for loop in self._loops_in(name):
       body = re.search(r'body=%([\w.\-]+)', loop.attributes).group(1)
       cond = re.search(r'condition=%([\w.\-]+)', loop.attributes).group(1)
-      trips, exact = self.trip_count(name, loop)
+      trips, exact = self.trip_count(loop)
       op = re.search(r'op_name="([^"]*)"', loop.attributes)
       self.loops.append(Loop(body, trips, exact, op.group(1) if op else ''))
       if trips is None:
