@@ -15,17 +15,18 @@ encoder layer for the rows on a device (examples over 'data' times candidate tem
   blockwise   per row, the float32 output accumulators `[h, L, d]` and the stacked outputs of
               the query blocks (2 arrays), and 3 float32 `[h, block_q, block_k]` tiles;
   pallas      taken as blockwise's;
-  hidden      per row, the residual stream and its norm, q/k/o projections and the MLP's hidden
+  hidden      per row, the residual stream and its norm, two of q/k/v/o and the MLP's hidden
               units, `L * (2 e + 2 h d / model + (n_act + 1) mlp / model)` in the activation
               dtype; and per example (shared by its taus) two float32 copies of the residual
               stream, `2 L e` (what XLA's TPU programs keep beside the per-row activations);
   cache       (eval) every decoder layer's cross-attention keys and values, `2 n_dec b L h d`.
 Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
-resolved at the run's length as the network does. Against XLA's TPU figures for Flan-T5-XXL at
-32,768 tokens, blockwise, 8-way 'model' (`python -m benchmarks.preflight_table`, README): the
-estimate is 0.76x XLA's for eval (one example per chip), 0.78x for the encoder with one tau and
-1.29x for the calibration sweep with 6 taus per chip: within about 30%, in both directions (XLA
-shares across taus what does not depend on tau, and keeps per-layer relayouts of the weights).
+resolved at the run's length as the network does. Against XLA's TPU figures for the README's
+pre-flight rows measured so far (`python -m benchmarks.preflight_table --markdown`, column
+est./XLA; blockwise, bfloat16, 'model' axis min(8, chips)): Flan-T5-XXL at 32,768 tokens 0.86-0.97 for eval
+(one example per chip) and 1.03-1.09 for calibration (6 or 11 taus per chip) on v4-32, v5e-16,
+v5p-8 and v6e-16, 0.86 for its encoder with one tau; Flan-T5-XL at 8,192 tokens 0.77-0.79 for
+eval and 0.91 for calibration. Where it matters, the runs use XLA's own figure (above).
 """
 from __future__ import annotations
 
