@@ -208,6 +208,26 @@ def test_eval_decoding_loop_is_bounded_by_max_decode_length(small_reports):
   assert report.units_per_call == 4 and report.shapes['inputs'] == (4, 2048)
 
 
+@needs_libtpu
+def test_tiny_model_eval_compiles_for_v5e_2x2():
+  """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) for v5e:2x2, data 2 x model 2."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import gin_cli  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    gin_cli.configure(['--gin_file=gin/models/tiny.gin', '--gin.ATTENTION_IMPL=blockwise'],
+                      prog='t')
+    config = gin.get_configurable(network.T5Config)()
+  finally:
+    gin.clear_config()
+  report = preflight.check(preflight.Settings('eval', config, V5E_2X2, length=1000,
+                                              batch_size=3, num_partitions=2))
+  assert report.fits and report.mesh == {'data': 2, 'model': 2}
+  assert report.shapes == {'inputs': (4, 1024), 'taus': (4, 1)}  # 3 -> 4 rows; 128-multiple
+  assert [(loop.trips, loop.exact) for loop in report.loops].count((64, False)) == 1
+  assert report.cost.flops > report.xla_cost['flops'] and report.per_unit()['flops'] > 0
+
+
 def _cli(*args, tmp_path):
   env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
   return subprocess.run([sys.executable, '-m', 't5align.preflight', *args], cwd=REPO_ROOT,
