@@ -22,11 +22,11 @@ encoder layer for the rows on a device (examples over 'data' times candidate tem
   cache       (eval) every decoder layer's cross-attention keys and values, `2 n_dec b L h d`.
 Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
 resolved at the run's length as the network does. Against XLA's TPU figures for the README's
-pre-flight rows measured so far (`python -m benchmarks.preflight_table --markdown`, column
-est./XLA; blockwise, bfloat16, 'model' axis min(8, chips)): Flan-T5-XXL at 32,768 tokens 0.86-0.97 for eval
-(one example per chip) and 1.03-1.09 for calibration (6 or 11 taus per chip) on v4-32, v5e-16,
-v5p-8 and v6e-16, 0.86 for its encoder with one tau; Flan-T5-XL at 8,192 tokens 0.77-0.79 for
-eval and 0.91 for calibration. Where it matters, the runs use XLA's own figure (above).
+pre-flight rows (`python -m benchmarks.preflight_table --markdown`, column est./XLA; blockwise,
+bfloat16, 'model' axis min(8, chips); on v4-32, v5e-16, v5p-8 and v6e-16): Flan-T5-XL at 8,192
+and 32,768 tokens and Flan-T5-XXL at 32,768, 0.77-0.97 for eval (one example per 'data' shard)
+and 0.91-1.17 for calibration (6 or 11 taus per chip); XXL's encoder with one tau, 0.86. Where
+it matters, the runs use XLA's own figure (above).
 """
 from __future__ import annotations
 
