@@ -38,6 +38,18 @@ class RowStats(NamedTuple):
   entropy: Array
 
 
+def target_platform() -> str:
+  """The platform the code being traced runs on: that of the mesh set with `jax.set_mesh` (as
+  `partitioning.partition` does), else jax's default backend ('cpu', 'gpu', 'tpu').
+
+  A deviceless compile for a TPU topology (`t5align.preflight`) runs on a CPU host under a mesh
+  of TPU devices: tile sizes and kernels chosen here are then the TPU's.
+  """
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  platform = device.platform if device is not None else jax.default_backend()
+  return {'cuda': 'gpu', 'rocm': 'gpu'}.get(platform, platform)
+
+
 def relative_position_bucket(
     relative_position: Array | np.ndarray,
     bidirectional: bool = True,
@@ -47,16 +59,20 @@ def relative_position_bucket(
   """Maps `key_pos - query_pos` to T5's relative-position bucket (int32, same shape).
 
   Half the buckets (per side when bidirectional) are exact offsets; the rest are log-spaced up to
-  `max_distance`, beyond which every offset shares the last bucket of its side. A numpy input is
-  computed with numpy (on the host, so that tracing for devices without a runtime, e.g. a
-  deviceless TPU compile, evaluates nothing eagerly); anything else with jnp.
+  `max_distance`, beyond which every offset shares the last bucket of its side.
+
+  A `jax.Array` (or tracer) is bucketed with jnp; anything else (numpy arrays, Python ints) with
+  numpy on the host, returning numpy: tables of static offsets are then built without running
+  a device computation while tracing, which compiling for abstract devices (a TPU topology with
+  no TPU, `t5align.preflight`) cannot do. Both give the same buckets
+  (`attention_test.test_numpy_and_jax_buckets_agree`).
   """
-  xp = np if isinstance(relative_position, (np.ndarray, np.generic, int)) else jnp
-  n = -xp.asarray(relative_position, np.int32)
+  xp = jnp if isinstance(relative_position, jax.Array) else np
+  n = -xp.asarray(relative_position, xp.int32)
   bucket = xp.zeros_like(n)
   if bidirectional:
     num_buckets //= 2
-    bucket = bucket + (n < 0).astype(np.int32) * num_buckets
+    bucket = bucket + (n < 0).astype(xp.int32) * num_buckets
     n = xp.abs(n)
   else:
     n = xp.maximum(n, 0)
@@ -64,8 +80,8 @@ def relative_position_bucket(
   # NOTE: float32 arithmetic, as t5x computes it, so boundary offsets fall in the same bucket
   # (numpy's float32 and XLA's agree on every offset: test_buckets_match_t5x_fixture).
   scale = np.float32((num_buckets - max_exact) / np.log(max_distance / max_exact))
-  log_ratio = xp.log(n.astype(np.float32) / max_exact + np.finfo(np.float32).eps)
-  large = max_exact + (log_ratio * scale).astype(np.int32)
+  log_ratio = xp.log(n.astype(xp.float32) / max_exact + np.finfo(np.float32).eps)
+  large = max_exact + (log_ratio * scale).astype(xp.int32)
   large = xp.minimum(large, num_buckets - 1)
   return bucket + xp.where(n < max_exact, n, large)
 

@@ -38,13 +38,14 @@ class Options:
 
 
 def default_blocks(backend: str | None = None) -> tuple[int, int]:
-  """`(block_q, block_k)` for `backend` (default: jax's): measured on CPU, 512 x 512 elsewhere.
+  """`(block_q, block_k)` for `backend` (default: `attention.target_platform()`, the traced
+  program's): measured on CPU, 512 x 512 elsewhere.
 
   CPU: 256 queries x 512 keys (a `[h, 256, 512]` float32 tile stays in cache; larger tiles
   measured slower on a 2-core machine, smaller ones no faster); accelerators: 512 x 512, large
   enough for their matmuls.
   """
-  if (backend or jax.default_backend()) == 'cpu':
+  if (backend or attention.target_platform()) == 'cpu':
     return 256, 512
   return 512, 512
 
@@ -63,7 +64,7 @@ def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
   for a batch of 50 in 256 x 512 tiles, 0.36 s with 64 x 64 tiles, 0.28 s one example at a time
   in 256 x 512 tiles.
   """
-  if (backend or jax.default_backend()) != 'cpu':
+  if (backend or attention.target_platform()) != 'cpu':
     return batch
   return max(1, min(batch, CPU_TILE_ELEMENTS // (heads * block_q * block_k)))
 
@@ -289,7 +290,7 @@ def blockwise_attention(
       sliced per key block.
     dropout_rate: attention dropout rate.
     backend: the platform compiled for, which picks the default blocks and batch chunks; None:
-      jax's default backend (the dispatch passes the mesh's platform: `layers.target_platform`).
+      jax's default backend (the dispatch passes the mesh's platform: `attention.target_platform`).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.

@@ -22,7 +22,6 @@ import numpy as np
 from t5align import batching
 from t5align import calibration
 from t5align import gin_cli
-from t5align import memory
 from t5align import multihost
 from t5align import outputs
 from t5align import run_identity
@@ -365,18 +364,19 @@ def run(
     multihost.on_writer(lambda: log.add(task, c), f'writing {log_path}')
 
   print(f'loading {checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
-  mesh = _mesh(mesh_shape)
+  mesh = mesh_for(mesh_shape)
   # With a mesh, read sharded: each process reads only the slices its devices hold.
   params, config = checkpoints.load_params(checkpoint_path, config,
                                            dtype=jnp.dtype(params_dtype), mesh=mesh,
                                            check_finite=check_finite)
-  config = dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
-                               attention_impl=attention_impl or config.attention_impl)
+  config = run_config(config, dtype, attention_impl)
   # Every process draws the same samples (same seed); on a mesh each copies to its devices
   # only the rows of its 'data' shards (partitioning.global_array).
   tokens = sample_windows(data.stream, num_samples, max(lengths), seed, eos_id=eos_id)
-  memory.check_fits(config, length=max(lengths), batch_size=batch_size or num_samples,
-                    params_dtype=params_dtype, mesh=mesh, taus=tau_batch_size or len(grid))
+  # Before any sweep: the widest one (every sample at the longest length) fits the devices.
+  calibration.check_sweep_memory(params, config, length=max(lengths),
+                                 batch_size=batch_size or num_samples,
+                                 taus=tau_batch_size or len(grid), mesh=mesh)
   print(f'{num_samples} samples of {max(lengths)} tokens from {len(data.stream)}; '
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
@@ -513,13 +513,24 @@ def _read_inputs(*, text_file: str | None, vocabulary_path: str | None, seqio_ta
                  identity={**identity, 'eos_id': source['eos_id']})
 
 
-def _mesh(mesh_shape: Sequence[int] | None) -> Any:
-  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device."""
+def run_config(config: Any, dtype: str, attention_impl: str | None) -> Any:
+  """The `network.T5Config` calibration computes with: `dtype` activations, no dropout, and
+  `attention_impl` (None: the config's)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
+                             attention_impl=attention_impl or config.attention_impl)
+
+
+def mesh_for(mesh_shape: Sequence[int] | None) -> Any:
+  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device.
+
+  Over `partitioning.all_devices()`: jax's, or a TPU topology's in `t5align.preflight`.
+  """
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   if not mesh_shape:
-    if jax.process_count() == 1:
+    if partitioning.process_count() == 1:
       return None
-    return partitioning.calibration_mesh(1, jax.device_count(), 1)
+    return partitioning.calibration_mesh(1, len(partitioning.all_devices()), 1)
   shape = tuple(int(s) for s in mesh_shape)
   if len(shape) not in (2, 3):
     raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')

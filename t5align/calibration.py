@@ -39,6 +39,7 @@ from t5align.calibration_search import grid_search
 from t5align.calibration_search import PAPER_GRID
 from t5align.calibration_stats import AttentionStats
 from t5align.calibration_stats import check_lengths
+from t5align.calibration_stats import check_sweep_memory
 from t5align.calibration_stats import check_tokens
 from t5align.calibration_stats import cut_at_boundary
 from t5align.calibration_stats import cut_to_length

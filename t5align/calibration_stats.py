@@ -118,9 +118,11 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _stats_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
-              parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
-  """jit of per-example, per-layer row-statistic sums (summed over heads) for `[t, n]` taus.
+def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
+             parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
+  """jit of per-example, per-layer row-statistic sums (summed over heads) for `[t, n]` taus:
+  `(params, tokens [b, l], taus [t, n]) -> sums`, the compiled sweep of
+  `encoder_attention_stats` (and of `t5align.preflight`'s calibration check).
 
   `parts`: the top-level keys of the params it is called with (the encoder needs 'encoder' and
   'token_embedder' only, so a tree without the decoder is enough).
@@ -163,11 +165,44 @@ def _stats_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None
   shardings = partitioning.param_shardings(config, mesh)
   return partitioning.partition(
       all_taus, mesh, in_shardings=({k: shardings[k] for k in parts},
-                                    partitioning.batch_sharding(mesh, 2), _tau_sharding(mesh)),
+                                    partitioning.batch_sharding(mesh, 2), tau_sharding(mesh)),
       out_shardings=partitioning.replicated(mesh))
 
 
-def _tau_sharding(mesh: Mesh) -> NamedSharding:
+def check_sweep_memory(params: Any, config: network.T5Config, *, length: int, batch_size: int,
+                       taus: int, mesh: Mesh | None = None,
+                       tau_chunk: int | None | str = 'auto') -> Any:
+  """Compiles the sweep `encoder_attention_stats` runs for `batch_size` samples of `length`
+  tokens and `taus` candidates per call, and refuses it if XLA's memory figure exceeds the
+  device's (`memory.check_compiled`); the sweep then calls the same executable.
+
+  Returns:
+    The `memory.Compiled` figures.
+  """
+  from t5align import memory  # pylint: disable=g-import-not-at-top
+  tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
+  tau_chunk = default_tau_chunk() if tau_chunk == 'auto' else tau_chunk
+  params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
+  rows = (batching.round_up(batch_size, data_axis), length)
+  cands = (batching.round_up(taus, tau_axis), config.num_encoder_layers)
+  if mesh is None:
+    args = (jax.ShapeDtypeStruct(rows, jnp.int32), jax.ShapeDtypeStruct(cands, jnp.float32))
+  else:
+    args = (jax.ShapeDtypeStruct(rows, jnp.int32, sharding=partitioning.batch_sharding(mesh, 2)),
+            jax.ShapeDtypeStruct(cands, jnp.float32, sharding=tau_sharding(mesh)))
+  compiled = sweep_fn(config, mesh, tau_chunk, tuple(sorted(params))).lower(params, *args)
+  figures = memory.Compiled.of(compiled.compile(), parameter_bytes=memory.per_device_bytes(
+      params), input_bytes=memory.per_device_bytes(args))
+  model = mesh.shape['model'] if mesh is not None else 1
+  return memory.check_compiled(figures, what='This calibration sweep', hints=(
+      memory.settings_to_change(
+          model_shards=model, batch_size=batch_size, length=length, taus=taus,
+          attention_impl=network.encoder_attention_impl(config, length),
+          model_setting="MESH_SHAPE's third entry")))
+
+
+def tau_sharding(mesh: Mesh) -> NamedSharding:
+  """The `[t, n]` candidate temperatures: over 'tau'."""
   return NamedSharding(mesh, P('tau', None))
 
 
@@ -249,7 +284,7 @@ def encoder_attention_stats(
     tau_chunk = default_tau_chunk()
   elif tau_chunk is not None:
     validate.positive_int(tau_chunk, 'tau_chunk')
-  fn = _stats_fn(config, mesh, tau_chunk, tuple(sorted(params)))
+  fn = sweep_fn(config, mesh, tau_chunk, tuple(sorted(params)))
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
   params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
   tb = batching.round_up(tau_batch_size or len(taus), tau_axis)
@@ -266,7 +301,7 @@ def encoder_attention_stats(
         candidates = _pad_rows(taus[t0:t0 + tb], tb, 1.0)
         if mesh is not None:  # Global arrays; each process copies only its devices' slices.
           args = (partitioning.global_array(batch, partitioning.batch_sharding(mesh, 2)),
-                  partitioning.global_array(candidates, _tau_sharding(mesh)))
+                  partitioning.global_array(candidates, tau_sharding(mesh)))
         else:
           args = (batch, candidates)
         out = jax.device_get(fn(params, *args))

@@ -54,6 +54,7 @@ from t5align import temperature as temperature_lib
 from t5align import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
+INPUT_WIDTH_MULTIPLE = 128  # Batches are padded to a multiple of this many tokens.
 TRUNCATION_LABEL = 'w/ truncation'  # paper Table 6's baseline row
 
 
@@ -257,18 +258,22 @@ def evaluate(*,
       if num_examples is not None and index >= num_examples:
         break
       examples.append({**ex, 'index': index})
-    # [processes, 3]: group, examples, longest input; a group's processes report the same.
+    # [processes, 4]: group, examples, longest input and target; a group's processes report
+    # the same.
     shares = np.asarray(multihost.gather(np.array(
-        [[group, len(examples), max([len(ex['inputs']) for ex in examples] + [0])]],
-        np.int64))).reshape(-1, 3)
-    total = int(sum({int(g): int(n) for g, n, _ in shares}.values()))
+        [[group, len(examples)] + [max([len(ex.get(k, ())) for ex in examples] + [0])
+                                   for k in ('inputs', 'targets')]], np.int64))).reshape(-1, 4)
+    total = int(sum({int(g): int(n) for g, n, _, _ in shares}.values()))
     if not total:
       raise ValueError(f'{task.name} ({split}) has no examples.')
     if groups > 1:
       print(f'{task.name}: process {jax.process_index()} reads {len(examples)} of {total} '
             f'examples (share {group} of {groups})', file=sys.stderr, flush=True)
-    memory.check_fits(config, length=int(shares[:, 2].max()), batch_size=batch_size,
-                      params_dtype=params_dtype, mesh=mesh)
+    # Before anything is written or run: the step for the widest batch fits the devices.
+    longest = int(shares[:, 2].max())
+    _check_memory(model, mesh, params, temp, scored=scored, steps=steps, eos_id=eos_id,
+                  batch_size=batch_size, longest_target=int(shares[:, 3].max()),
+                  longest_input=min(longest, truncate_inputs or longest))
     folder = os.path.join(output_dir, task.name)
     # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
     # support; a folder written before then reads as a different run (start a new folder).
@@ -356,7 +361,32 @@ def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:
       [np.frombuffer(f'{i}:{everyone[i]}'.encode(), np.uint8) for i in sorted(everyone)])
 
 
-def _global_width(rows: Sequence[Sequence[int]], multiple: int = 128) -> int:
+def _check_memory(model: network.Transformer, mesh: jax.sharding.Mesh, params: Any,
+                  temp: temperature_lib.Temperature, *, scored: bool, steps: int, eos_id: int,
+                  batch_size: int, longest_input: int, longest_target: int) -> memory.Compiled:
+  """Compiles the task's step for its widest batch and refuses it if XLA's memory figure
+  exceeds the device's (`memory.check_compiled`). The run then calls the same executable."""
+  width = batching.round_up(max(longest_input, 1), INPUT_WIDTH_MULTIPLE)
+  rows = partitioning.batch_sharding(mesh, 2)
+  tokens = jax.ShapeDtypeStruct((batch_size, width), jnp.int32, sharding=rows)
+  taus = jax.ShapeDtypeStruct((batch_size, temp.taus(np.ones((1, width), np.int32)).shape[1]),
+                              jnp.float32, sharding=rows)
+  if scored:
+    targets = jax.ShapeDtypeStruct(
+        (batch_size, batching.round_up(max(longest_target, 1), INPUT_WIDTH_MULTIPLE)),
+        jnp.int32, sharding=rows)
+    lowered = evaluation.partitioned_score(model, mesh).lower(params, tokens, targets, taus)
+  else:
+    lowered = evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id).lower(
+        params, tokens, taus)
+  compiled = memory.Compiled.of(lowered.compile(), parameter_bytes=memory.per_device_bytes(
+      params), input_bytes=memory.per_device_bytes([tokens, taus]))
+  return memory.check_compiled(compiled, hints=memory.settings_to_change(
+      model_shards=mesh.shape['model'], batch_size=batch_size, length=width,
+      attention_impl=network.encoder_attention_impl(model.config, width)))
+
+
+def _global_width(rows: Sequence[Sequence[int]], multiple: int = INPUT_WIDTH_MULTIPLE) -> int:
   """The padded width (a multiple of `multiple`) of the longest row over every process."""
   longest = max([len(r) for r in rows] + [1])
   return int(np.asarray(multihost.gather(np.array([batching.round_up(longest, multiple)]))).max())

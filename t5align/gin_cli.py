@@ -214,13 +214,22 @@ def parse_files(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
         set_by[macro] = (name, value)
 
 
-def configure(argv: Sequence[str], **kwargs) -> None:
+def required_macros() -> list[str]:
+  """Names of the macros gin's current configuration sets to %gin.REQUIRED."""
+  return sorted(name for name in defined_macros() if str(getattr(
+      gin.query_parameter(f'{name}/macro.value'), 'scoped_selector', '')).startswith(
+          'gin.REQUIRED'))
+
+
+def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) -> None:
   """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
 
   Every macro a flag sets must be one the gin files define (`check_macros`); a file that changes
   a macro an earlier file set warns (`parse_files`); two bindings that set one value differently
   are refused (`check_overrides`), as is a call of a configurable whose required parameters
-  nothing binds (`check_required`).
+  nothing binds (`check_required`). With `unset_required`, macros the files mark %gin.REQUIRED
+  and no flag sets are bound to None (for callers that read neither checkpoint nor data, e.g.
+  `t5align.preflight`).
   """
   files, raw, flags, paths = _parse(argv, **kwargs)
   bindings = raw + [b for _, b in flags]
@@ -229,6 +238,8 @@ def configure(argv: Sequence[str], **kwargs) -> None:
   parse_files(files, bindings)
   check_macros(bindings, defined_macros(), files)
   check_overrides([(f'--gin_bindings={b!r}', b) for b in raw] + flags)
+  if unset_required:
+    bindings = [f'{name} = None' for name in required_macros()] + list(bindings)
   check_required(kwargs.get('example_file'))
   gin.parse_config_files_and_bindings([], bindings)
 

@@ -32,18 +32,6 @@ param_with_axes = nn_partitioning.param_with_axes
 with_sharding_constraint = nn_partitioning.with_sharding_constraint
 
 
-def target_platform() -> str:
-  """The platform the traced computation is compiled for: 'cpu', 'gpu' or 'tpu'.
-
-  The device platform of the mesh in effect (`jax.set_mesh`; `partitioning.partition` traces
-  under it), so that a deviceless compile for a TPU topology on a CPU host is 'tpu'; without a
-  mesh (or with one of abstract devices only), `jax.default_backend()`.
-  """
-  device = jax.sharding.get_abstract_mesh().abstract_device
-  platform = device.platform if device is not None else jax.default_backend()
-  return {'cuda': 'gpu', 'rocm': 'gpu'}.get(platform, platform)
-
-
 def _interpret(impl: str, platform: str) -> bool:
   """Whether Pallas kernel `impl` runs in interpret mode (CPU); refuses a foreign platform."""
   if platform == 'cpu':
@@ -73,7 +61,7 @@ def _reference(query, key, value, *, options, **kwargs):
 
 
 def _blockwise(query, key, value, *, options, **kwargs):
-  return blockwise.blockwise_attention(query, key, value, backend=target_platform(),
+  return blockwise.blockwise_attention(query, key, value, backend=attention.target_platform(),
                                        **dataclasses.asdict(options), **kwargs)
 
 
@@ -112,14 +100,14 @@ def _per_device(kernel: Callable[..., tuple[Array, attention.RowStats | None]], 
 def _pallas_gpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
   _refuse_dropout('pallas_gpu', dropout_rng, dropout_rate)
   return _per_device(pallas_attention.pallas_attention, query, key, value,
-                     interpret=_interpret('pallas_gpu', target_platform()),
+                     interpret=_interpret('pallas_gpu', attention.target_platform()),
                      **dataclasses.asdict(options), **kwargs)
 
 
 def _pallas_tpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
   _refuse_dropout('pallas_tpu', dropout_rng, dropout_rate)
   return _per_device(pallas_tpu.pallas_tpu_attention, query, key, value,
-                     interpret=_interpret('pallas_tpu', target_platform()),
+                     interpret=_interpret('pallas_tpu', attention.target_platform()),
                      **dataclasses.asdict(options), **kwargs)
 
 
@@ -163,11 +151,11 @@ def resolve(impl: str, length: int, threshold: int, platform: str | None = None)
     impl: one of `NAMES`.
     length: the (static) input length.
     threshold: T5Config.blockwise_threshold.
-    platform: 'cpu', 'gpu' or 'tpu'; None: `target_platform()` (at trace time: the mesh's).
+    platform: 'cpu', 'gpu' or 'tpu'; None: `attention.target_platform()` (at trace time: the mesh's).
   """
   if impl not in NAMES:
     raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(NAMES)}.')
-  platform = platform or target_platform()
+  platform = platform or attention.target_platform()
   if impl == 'auto':
     impl = 'reference' if length <= threshold else 'blockwise' if platform == 'cpu' else 'pallas'
   if impl == 'pallas':

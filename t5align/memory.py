@@ -1,16 +1,32 @@
-"""Per-device memory estimate of an eval or calibration run, and a refusal before compiling.
+"""Memory per device of an eval or calibration run: XLA's figure for the compiled step (what the
+runs check), and an analytic estimate (for planning without a compile).
 
-The estimate is analytic and a lower bound of what XLA will allocate: the parameters (sharded
-over 'model'), plus the largest live activations of one encoder layer for the per-device batch
-(examples over 'data', candidate temperatures over 'tau'):
+The compiled figure replaces the estimate wherever a run compiles anyway, which is every run:
+`t5align.eval` and `t5align.calibrate` compile their step for the widest batch before running
+it and refuse it when XLA's `memory_analysis()` exceeds the device's memory (`Compiled`,
+`check_compiled`); the run then calls that same executable, so the check costs no extra
+compile. `t5align.preflight` compiles the same steps for a TPU slice from a machine without one.
+
+`estimate` is analytic: the parameters (sharded over 'model'), plus the live activations of one
+encoder layer for the rows on a device (examples over 'data' times candidate temperatures over
+'tau'), plus greedy decoding's cross-attention cache:
   reference   float32 attention logits and probabilities `[b, h, L, L]` (2 arrays) and the
               relative-position bias `[h, L, L]`;
-  blockwise   the same for one key block: `[b, h, L, block_k]` (O(L));
-  pallas      one `[block_q, block_k]` tile per (b, h) in flight, taken as blockwise's bound;
-  hidden      the residual stream, q/k/v/out projections and the MLP's hidden units,
-              `b * L * (4 e + 4 h d / model + (n_act + 1) mlp / model)` in the activation dtype.
+  blockwise   per row, the float32 output accumulators `[h, L, d]` and the stacked outputs of
+              the query blocks (2 arrays), and 3 float32 `[h, block_q, block_k]` tiles;
+  pallas      taken as blockwise's;
+  hidden      per row, the residual stream and its norm, two of q/k/v/o and the MLP's hidden
+              units, `L * (2 e + 2 h d / model + (n_act + 1) mlp / model)` in the activation
+              dtype; and per example (shared by its taus) two float32 copies of the residual
+              stream, `2 L e` (what XLA's TPU programs keep beside the per-row activations);
+  cache       (eval) every decoder layer's cross-attention keys and values, `2 n_dec b L h d`.
 Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
-resolved at the run's length as the network does.
+resolved at the run's length as the network does. Against XLA's TPU figures for the README's
+pre-flight rows (`python -m benchmarks.preflight_table --markdown`, column est./XLA; blockwise,
+bfloat16, 'model' axis min(8, chips); on v4-32, v5e-16, v5p-8 and v6e-16): Flan-T5-XL at 8,192
+and 32,768 tokens and Flan-T5-XXL at 32,768, 0.77-0.97 for eval (one example per 'data' shard)
+and 0.91-1.17 for calibration (6 or 11 taus per chip); XXL's encoder with one tau, 0.86. Where
+it matters, the runs use XLA's own figure (above).
 """
 from __future__ import annotations
 
@@ -30,7 +46,74 @@ GiB = 2**30
 
 
 class DoesNotFitError(MemoryError):
-  """The run's per-device memory estimate exceeds the device's memory."""
+  """The run's per-device memory (XLA's figure, or the estimate) exceeds the device's memory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+  """Bytes per device of a compiled program: XLA's `memory_analysis()`, plus the parameters the
+  run holds on the device that the program does not read (`unread_parameters`: XLA drops unread
+  arguments, e.g. a calibration sweep never reads the decoder the run has loaded)."""
+
+  arguments: int
+  temporaries: int
+  outputs: int
+  aliased: int
+  generated_code: int
+  unread_parameters: int = 0
+
+  @classmethod
+  def of(cls, compiled: Any, *, parameter_bytes: int = 0, input_bytes: int = 0) -> Compiled:
+    """XLA's figures of `compiled` (a `jax.stages.Compiled`); `parameter_bytes` and
+    `input_bytes` (per device) are what the run holds: parameters missing from XLA's arguments
+    count as unread."""
+    stats = compiled.memory_analysis()
+    arguments = int(stats.argument_size_in_bytes)
+    return cls(arguments, int(stats.temp_size_in_bytes), int(stats.output_size_in_bytes),
+               int(stats.alias_size_in_bytes), int(stats.generated_code_size_in_bytes),
+               max(0, parameter_bytes - (arguments - input_bytes)))
+
+  @property
+  def total(self) -> int:
+    return (self.arguments + self.temporaries + self.outputs - self.aliased + self.generated_code
+            + self.unread_parameters)
+
+  def describe(self) -> str:
+    parts = [f'arguments {self.arguments / GiB:.2f}', f'temporaries {self.temporaries / GiB:.2f}',
+             f'outputs {self.outputs / GiB:.3f}', f'code {self.generated_code / GiB:.3f}']
+    if self.aliased:
+      parts.append(f'minus aliased {self.aliased / GiB:.2f}')
+    if self.unread_parameters:
+      parts.append(f'parameters it does not read {self.unread_parameters / GiB:.2f}')
+    return ' + '.join(parts) + f' = {self.total / GiB:.2f} GiB'
+
+
+def per_device_bytes(tree: Any) -> int:
+  """Bytes one device holds of a tree of arrays (or `jax.ShapeDtypeStruct`s with shardings):
+  each leaf's shard under its sharding, the whole leaf without one."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    sharding = getattr(leaf, 'sharding', None)
+    shape = sharding.shard_shape(tuple(leaf.shape)) if sharding is not None else leaf.shape
+    total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+  return total
+
+
+def check_compiled(memory: Compiled, *, hints: list[str], limit_bytes: int | None = None,
+                   what: str = 'This run') -> Compiled:
+  """Refuses a compiled program whose XLA memory exceeds the device's (before running it).
+
+  Raises:
+    DoesNotFitError: naming XLA's figures, the limit and the settings that lower them (`hints`,
+      e.g. `settings_to_change(...)`).
+  """
+  limit, where = (limit_bytes, 'limit') if limit_bytes is not None else device_memory()
+  if memory.total <= limit:
+    return memory
+  raise DoesNotFitError(
+      f'{what} needs {memory.total / GiB:.2f} GiB per device as XLA compiled it '
+      f'({memory.describe()}) but the device has {limit / GiB:.2f} GiB ({where}). Set '
+      + '; or '.join(hints) + '.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +124,11 @@ class Estimate:
   attention: int
   hidden: int
   attention_impl: str
+  cache: int = 0
 
   @property
   def total(self) -> int:
-    return self.params + self.attention + self.hidden
+    return self.params + self.attention + self.hidden + self.cache
 
 
 @functools.lru_cache(maxsize=8)
@@ -54,7 +138,7 @@ def _param_count(config: network.T5Config) -> int:
 
 def estimate(config: network.T5Config, *, length: int, batch_size: int, params_dtype: Any,
              model_shards: int = 1, data_shards: int = 1, taus: int = 1,
-             tau_shards: int = 1) -> Estimate:
+             tau_shards: int = 1, decoding: bool = False) -> Estimate:
   """The per-device estimate (see the module docstring) for inputs of `length` tokens.
 
   Args:
@@ -64,22 +148,28 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
     params_dtype: dtype the parameters are held in.
     model_shards, data_shards, tau_shards: mesh axis sizes.
     taus: candidate temperatures per call (calibration; 1 for eval).
+    decoding: count greedy decoding's cross-attention cache (eval).
   """
   impl = network.encoder_attention_impl(config, length)
-  b = batching.ceil_div(batch_size, data_shards) * batching.ceil_div(taus, tau_shards)  # Rows on one device.
+  examples = batching.ceil_div(batch_size, data_shards)
+  b = examples * batching.ceil_div(taus, tau_shards)  # Rows on one device.
   h = batching.ceil_div(config.num_heads, model_shards)
   params = _param_count(config) * np.dtype(params_dtype).itemsize // model_shards
   if impl == 'reference':
     attention = 4 * (2 * b * h * length * length + h * length * length)
   else:
     from t5align import blockwise  # pylint: disable=g-import-not-at-top
-    # NOTE: the accelerators' default key block (also the CPU's, see blockwise.default_blocks).
-    block = min(length, config.attention_block_k or blockwise.default_blocks('tpu')[1])
-    attention = 4 * (2 * b * h * length * block + h * length * block)
-  width = (4 * config.emb_dim + 4 * h * config.head_dim
+    # NOTE: the accelerators' default tiles (see blockwise.default_blocks).
+    block_q, block_k = (min(length, given or default) for given, default in zip(
+        (config.attention_block_q, config.attention_block_k), blockwise.default_blocks('tpu')))
+    attention = 4 * b * h * (2 * length * config.head_dim + 3 * block_q * block_k)
+  width = (2 * config.emb_dim + 2 * h * config.head_dim
            + (len(config.mlp_activations) + 1) * -(-config.mlp_dim // model_shards))
-  hidden = b * length * width * np.dtype(config.dtype).itemsize
-  return Estimate(params, attention, hidden, impl)
+  itemsize = np.dtype(config.dtype).itemsize
+  hidden = b * length * width * itemsize + examples * length * 2 * config.emb_dim * 4
+  cache = (2 * config.num_decoder_layers * examples * length * h * config.head_dim * itemsize
+           if decoding else 0)
+  return Estimate(params, attention, hidden, impl, cache)
 
 
 def device_memory(device: Any = None) -> tuple[int, str]:
@@ -112,13 +202,9 @@ def check_fits(config: network.T5Config, *, length: int, batch_size: int, params
   limit, where = (limit_bytes, 'limit') if limit_bytes is not None else device_memory()
   if est.total <= limit:
     return est
-  hints = [f'NUM_PARTITIONS (devices on the \'model\' axis, now {model}) higher',
-           f'BATCH_SIZE (now {batch_size}) lower']
-  if est.attention_impl == 'reference':
-    hints.insert(1, f"ATTENTION_IMPL='blockwise' (now 'reference' at {length} tokens: "
-                    f'{est.attention / GiB:.2f} GiB of attention logits and probabilities)')
-  if taus > 1:
-    hints.append(f'the tau batch (TAU_BATCH_SIZE, now {taus} candidates per call) lower')
+  hints = settings_to_change(model_shards=model, batch_size=batch_size,
+                             attention_impl=est.attention_impl, length=length, taus=taus,
+                             attention_bytes=est.attention)
   raise DoesNotFitError(
       f'This run needs about {est.total / GiB:.2f} GiB per device (parameters '
       f'{est.params / GiB:.2f} GiB in {np.dtype(params_dtype).name}, attention '
@@ -164,3 +250,22 @@ def check_host_fits(arrays: Mapping[str, tuple[int, tuple[int, ...]]], what: str
       f'process, more than the {available / GiB:.3g} GiB this host has available; the largest: '
       f'{listed}. If these shapes are not the model\'s, the checkpoint metadata is corrupt; '
       'otherwise load it in bfloat16 (PARAMS_DTYPE) or sharded over more processes.')
+
+
+def settings_to_change(*, model_shards: int, batch_size: int, attention_impl: str, length: int,
+                       taus: int = 1, attention_bytes: int | None = None,
+                       model_setting: str = 'NUM_PARTITIONS') -> list[str]:
+  """The settings that lower a run's memory per device, worded for a refusal.
+
+  `model_setting` names the 'model' axis size (eval's NUM_PARTITIONS; calibration's third
+  MESH_SHAPE entry); `attention_bytes` (optional) is what 'reference' attention takes.
+  """
+  hints = [f'{model_setting} (devices on the \'model\' axis, now {model_shards}) higher',
+           f'BATCH_SIZE (now {batch_size}) lower']
+  if attention_impl == 'reference':
+    size = ('' if attention_bytes is None else
+            f': {attention_bytes / GiB:.2f} GiB of attention logits and probabilities')
+    hints.insert(1, f"ATTENTION_IMPL='blockwise' (now 'reference' at {length} tokens{size})")
+  if taus > 1:
+    hints.append(f'the tau batch (TAU_BATCH_SIZE, now {taus} candidates per call) lower')
+  return hints

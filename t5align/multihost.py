@@ -27,6 +27,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
+from t5align import tpu_chips
+
 T = TypeVar('T')
 
 # Environment variables that say a multi-host TPU, SLURM or Open MPI job is running (what
@@ -214,6 +216,7 @@ def initialize() -> bool:
   Returns:
     True if this call (or an earlier one) initialized several processes.
   """
+  tpu_chips.libtpu_without_tpus()  # An installed libtpu without TPUs: no start-up noise.
   if jax.distributed.is_initialized():
     return jax.process_count() > 1
   count, source = _env_process_count()

@@ -86,7 +86,7 @@ class T5Config:
 def encoder_attention_impl(config: T5Config, length: int, platform: str | None = None) -> str:
   """The implementation (a key of `layers.IMPLEMENTATIONS`) the encoder uses for inputs of
   `length` (static) tokens on `platform` ('cpu', 'gpu', 'tpu'; None: the target platform at
-  trace time, `layers.target_platform`)."""
+  trace time, `attention.target_platform`)."""
   return layers.resolve(config.attention_impl, length, config.blockwise_threshold, platform)
 
 

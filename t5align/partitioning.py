@@ -8,15 +8,22 @@ Logical axis names come from the model's `params_axes` collection and the activa
 in layers.py; `standard_logical_axis_rules` maps them to mesh axes exactly as t5x's PjitPartitioner
 does (1-D or 2-D parameter / activation partitioning). `partition(fn, mesh)` jits `fn` and runs
 it under `jax.set_mesh(mesh)` and flax's `axis_rules`, so those constraints take effect.
+
+Meshes are built over `all_devices()`: jax's, or inside `target_devices(...)` another set, e.g. the
+compile-only devices of a TPU topology (`t5align.preflight` compiles the real programs for a pod
+from a machine without one, through the same mesh builders).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
 from flax.linen import partitioning as nn_partitioning
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from t5align import network
@@ -24,6 +31,34 @@ from t5align import network
 EVAL_AXES = ('data', 'model')
 CALIBRATION_AXES = ('tau', 'data', 'model')
 LogicalRules = Sequence[tuple[str, str | None]]
+
+_TARGET_DEVICES: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
+    't5align_target_devices', default=None)
+
+
+@contextlib.contextmanager
+def target_devices(target: Sequence[Any]) -> Iterator[None]:
+  """Within the block, `all_devices()` and `process_count()` describe `target` instead of jax's
+  devices, so `eval_mesh`, `calibration_mesh` and `make_mesh` lay meshes out over it exactly as
+  they would over a real run's devices (`jax.make_mesh` orders a TPU topology's devices for
+  its interconnect)."""
+  token = _TARGET_DEVICES.set(tuple(target))
+  try:
+    yield
+  finally:
+    _TARGET_DEVICES.reset(token)
+
+
+def all_devices() -> list[Any]:
+  """The devices meshes are built over: `jax.devices()`, or those of `target_devices`."""
+  target = _TARGET_DEVICES.get()
+  return list(jax.devices()) if target is None else list(target)
+
+
+def process_count() -> int:
+  """`jax.process_count()`, or the number of hosts holding the `target_devices`."""
+  target = _TARGET_DEVICES.get()
+  return jax.process_count() if target is None else len({d.process_index for d in target})
 
 
 def standard_logical_axis_rules(activation_partitioning_dims: int = 1,
@@ -58,27 +93,35 @@ def standard_logical_axis_rules(activation_partitioning_dims: int = 1,
 
 
 def make_mesh(shape: Mapping[str, int], devices: Sequence[Any] | None = None) -> Mesh:
-  """A mesh with the given named axis sizes over `devices` (all of them by default).
+  """A mesh with the given named axis sizes over `devices` (`all_devices()` by default).
 
-  The product of the sizes must equal the number of devices. `jax.make_mesh` orders devices for
-  the platform's interconnect (TPU topologies); a given device list is used in its order.
+  The product of the sizes must equal the number of devices. `jax.make_mesh` orders all the
+  devices for the platform's interconnect (TPU topologies); a given device list is used in its
+  order. An axis no product of the slice's physical axes makes (e.g. 'model' = 8 on a 4x4 v6e
+  slice, which `jax.make_mesh` refuses outside v5e) is laid out with physical axes split
+  (`mesh_utils.create_device_mesh(allow_split_physical_axes=True)`).
   """
   names, sizes = tuple(shape), tuple(int(s) for s in shape.values())
   if any(s < 1 for s in sizes):
     raise ValueError(f'mesh axis sizes must be >= 1: {dict(shape)}.')
-  count = len(jax.devices()) if devices is None else len(devices)
+  count = len(all_devices()) if devices is None else len(devices)
   if int(np.prod(sizes)) != count:
     raise ValueError(f'mesh {dict(shape)} needs {int(np.prod(sizes))} devices; there are '
                      f'{count}. Change NUM_PARTITIONS (the \'model\' axis) or the mesh shape.')
   types = (AxisType.Auto,) * len(names)
   if devices is None:
-    return jax.make_mesh(sizes, names, axis_types=types)
+    try:
+      return jax.make_mesh(sizes, names, axis_types=types, devices=all_devices())
+    except NotImplementedError:  # No assignment without splitting a physical axis.
+      return Mesh(mesh_utils.create_device_mesh(sizes, all_devices(),
+                                                allow_split_physical_axes=True),
+                  names, axis_types=types)
   return Mesh(np.asarray(devices).reshape(sizes), names, axis_types=types)
 
 
 def eval_mesh(num_partitions: int = 1, devices: Sequence[Any] | None = None) -> Mesh:
   """('data', 'model') over all devices, `num_partitions` of them along 'model'."""
-  count = len(jax.devices()) if devices is None else len(devices)
+  count = len(all_devices()) if devices is None else len(devices)
   if num_partitions < 1 or count % num_partitions:
     raise ValueError(f'num_partitions={num_partitions} must divide the {count} devices.')
   return make_mesh({'data': count // num_partitions, 'model': num_partitions}, devices)
@@ -88,11 +131,12 @@ def calibration_mesh(tau: int = 1, data: int = 1, model: int = 1,
                      devices: Sequence[Any] | None = None) -> Mesh:
   """('tau', 'data', 'model'); `devices` default to the first tau * data * model devices."""
   need = tau * data * model
-  if devices is None and jax.process_count() > 1 and need != jax.device_count():
+  every = all_devices()
+  if devices is None and process_count() > 1 and need != len(every):
     raise ValueError(f'mesh tau={tau} x data={data} x model={model} uses {need} devices; with '
-                     f'{jax.process_count()} processes it must use all {jax.device_count()}.')
-  if devices is None and need != len(jax.devices()):
-    devices = jax.devices()
+                     f'{process_count()} processes it must use all {len(every)}.')
+  if devices is None and need != len(every):
+    devices = every
     if need > len(devices):
       raise ValueError(f'mesh tau={tau} x data={data} x model={model} needs {need} devices; '
                        f'{len(devices)} available.')

@@ -204,6 +204,18 @@ def test_buckets_match_t5x_fixture(bidirectional):
 
 
 @pytest.mark.parametrize('bidirectional', [True, False])
+def test_numpy_and_jax_buckets_agree(bidirectional):
+  """Host (numpy) and traced (jnp) bucketing give the same int32 buckets at every offset."""
+  offsets = np.arange(-70000, 70001, dtype=np.int32)
+  on_host = attention.relative_position_bucket(offsets, bidirectional)
+  traced = jax.jit(attention.relative_position_bucket, static_argnums=1)(
+      jnp.asarray(offsets), bidirectional)
+  assert isinstance(on_host, np.ndarray) and on_host.dtype == np.int32
+  np.testing.assert_array_equal(on_host, np.asarray(traced))
+  np.testing.assert_array_equal(on_host, _np_bucket(offsets, bidirectional))
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
 def test_bias_by_offset_covers_every_offset(bidirectional):
   """The clipped-offset table equals the bucketed table at every offset of a 5000-token input."""
   table = np.asarray(_inputs()[3])
@@ -342,10 +354,10 @@ def test_dispatch_table(platform, fused, long):
 def test_target_platform_is_the_mesh_platform():
   """Without a mesh, jax's default backend; under `jax.set_mesh`, the mesh's devices' platform
   (tests/pallas_tpu_test.py: 'tpu' for a TPU topology's devices on this CPU host)."""
-  assert layers.target_platform() == jax.default_backend()
+  assert attention.target_platform() == jax.default_backend()
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('data',))
   with jax.set_mesh(mesh):
-    assert layers.target_platform() == jax.devices()[0].platform
+    assert attention.target_platform() == jax.devices()[0].platform
   # A foreign kernel is refused by name rather than compiled for the wrong platform.
   other = 'pallas_gpu' if jax.default_backend() == 'tpu' else 'pallas_tpu'
   if jax.default_backend() != 'cpu':

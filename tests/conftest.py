@@ -1,8 +1,16 @@
-"""Shared test fixtures: the t5x-written tiny checkpoints and their reference outputs."""
+"""Shared test fixtures: the t5x-written tiny checkpoints and their reference outputs.
+
+The suite runs on the CPU: JAX_PLATFORMS defaults to 'cpu' here (and in every subprocess a test
+starts, which inherit it), so an installed libtpu (the test extras install it, for deviceless
+TPU compiles) is never probed for chips. To run the suite on a GPU, set JAX_PLATFORMS=cuda.
+"""
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
+
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # Before any test module imports jax.
 
 import numpy as np
 import pytest

@@ -77,3 +77,23 @@ def test_a_later_gin_file_changing_a_macro_warns(clean_gin):
     gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xl.gin',
                        '--gin.CHECKPOINT_PATH=/c', '--gin.MIXTURE_OR_TASK_NAME=t',
                        '--gin.EVAL_OUTPUT_DIR=/e'], prog='t')
+
+
+def test_unset_required_binds_required_macros_to_none(tmp_path):
+  """What t5align.preflight reads: macros a file marks %gin.REQUIRED become None unless a flag
+  sets them; without `unset_required` gin refuses them, as before."""
+  import gin  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'run.gin'
+  path.write_text('CHECKPOINT_PATH = %gin.REQUIRED\nOUTPUT = %gin.REQUIRED\nBATCH = 8\n')
+  gin.clear_config()
+  try:
+    gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t',
+                      unset_required=True)
+    assert gin.query_parameter('CHECKPOINT_PATH/macro.value') is None
+    assert gin.query_parameter('OUTPUT/macro.value') == '/tmp/x'
+    assert gin.query_parameter('BATCH/macro.value') == 8
+    gin.clear_config()
+    with pytest.raises(ValueError, match='CHECKPOINT_PATH'):
+      gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t')
+  finally:
+    gin.clear_config()

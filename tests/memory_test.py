@@ -34,14 +34,22 @@ def test_estimate_matches_a_hand_computation():
   assert est.params == 214_016 * 4 // 2
   # 4 examples x 2 heads per device; logits + probabilities + bias, float32.
   assert est.attention == 4 * (2 * 4 * 2 * 4096**2 + 2 * 4096**2) == 1_207_959_552
-  # [4, 4096] rows x (4 x 64 + 4 x 2 x 16 + 3 x 64) float32 values.
-  assert est.hidden == 4 * 4096 * (256 + 128 + 192) * 4
+  # [4, 4096] rows x (2 x 64 + 2 x 2 x 16 + 3 x 64) float32 values, and two float32 copies of
+  # each example's [4096, 64] residual stream.
+  assert est.hidden == 4 * 4096 * (128 + 64 + 192) * 4 + 4 * 4096 * 2 * 64 * 4
+  assert est.cache == 0
   assert est.total == est.params + est.attention + est.hidden
 
   blockwise = memory.estimate(TINY.replace(attention_impl="blockwise"),
                               length=4096, batch_size=8, params_dtype='float32', model_shards=2,
                               data_shards=2)
-  assert blockwise.attention == 4 * (2 * 4 * 2 * 4096 * 512 + 2 * 4096 * 512)
+  # Per row and head: float32 accumulators and stacked outputs [4096, 16], 3 [512, 512] tiles.
+  assert blockwise.attention == 4 * 4 * 2 * (2 * 4096 * 16 + 3 * 512 * 512)
+  decoding = memory.estimate(TINY, length=4096, batch_size=8, params_dtype='float32',
+                             model_shards=2, data_shards=2, decoding=True)
+  # Cross-attention keys and values of 2 decoder layers, 4 examples x 2 heads x [4096, 16].
+  assert decoding.cache == 2 * 2 * 4 * 4096 * 2 * 16 * 4
+  assert decoding.total == est.total + decoding.cache
   # Calibration: 11 taus over a 'tau' axis of 4 -> 3 per device, times 4 examples.
   calib = memory.estimate(TINY, length=1024, batch_size=8, params_dtype='bfloat16',
                           data_shards=2, taus=11, tau_shards=4)
@@ -77,8 +85,9 @@ def test_auto_attention_and_sharding_make_xxl_fit_and_small_runs_pass():
   assert est.attention_impl == 'blockwise' and est.total < 16 * 2**30
 
 
-def test_eval_cli_refuses_before_compiling(tmp_path, monkeypatch):
-  """`t5align.eval`'s entry point (in process: the same `main(argv)` the CLI runs)."""
+def test_eval_cli_refuses_before_running(tmp_path, monkeypatch):
+  """`t5align.eval`'s entry point (in process: the same `main(argv)` the CLI runs) compiles the
+  step for the widest batch and refuses it on XLA's memory figure, before writing anything."""
   pytest.importorskip('seqio')
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
@@ -88,7 +97,9 @@ def test_eval_cli_refuses_before_compiling(tmp_path, monkeypatch):
   monkeypatch.chdir(root)
   gin.clear_config()
   try:
-    with pytest.raises(memory.DoesNotFitError, match=r'BATCH_SIZE \(now 100000\) lower'):
+    with pytest.raises(memory.DoesNotFitError,
+                       match=r'as XLA compiled it \(arguments .* temporaries .*BATCH_SIZE '
+                             r'\(now 100000\) lower'):
       t5align_eval.main([
           '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
           f'--gin.CHECKPOINT_PATH={assets.checkpoint_dir(str(model))}', f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
@@ -98,3 +109,15 @@ def test_eval_cli_refuses_before_compiling(tmp_path, monkeypatch):
   finally:
     gin.clear_config()
   assert not list(tmp_path.rglob('predictions.jsonl'))  # Nothing ran.
+
+
+def test_calibration_sweep_is_refused_on_xla_figure(load_t5x_fixture):
+  """`calibration.check_sweep_memory` (what `t5align.calibrate` runs before its sweeps): 10^5
+  samples of 2048 tokens need terabytes; a small sweep passes with XLA's figures."""
+  from t5align import calibration  # pylint: disable=g-import-not-at-top
+  config, params, _ = load_t5x_fixture('t5_1_1_tiny')
+  with pytest.raises(memory.DoesNotFitError, match=r'This calibration sweep needs .* as XLA '
+                     r'compiled it .*BATCH_SIZE \(now 100000\) lower.*TAU_BATCH_SIZE, now 11'):
+    calibration.check_sweep_memory(params, config, length=2048, batch_size=100_000, taus=11)
+  fits = calibration.check_sweep_memory(params, config, length=256, batch_size=2, taus=3)
+  assert 0 < fits.total < 2**30 and fits.temporaries > 0

@@ -42,10 +42,10 @@ def test_the_mesh_picks_the_tpu_kernel():
   """Under a TPU mesh on this CPU host the target platform is 'tpu': 'pallas' and 'auto' above
   the threshold are the Mosaic kernel."""
   with jax.set_mesh(_tpu_mesh()):
-    assert layers.target_platform() == 'tpu'
+    assert attention.target_platform() == 'tpu'
     assert layers.resolve('pallas', 1000, 512) == 'pallas_tpu'
     assert layers.resolve('auto', 1000, 512) == 'pallas_tpu'
-  assert layers.target_platform() == jax.default_backend()
+  assert attention.target_platform() == jax.default_backend()
 
 
 @needs_libtpu

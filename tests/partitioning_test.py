@@ -82,11 +82,11 @@ _SCRIPT = textwrap.dedent('''
         continue
       # The compiled statistics call: its parameter shardings and per-device argument bytes.
       placed = partitioning.place_params(params, config, mesh)
-      compiled = calibration_stats._stats_fn(
+      compiled = calibration_stats.sweep_fn(
           config, mesh, calibration_stats.default_tau_chunk()).lower(
           placed, partitioning.global_array(tokens, partitioning.batch_sharding(mesh, 2)),
           partitioning.global_array(np.ones((len(cal_taus), 2), np.float32),
-                                    calibration_stats._tau_sharding(mesh))).compile()
+                                    calibration_stats.tau_sharding(mesh))).compile()
       specs = jax.tree.map(lambda s: [a for a in s.spec], compiled.input_shardings[0][0],
                            is_leaf=lambda s: hasattr(s, 'spec'))
       out['calibration'][''.join(map(str, shape))].update({

@@ -1,0 +1,303 @@
+"""t5align/preflight.py: deviceless TPU compiles of the real programs, their figures, the CLI.
+
+Compiles need libtpu (the test extras install it: `jax[tpu]`); without it those tests skip. The
+references: hand-computed parameter bytes per chip, written-out loop costs (matmul FLOPs times
+trip counts), and the same program compiled with its loop unrolled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from t5align import network
+from t5align import preflight
+from t5align import tpu_chips
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+needs_libtpu = pytest.mark.skipif(not preflight.libtpu_available(),
+                                  reason='libtpu is not installed (pip install "jax[tpu]")')
+V5E_2X2 = tpu_chips.parse_target('v5e:2x2')
+# Tile-aligned shapes (multiples of 128 per shard), so XLA's TPU argument bytes are the logical
+# ones: 2 + 2 layers, 8 heads x 32, d_model 256, d_ff 1024, vocabulary 2048.
+SMALL = network.T5Config(vocab_size=2048, dtype=jnp.bfloat16, emb_dim=256, num_heads=8,
+                         num_encoder_layers=2, num_decoder_layers=2, head_dim=32, mlp_dim=1024,
+                         mlp_activations=('gelu', 'linear'), dropout_rate=0.0,
+                         attention_impl='blockwise')
+
+
+def _small_params_per_chip(model: int) -> tuple[int, int]:
+  """float32 parameter values one chip holds, by hand, (encoder + embedding, decoder + logits):
+  everything but the norm scales is split over 'model' (t5x's rules; the [heads, 32]
+  relative-position tables by heads)."""
+  e, hd, f, v = 256, 8 * 32, 1024, 2048
+  enc_layer = 4 * e * hd + 3 * e * f  # q, k, v, o; wi_0, wi_1, wo
+  dec_layer = 8 * e * hd + 3 * e * f  # self + cross attention; MLP
+  encoder = (v * e + 2 * enc_layer + 8 * 32) // model + (2 * 2 + 1) * e
+  decoder = (e * v + 2 * dec_layer + 8 * 32) // model + (2 * 3 + 1) * e
+  return encoder, decoder
+
+
+def test_tpu_type_names_map_to_topologies():
+  for name, topology, chips in [('v4-32', 'v4:2x2x4', 16), ('v5litepod-16', 'v5e:4x4', 16),
+                                ('v5e-16', 'v5e:4x4', 16), ('v5p-8', 'v5p:2x2x1', 4),
+                                ('v6e-16', 'v6e:4x4', 16), ('v4-8', 'v4:2x2x1', 4),
+                                ('v5litepod-8', 'v5e:2x4', 8), ('v6e-256', 'v6e:16x16', 256),
+                                ('v5e:4x4', 'v5e:4x4', 16), ('v4:2x2x2', 'v4:2x2x2', 8)]:
+    target = tpu_chips.parse_target(name)
+    assert (target.topology, target.num_chips) == (topology, chips), name
+  assert tpu_chips.parse_target('v4-32').topology_kwargs()['chip_config_name'] == 'megacore'
+  assert tpu_chips.parse_target('v5e-16').chip.hbm_bytes == 16 * 2**30
+  for bad, words in [('v4-30', 'v4-N takes N in'), ('v5litepod-12', 'v5litepod-N takes N in'),
+                     ('v5e:4x4x4', r'2-D \(AxB\)'), ('tpu-16', 'TPU type name such as')]:
+    with pytest.raises(ValueError, match=words):
+      tpu_chips.parse_target(bad)
+
+
+@needs_libtpu
+def test_meshes_over_a_slice_are_the_runs_meshes():
+  """Inside `partitioning.target_devices` the run's mesh builders lay meshes over the slice as
+  `jax.make_mesh` does over a real one; an axis that needs a physical axis split (8 along
+  'model' on a 4x4 v6e, which `jax.make_mesh` refuses there) is split instead of failing."""
+  from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  devices = preflight.compile_only_devices(tpu_chips.parse_target('v6e-16'))
+  with partitioning.target_devices(devices):
+    assert len(partitioning.all_devices()) == 16 and partitioning.process_count() == 4
+    mesh = partitioning.eval_mesh(4)
+    expected = jax.make_mesh((4, 4), ('data', 'model'), devices=devices)
+    assert [d.id for d in mesh.devices.flat] == [d.id for d in expected.devices.flat]
+    mesh = partitioning.calibration_mesh(2, 1, 8)
+    assert dict(mesh.shape) == {'tau': 2, 'data': 1, 'model': 8}
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+  assert partitioning.all_devices() == jax.devices()  # Outside the block: jax's own.
+
+
+@needs_libtpu
+def test_loop_costs_apply_trip_counts():
+  """A scan of 10 x (scan of 3 matmuls): FLOPs = 30 x 2 n^3 (+ tanh), as when the outer loop is
+  unrolled; XLA's own `cost_analysis` counts each body once."""
+  devices = preflight.compile_only_devices(V5E_2X2)
+  sharding = jax.sharding.SingleDeviceSharding(devices[0])
+  n = 256
+  arg = jax.ShapeDtypeStruct((n, n), jnp.float32, sharding=sharding)
+
+  def program(unroll):
+    def f(x, w):
+      def outer(c, _):
+        c, _ = jax.lax.scan(lambda c2, _: (jnp.tanh(c2 @ w), None), c, None, length=3)
+        return c, None
+      return jax.lax.scan(outer, x, None, length=10, unroll=unroll)[0]
+    compiled = jax.jit(f).lower(arg, arg).compile()
+    return compiled, preflight.HloProgram(compiled.as_text())
+
+  rolled, hlo = program(1)
+  cost = hlo.cost()
+  assert [(loop.trips, loop.exact) for loop in hlo.loops] == [(10, True), (3, True)]
+  matmuls = 30 * 2 * n**3
+  assert matmuls <= cost.flops <= matmuls * 1.01
+  assert cost.transcendentals == 30 * n * n  # tanh
+  assert rolled.cost_analysis()['flops'] < 0.04 * matmuls  # one inner body: 1/30
+  unrolled, hlo_unrolled = program(10)
+  assert not any(loop.trips == 10 for loop in hlo_unrolled.loops)
+  assert hlo_unrolled.cost().flops == pytest.approx(cost.flops, rel=1e-6)
+  assert hlo_unrolled.cost().bytes_accessed == pytest.approx(cost.bytes_accessed, rel=0.05)
+
+
+@needs_libtpu
+def test_pallas_kernels_count_by_their_cost_estimate():
+  """jax's own Pallas TPU flash attention (Mosaic), 3 calls in a loop: XLA's generic analysis
+  knows nothing of a kernel, so the kernel's declared estimate counts, times the trip count."""
+  from jax.experimental.pallas.ops.tpu import flash_attention  # pylint: disable=g-import-not-at-top
+  devices = preflight.compile_only_devices(V5E_2X2)
+  arg = jax.ShapeDtypeStruct((1, 8, 2048, 64), jnp.bfloat16,
+                             sharding=jax.sharding.SingleDeviceSharding(devices[0]))
+
+  def f(q, k, v):
+    return jax.lax.fori_loop(0, 3, lambda i, x: flash_attention.flash_attention(x, k, v), q)
+
+  compiled = jax.jit(f).lower(arg, arg, arg).compile()
+  hlo = preflight.HloProgram(compiled.as_text())
+  cost = hlo.cost()
+  assert hlo.custom_calls_without_estimate == [] and [loop.trips for loop in hlo.loops] == [3]
+  # The kernel's own estimate (q.k and p.v of 8 heads x 2048 x 2048 x 64, exp per logit).
+  kernel = compiled.cost_analysis()
+  assert kernel['flops'] == pytest.approx(4 * 8 * 2048 * 2048 * 64, rel=0.01)
+  assert cost.flops == pytest.approx(3 * kernel['flops'], rel=0.01)
+  assert cost.transcendentals == pytest.approx(3 * 8 * 2048 * 2048, rel=0.01)
+  assert cost.bytes_accessed >= 3 * 4 * 8 * 2048 * 64 * 2  # q, k, v, out per call
+
+
+@pytest.fixture(scope='module')
+def small_reports():
+  """The SMALL model's eval and calibration programs compiled for v5e:2x2 (data 2 x model 2)."""
+  if not preflight.libtpu_available():
+    pytest.skip('libtpu is not installed (pip install "jax[tpu]")')
+  common = dict(config=SMALL, target=V5E_2X2, length=2048, batch_size=4)
+  return {
+      'eval': preflight.check(preflight.Settings(
+          'eval', num_partitions=2, max_decode_length=8, **common)),
+      'calibration': preflight.check(preflight.Settings(
+          'calibration', mesh_shape=(1, 2, 2), tau_batch=3, **common))}
+
+
+def test_argument_bytes_are_the_sharded_parameters_plus_inputs(small_reports):
+  encoder, decoder = (4 * n for n in _small_params_per_chip(model=2))  # float32 bytes
+  eval_report = small_reports['eval']
+  assert eval_report.mesh == {'data': 2, 'model': 2}
+  # Per chip: 2 of the 4 examples' tokens (int32) and taus (float32, one per example).
+  inputs = 2 * 2048 * 4 + 2 * 4
+  memory = eval_report.memory
+  assert abs(memory.arguments - (encoder + decoder + inputs)) <= 2 * 4096, memory
+  assert memory.unread_parameters == 0
+  # Calibration reads the encoder side only, and of the last layer only what its attention
+  # probabilities need (q, k: the statistics): XLA drops the rest from its arguments (the
+  # last layer's v, o and MLP, the decoder). The run holds them all: unread parameters.
+  calibration = small_reports['calibration']
+  assert calibration.mesh == {'tau': 1, 'data': 2, 'model': 2}
+  inputs = 2 * 2048 * 4 + 3 * 2 * 4  # 2 samples of 2048 tokens; all 3 taus x 2 layers
+  unused = 4 * (2 * 256 * 256 + 3 * 256 * 1024) // 2 + 4 * 256  # v, o, MLP; MLP norm
+  memory = calibration.memory
+  assert abs(memory.arguments - (encoder - unused + inputs)) <= 2 * 4096, memory
+  assert abs(memory.unread_parameters - (decoder + unused)) <= 2 * 4096, memory
+  for report in small_reports.values():
+    assert report.fits and 0 < report.memory.total < 2**30
+    m = report.memory
+    assert m.total == (m.arguments + m.temporaries + m.outputs - m.aliased + m.generated_code
+                       + m.unread_parameters)
+
+
+def test_trip_counts_against_an_analytic_count(small_reports):
+  """Calibration: the encoder's matmul FLOPs per chip by hand, with blockwise attention in
+  512 x 512 tiles (4 x 4 of them per layer: `cost_analysis` counts one).
+
+  Per chip: 2 samples, 3 taus, 4 of the 8 heads (128 of the 256 q/k/v units), 512 of the 1024
+  MLP units. What does not depend on tau is computed once per sample (vmap batches only what
+  does): layer 0's q, k, v projections and q.k logits. The statistics need no more of the last
+  layer than its q.k (XLA drops the rest).
+  """
+  report = small_reports['calibration']
+  e, hd, f, length = 256, 128, 512, 2048
+  once = 2 * 3 * e * hd + 2 * length * hd  # layer 0: q, k, v; q.k
+  per_tau = (2 * length * hd + 2 * e * hd + 2 * 3 * e * f  # layer 0: p.v, o, MLP
+             + 2 * 2 * e * hd + 2 * length * hd)  # layer 1: q, k; q.k
+  matmuls = 2 * length * (once + 3 * per_tau)  # per token x tokens x samples
+  loops = [(loop.trips, loop.exact) for loop in report.loops]
+  assert loops == [(4, True), (4, True)] * 2, loops
+  # XLA also counts elementwise work (softmax, norms, GELU), which the hand count leaves out.
+  assert matmuls <= report.cost.flops <= 1.25 * matmuls, (report.cost.flops, matmuls)
+  assert report.xla_cost['flops'] < 0.7 * matmuls  # 1/16 of the attention
+  assert report.units_per_call == 4 * 3
+  per = report.per_unit()
+  assert per['flops'] == pytest.approx(report.cost.flops * 4 / 12)
+  chip = tpu_chips.CHIPS['v5e']
+  assert per['roofline_seconds'] == pytest.approx(max(
+      report.cost.flops / chip.peak_bf16_flops,
+      report.cost.bytes_accessed / chip.hbm_bytes_per_s) / 12)
+
+
+def test_eval_decoding_loop_is_bounded_by_max_decode_length(small_reports):
+  report = small_reports['eval']
+  decode = [loop for loop in report.loops if not loop.exact]
+  assert [loop.trips for loop in decode] == [8], report.loops
+  assert report.units_per_call == 4 and report.shapes['inputs'] == (4, 2048)
+
+
+@needs_libtpu
+def test_tiny_model_eval_compiles_for_v5e_2x2():
+  """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) for v5e:2x2, data 2 x model 2."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import gin_cli  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    gin_cli.configure(['--gin_file=gin/models/tiny.gin', '--gin.ATTENTION_IMPL=blockwise'],
+                      prog='t')
+    config = gin.get_configurable(network.T5Config)()
+  finally:
+    gin.clear_config()
+  report = preflight.check(preflight.Settings('eval', config, V5E_2X2, length=1000,
+                                              batch_size=3, num_partitions=2))
+  assert report.fits and report.mesh == {'data': 2, 'model': 2}
+  assert report.shapes == {'inputs': (4, 1024), 'taus': (4, 1)}  # 3 -> 4 rows; 128-multiple
+  assert [(loop.trips, loop.exact) for loop in report.loops].count((64, False)) == 1
+  assert report.cost.flops > report.xla_cost['flops'] and report.per_unit()['flops'] > 0
+
+
+def _cli(*args, tmp_path):
+  env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+  return subprocess.run([sys.executable, '-m', 't5align.preflight', *args], cwd=REPO_ROOT,
+                        env=env, capture_output=True, text=True, timeout=600)
+
+
+@needs_libtpu
+def test_cli_refuses_a_run_that_does_not_fit(tmp_path):
+  """gin/calibrate.gin + gin/models/tiny.gin, 'reference' attention at 32k tokens: 11 taus x 4
+  heads of [32k, 32k] float32 logits and probabilities on one v5e chip. XLA refuses to compile
+  it; exit 3, naming the settings to change; the JSON says so too."""
+  out = tmp_path / 'report.json'
+  result = _cli('--gin_file=gin/calibrate.gin', '--gin_file=gin/models/tiny.gin',
+                '--gin.ATTENTION_IMPL=reference', '--gin.NUM_SAMPLES=1', '--topology=v5e:2x2',
+                '--length=32768', f'--json_output={out}', tmp_path=tmp_path)
+  assert result.returncode == preflight.DOES_NOT_FIT == 3, result.stderr[-3000:]
+  assert 'XLA refused it for v5e: RESOURCE_EXHAUSTED' in result.stdout, result.stdout
+  assert 'Does not fit' in result.stdout
+  for setting in ("ATTENTION_IMPL='blockwise'", 'TAU_BATCH_SIZE, now 11', 'BATCH_SIZE (now 1)'):
+    assert setting in result.stdout, result.stdout
+  report = json.loads(out.read_text())
+  assert not report['fits'] and report['program'] == 'calibration'
+  # [11, 4, 32k, 32k] float32 is 176 GiB; XLA needs a few such buffers at once.
+  assert report['memory_per_chip']['temporaries'] >= 176 * 2**30
+  assert 'available HBM (15.75G)' in report['compile_error']
+  assert report['mesh'] == {'tau': 1, 'data': 1, 'model': 1}  # MESH_SHAPE None: one device
+  assert 'libtpu' not in result.stderr.lower() and 'TPU_WORKER' not in result.stderr
+
+
+@needs_libtpu
+def test_cli_passes_a_run_that_fits(tmp_path):
+  out = tmp_path / 'report.json'
+  result = _cli('--gin_file=gin/calibrate.gin', '--gin_file=gin/models/tiny.gin',
+                '--gin.MESH_SHAPE=(2, 2)', '--gin.LENGTHS=(512, 1000)', '--topology=v5litepod-4',
+                f'--json_output={out}', tmp_path=tmp_path)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads(out.read_text())
+  assert report['fits'] and report['settings']['length'] == 1000  # max(LENGTHS)
+  assert report['mesh'] == {'tau': 2, 'data': 2, 'model': 1}
+  # gin/models/tiny.gin (after gin/calibrate.gin) sets ATTENTION_IMPL, as for t5align.calibrate.
+  assert report['settings']['attention_impl'] == 'reference'
+  # gin/calibrate.gin's BATCH_SIZE = 1, rounded up to the 'data' axis; 11 taus rounded up to 12.
+  assert report['shapes'] == {'inputs': [2, 1000], 'taus': [12, 2]}
+  assert report['target']['type_name'] == 'v5litepod-4'
+
+
+def test_cli_names_a_bad_topology(tmp_path):
+  result = _cli('--gin_file=gin/calibrate.gin', '--topology=v5e-12', tmp_path=tmp_path)
+  assert result.returncode == 2
+  assert '--topology=v5e-12' in result.stderr and 'v5e-N takes N in' in result.stderr
+
+
+def test_eval_settings_come_from_the_eval_gin_files():
+  pytest.importorskip('seqio')
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import gin_cli  # pylint: disable=g-import-not-at-top
+  # Registered with gin before it is configured, as `preflight.main` does.
+  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top,unused-import
+  gin.clear_config()
+  try:
+    gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xxl.gin',
+                       '--gin.NUM_PARTITIONS=8', '--gin.BATCH_SIZE=2', '--gin.TRUNCATE_INPUTS=4000',
+                       '--gin.PARAMS_DTYPE=bfloat16',
+                       '--gin.TEMPERATURE=(' + ', '.join(['0.9'] * 24) + ')'],
+                      prog='t', unset_required=True)
+    settings = preflight.settings_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
+  finally:
+    gin.clear_config()
+  assert settings.program == 'eval' and settings.config.num_heads == 64
+  assert (settings.length, settings.batch_size, settings.num_partitions) == (4000, 2, 8)
+  assert settings.layer_taus and settings.max_decode_length == 64
+  assert settings.params_dtype == 'bfloat16' and settings.config.attention_impl == 'auto'
