@@ -55,20 +55,56 @@ def peak_memory_bytes(framework: str) -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB.
 
 
-def time_calls(fn: Callable[[], Any], block: Callable[[Any], Any], repeats: int
-               ) -> tuple[dict, Any]:
-  """Compile/warm-up time of the first call, median wall time of `repeats` more, last output."""
+def time_calls(fn: Callable[[], Any], block: Callable[[Any], Any], repeats: int,
+               peak: Callable[[], float] | None = None) -> tuple[dict, Any]:
+  """Compile/warm-up time of the first call, median wall time of `repeats` more, last output.
+
+  `peak` (`matmul_peak`): timed once before every timed call (after the first call when
+  `repeats` is 0), interleaved with them in this process, so that the row and the machine's peak
+  see the same load; the median is returned as `peak_tflops_per_s`.
+  """
   start = time.perf_counter()
   out = block(fn())
   first = time.perf_counter() - start
-  times = []
+  times, peaks = [], []
   for _ in range(repeats):
+    if peak is not None:
+      peaks.append(peak())
     start = time.perf_counter()
     out = block(fn())
     times.append(time.perf_counter() - start)
   # NOTE: repeats=0 reports the first call (for minute-long reference runs).
   seconds = statistics.median(times) if times else first
-  return {'first_call_s': round(first, 4), 'seconds': round(seconds, 5)}, out
+  result = {'first_call_s': round(first, 4), 'seconds': round(seconds, 5)}
+  if peak is not None:
+    result['peak_tflops_per_s'] = round(statistics.median(peaks or [peak()]), 4)
+  return result, out
+
+
+def matmul_peak(dtype: str, size: int) -> Callable[[], float]:
+  """The machine's own peak as XLA reaches it: a callable timing one `[size, size]` x
+  `[size, size]` matmul in `dtype` (jit-compiled, compiled and warmed up here) and returning its
+  TFLOP/s (2 size^3 FLOPs).
+
+  Each call draws its inputs on the device (untimed) and drops them after, so that the peak
+  memory a row reports is not raised by matrices held between its calls.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  draw = jax.jit(lambda key: tuple(jax.random.normal(k, (size, size), jnp.dtype(dtype))
+                                   for k in jax.random.split(key)))
+  product = jax.jit(jnp.matmul)
+  jax.block_until_ready(product(*draw(jax.random.PRNGKey(0))))
+
+  def measure() -> float:
+    a, b = jax.block_until_ready(draw(jax.random.PRNGKey(1)))
+    start = time.perf_counter()
+    out = jax.block_until_ready(product(a, b))
+    seconds = time.perf_counter() - start
+    del a, b, out
+    return 2.0 * size ** 3 / seconds / 1e12
+
+  return measure
 
 
 def torch_available() -> bool:

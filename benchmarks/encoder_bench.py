@@ -1,7 +1,7 @@
 """T5 encoder forward and an 11-tau calibration sweep, t5align beside HuggingFace; prints JSON.
 
 Run from the repository root:
-  python -m benchmarks.encoder_bench --preset cpu         # T5 1.1 small, float32, L 1k..16k
+  python -m benchmarks.encoder_bench --preset cpu         # T5 1.1 small, float32, L 1k..32k
   python -m benchmarks.encoder_bench --preset cpu --lengths 1024 2048 --calibration-lengths \
       --decode-lengths                                    # a quick subset
   python -m benchmarks.encoder_bench --preset cpu-small   # tiny model, float32, L 512..16k
@@ -26,20 +26,32 @@ the two rows time alike there);
 (t(16) - t(1)) / 15. Each measurement runs in its own subprocess (see attention_bench.py for the
 memory and TFLOP/s conventions; FLOPs here are the whole encoder's matmuls).
 
+The machine's own peak is measured in the same run: a large matmul in the preset's dtype
+through XLA (`peak_size` square; `attention_bench.matmul_peak`), as 'peak' rows at the start and
+the end, and inside every forward / calibration row's process once before each of its timed
+calls (CPU; HF rows on a GPU use the 'peak' rows), so that the row and the peak share the load
+of the moment. Every such row gives `peak_tflops_per_s` and `fraction_of_peak` (its TFLOP/s over
+that peak), and the JSON's `summary` the issue-24 ratios (`summary`): forward TFLOP/s at each
+length over the mean at `BASE_LENGTHS`, and the calibration sweep's over the forward's at the
+same length, in TFLOP/s and in fraction of peak. A skipped row says why (`skipped`).
+
 Before a t5align forward or calibration row is timed, a separate subprocess checks that
 implementation against 'reference' with the same weights on a batch of 2 (row 1 padded), at the
 row's length where 'reference' fits (`check_max_length`), else at that length, saying so
 (`check_vs_reference`: length checked, output relative error, largest P_max / entropy error).
 HF rows use the preset's `hf_attention` ('sdpa': PyTorch's fused attention) for 'forward';
-calibration needs the probabilities (forward hooks), so HF calibration is 'eager'. An HF forward
-whose time, extrapolated quadratically from the previous length, would exceed `hf_max_s` is
-skipped with the reason in its row. Weights are random (numpy, scaled like t5x's initializers);
-`weights_bytes` is their size and `baseline_rss_bytes` the process's RSS before they exist.
+calibration needs the probabilities (forward hooks), so HF calibration is 'eager'. An HF row
+whose time or peak memory, extrapolated quadratically from the previous length, would exceed
+`hf_max_s` or the machine's memory is skipped with the reason in its row. Weights are random
+(numpy, scaled like t5x's initializers); `weights_bytes` is their size and `baseline_rss_bytes`
+the process's RSS before they exist.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 
 from benchmarks import attention_bench as common
@@ -57,25 +69,28 @@ MODELS = {
                 num_decoder_layers=24, mlp_dim=10240),
 }
 PRESETS = {
-    'cpu': dict(models=['small'], lengths=[1024, 2048, 4096, 8192, 16384], dtype='float32',
-                impls=['blockwise', 'reference'], repeats=2, hf_repeats=1, hf_attention='sdpa',
-                hf_max_s=180, calibration_lengths=[2048], decode_model='small',
-                decode_lengths=[4096, 16384], check_max_length=4096,
-                max_length={'reference': 4096, 'pallas': 0}),
+    'cpu': dict(models=['small'], lengths=[1024, 2048, 4096, 8192, 16384, 32768],
+                dtype='float32', impls=['blockwise', 'reference'], repeats=2, hf_repeats=1,
+                hf_attention='sdpa', hf_max_s=180, calibration_lengths=[2048, 4096],
+                decode_model='small', decode_lengths=[4096, 16384], check_max_length=4096,
+                max_length={'reference': 4096, 'pallas': 0}, peak_size=4096),
     'smoke': dict(models=['tiny'], lengths=[160], dtype='float32', impls=['blockwise'],
                   repeats=0, hf_attention='sdpa', calibration_lengths=[128], decode_model='tiny',
-                  decode_lengths=[128], check_max_length=4096, max_length={}),
+                  decode_lengths=[128], check_max_length=4096, max_length={}, peak_size=256),
     'cpu-small': dict(models=['tiny'], lengths=[512, 2048, 4096, 16384], dtype='float32',
                       impls=['reference', 'blockwise', 'pallas'], repeats=2,
                       calibration_lengths=[2048], decode_model='small',
                       decode_lengths=[4096, 16384],
-                      max_length={'reference': 4096, 'pallas': 2048, 'hf': 4096}),
+                      max_length={'reference': 4096, 'pallas': 2048, 'hf': 4096},
+                      peak_size=4096),
     'gpu': dict(models=['xl', 'xxl'], lengths=[512, 2048, 4096, 8192, 15000, 16384],
                 dtype='bfloat16', impls=['reference', 'blockwise', 'pallas'], repeats=3,
                 hf_repeats=1,  # HF's 11-tau loop at 15k is ~1 minute per sweep.
                 calibration_lengths=[4096, 15000], decode_model='xl', decode_lengths=[16384],
-                max_length={'reference': 8192, 'hf': 15000}),
+                max_length={'reference': 8192, 'hf': 15000}, peak_size=16384),
 }
+# The lengths whose mean forward throughput longer inputs are compared with (`summary`).
+BASE_LENGTHS = (4096, 8192)
 TAUS = [1.0 - 0.05 * i for i in range(11)]
 DECODE_TOKENS = 16
 
@@ -228,7 +243,7 @@ def _jax_worker(spec: dict) -> dict:
     host_tokens = np.asarray(tokens)
     call = lambda: calibration_stats.encoder_attention_stats(params, config, host_tokens, TAUS,
                                                              mesh=mesh)
-  result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'])
+  result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'], _peak(spec))
   if spec['kind'] == 'calibration':
     result['pmax'] = [round(float(x), 5) for x in out.pmax]
     result['entropy'] = [round(float(x), 4) for x in out.entropy]
@@ -255,9 +270,11 @@ def _torch_worker(spec: dict) -> dict:
   tokens = torch.randint(2, sizes['vocab_size'], (1, spec['length']), device=device)
   attentions = [m for m in model.modules() if isinstance(m, modeling_t5.T5Attention)]
   block = common.torch_block(device)
+  # NOTE: on a GPU, JAX would claim the device's memory; HF rows there use the run's 'peak' rows.
+  peak = _peak(spec) if device == 'cpu' else None
   if spec['kind'] == 'forward':
     with torch.no_grad():
-      result, _ = common.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'])
+      result, _ = common.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'], peak)
     return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
   rows = []  # (pmax, entropy) per layer of the current pass.
@@ -289,12 +306,31 @@ def _torch_worker(spec: dict) -> dict:
     return pmax, entropy
 
   with torch.no_grad():
-    result, (pmax, entropy) = common.time_calls(sweep, block, spec['repeats'])
+    result, (pmax, entropy) = common.time_calls(sweep, block, spec['repeats'], peak)
   return {**result, 'pmax': [round(x, 5) for x in pmax], 'entropy': [round(x, 4) for x in entropy],
           'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
 
+def _peak(spec: dict):
+  """`common.matmul_peak` for the row's dtype and the preset's `peak_size`; None without one."""
+  if not spec.get('peak_size'):
+    return None
+  return common.matmul_peak(spec['dtype'], spec['peak_size'])
+
+
+def _peak_worker(spec: dict) -> dict:
+  """The machine's XLA matmul peak alone: median of `repeats` + 1 timed products."""
+  import jax  # pylint: disable=g-import-not-at-top
+  measure = _peak(spec)
+  values = [measure() for _ in range(spec['repeats'] + 1)]
+  return {**spec, 'tflops_per_s': round(statistics.median(values), 4),
+          'all_tflops_per_s': [round(v, 4) for v in values],
+          'device': str(jax.devices()[0].device_kind)}
+
+
 def worker(spec: dict) -> dict:
+  if spec['kind'] == 'peak':
+    return _peak_worker(spec)
   if spec['kind'].startswith('check_'):
     return _check_worker({**spec, 'kind': spec['kind'][len('check_'):]})
   if spec['kind'] == 'decode':
@@ -307,6 +343,8 @@ def worker(spec: dict) -> dict:
   flops = encoder_flops(model, spec['length']) * (len(TAUS) if spec['kind'] == 'calibration'
                                                   else 1)
   result['tflops_per_s'] = round(flops / result['seconds'] / 1e12, 4)
+  if 'peak_tflops_per_s' in result:
+    result['fraction_of_peak'] = round(result['tflops_per_s'] / result['peak_tflops_per_s'], 3)
   result['peak_bytes'] = common.peak_memory_bytes(framework)
   # One layer's [h, L, L] float32 scores; blockwise/pallas should stay far below it.
   lxl = spec['length'] ** 2 * model['num_heads'] * 4
@@ -314,16 +352,72 @@ def worker(spec: dict) -> dict:
   return {**spec, **result}
 
 
-def hf_skip_reason(previous: dict | None, length: int, limit_s: float | None) -> str | None:
-  """Why an HF row at `length` is not run: its time extrapolated quadratically from `previous`
-  (the last timed HF row of the same kind) exceeds `limit_s`; None to run it."""
-  if not limit_s or previous is None:
+def machine_memory_bytes() -> int:
+  """This machine's physical memory."""
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def hf_skip_reason(previous: dict | None, length: int, limit_s: float | None,
+                   memory_bytes: int | None = None) -> str | None:
+  """Why an HF row at `length` is not run, or None to run it: extrapolated quadratically from
+  `previous` (the last timed HF row of the same kind), its time exceeds `limit_s` or its peak
+  memory exceeds `memory_bytes` (the machine's)."""
+  if previous is None:
     return None
-  estimate = previous['seconds'] * (length / previous['length']) ** 2
-  if estimate <= limit_s:
-    return None
-  return (f'HF at {length} tokens would take about {estimate:.0f} s per call (quadratic from '
-          f'{previous["seconds"]:.1f} s at {previous["length"]}), over hf_max_s={limit_s}')
+  scale = (length / previous['length']) ** 2
+  reasons = []
+  if limit_s and previous['seconds'] * scale > limit_s:
+    reasons.append(f'would take about {previous["seconds"] * scale:.0f} s per call (quadratic '
+                   f'from {previous["seconds"]:.1f} s at {previous["length"]}), over '
+                   f'hf_max_s={limit_s}')
+  if memory_bytes and previous.get('peak_bytes', 0) * scale > memory_bytes:
+    reasons.append(f'would need about {previous["peak_bytes"] * scale / 1e9:.0f} GB (quadratic '
+                   f'from {previous["peak_bytes"] / 1e9:.1f} GB peak at {previous["length"]}), '
+                   f"over this machine's {memory_bytes / 1e9:.1f} GB of memory")
+  return f'HF at {length} tokens ' + ' and '.join(reasons) if reasons else None
+
+
+def summary(rows: list[dict]) -> dict:
+  """The issue-24 ratios: each t5align forward row against the same implementation's mean at
+  `BASE_LENGTHS` (TFLOP/s, and fraction of the peak each row measured beside it), and each
+  calibration row against the forward row of its implementation and length."""
+  timed = [r for r in rows if 'tflops_per_s' in r and r['kind'] in ('forward', 'calibration')]
+  out = {'forward_over_base': [], 'calibration_over_forward': []}
+  ratio = lambda a, b, key: (round(a[key] / b, 3) if key in a and b else None)
+  for row in timed:
+    same = [r for r in timed if (r['model'], r['impl']) == (row['model'], row['impl'])]
+    if row['kind'] == 'forward' and row['impl'] != 'hf':
+      base = [r for r in same if r['kind'] == 'forward' and r['length'] in BASE_LENGTHS]
+      if len(base) == len(BASE_LENGTHS):
+        mean = lambda key: (statistics.mean(r[key] for r in base)
+                            if all(key in r for r in base) else None)
+        out['forward_over_base'].append(dict(
+            model=row['model'], impl=row['impl'], length=row['length'],
+            tflops=ratio(row, mean('tflops_per_s'), 'tflops_per_s'),
+            fraction_of_peak=ratio(row, mean('fraction_of_peak'), 'fraction_of_peak')))
+    elif row['kind'] == 'calibration':
+      forward = [r for r in same if r['kind'] == 'forward' and r['length'] == row['length']]
+      if forward:
+        out['calibration_over_forward'].append(dict(
+            model=row['model'], impl=row['impl'], length=row['length'],
+            tflops=ratio(row, forward[0]['tflops_per_s'], 'tflops_per_s'),
+            fraction_of_peak=ratio(row, forward[0].get('fraction_of_peak'),
+                                   'fraction_of_peak')))
+  return out
+
+
+def table(rows: list[dict]) -> str:
+  """One line per row: what ran, seconds, TFLOP/s, fraction of the peak; or why it was skipped."""
+  lines = [f'{"kind":<12}{"impl":<11}{"length":>7}{"seconds":>10}{"TFLOP/s":>9}{"of peak":>9}']
+  for r in rows:
+    head = f'{r["kind"]:<12}{r["impl"]:<11}{r["length"]:>7}'
+    if 'skipped' in r or 'error' in r:
+      lines.append(f'{head}  {"skipped: " + r["skipped"] if "skipped" in r else r["error"]}')
+    elif 'tflops_per_s' in r:
+      seconds, fraction = r.get('seconds'), r.get('fraction_of_peak')
+      lines.append(f'{head}{"-" if seconds is None else f"{seconds:.3f}":>10}'
+                   f'{r["tflops_per_s"]:>9.4f}{"" if fraction is None else f"{fraction:>9.3f}"}')
+  return '\n'.join(lines)
 
 
 def main(argv=None) -> None:
@@ -344,7 +438,11 @@ def main(argv=None) -> None:
   impls = common.implementations(args, preset)
   calibration = (preset['calibration_lengths'] if args.calibration_lengths is None
                  else args.calibration_lengths)
-  rows = []
+  peak_spec = dict(kind='peak', model=None, impl='xla_matmul', length=preset['peak_size'],
+                   dtype=preset['dtype'], peak_size=preset['peak_size'],
+                   repeats=common.repeats_for(args, preset, 'xla_matmul'))
+  rows = [common.run_worker('benchmarks.encoder_bench', peak_spec, args.timeout)]
+  print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   decode = (preset['decode_lengths'] if args.decode_lengths is None else args.decode_lengths)
   for length in decode:
     for variant in args.decode_variants:
@@ -359,15 +457,21 @@ def main(argv=None) -> None:
     hf_last = {}  # kind -> the last timed HF row, to extrapolate from.
     for kind, length in plan:
       for impl in impls:
-        if length > preset['max_length'].get(impl, length):
-          continue
         for extra in common.variants(args, impl):
           spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
-                      repeats=common.repeats_for(args, preset, impl), **extra)
+                      repeats=common.repeats_for(args, preset, impl),
+                      peak_size=preset['peak_size'], **extra)
+          limit = preset['max_length'].get(impl, length)
+          if length > limit:
+            if limit:  # 0: the implementation is not measured by this preset at all.
+              rows.append({**spec, 'skipped': f'{impl} is not run above max_length={limit} '
+                                               'on this preset'})
+            continue
           if impl == 'hf':
             spec['hf_attention'] = (preset.get('hf_attention', 'eager') if kind == 'forward'
                                     else 'eager')
-            reason = hf_skip_reason(hf_last.get(kind), length, preset.get('hf_max_s'))
+            reason = hf_skip_reason(hf_last.get(kind), length, preset.get('hf_max_s'),
+                                    machine_memory_bytes())
             if reason:
               rows.append({**spec, 'skipped': reason})
               continue
@@ -388,8 +492,16 @@ def main(argv=None) -> None:
             hf_last[kind] = row
           rows.append(row)
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+  rows.append(common.run_worker('benchmarks.encoder_bench', peak_spec, args.timeout))
+  # Rows without a peak of their own (HF on a GPU) take the run's best 'peak' row.
+  peaks = [r['tflops_per_s'] for r in rows if r['kind'] == 'peak' and 'tflops_per_s' in r]
+  for row in rows:
+    if row['kind'] != 'peak' and 'tflops_per_s' in row and 'fraction_of_peak' not in row and peaks:
+      row['fraction_of_peak'] = round(row['tflops_per_s'] / max(peaks), 3)
   common.add_ratios(rows, ('kind', 'model', 'length'))
-  print(json.dumps({'benchmark': 'encoder', 'preset': args.preset, 'rows': rows}, indent=1))
+  print(table(rows), file=sys.stderr, flush=True)
+  print(json.dumps({'benchmark': 'encoder', 'preset': args.preset, 'rows': rows,
+                    'summary': summary(rows)}, indent=1))
 
 
 if __name__ == '__main__':

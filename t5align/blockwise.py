@@ -1,19 +1,22 @@
 """Blockwise ('blockwise') self-attention: online softmax over key blocks, bias built per block.
 
 Pure JAX. Queries are processed one block at a time (`lax.map`) and, for each, keys one block at a
-time (`lax.scan`) with flash-attention accumulators, so the largest intermediate is
-`[b, h, block_q, block_k]`: memory is O(L * block), never `[L, L]`. The relative-position bias of a
-tile is one lookup in `attention.bias_by_offset` (`[heads, 2 * MAX_DISTANCE + 1]`, built once per
-call from the `[heads, 32]` table: every offset beyond `MAX_DISTANCE` shares its side's last
-bucket), so no tile computes buckets, and a tile lying wholly beyond `MAX_DISTANCE` adds one
-value per head without a lookup; the padding/segment mask comes from the segment ids.
-Block sizes are arguments (`Options`, from T5Config.attention_block_q / _k); None picks
-`default_blocks()` for the backend. On CPU a batch whose tiles would outgrow the cache
-(`CPU_TILE_ELEMENTS`) is attended a few examples at a time (`default_batch_block`, a `lax.map`
-over chunks of the batch). Same math as 'reference' (see attention.py):
-`softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout (training) uses
-t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key block, so it drops
-exactly the keys 'reference' (and t5x) drop.
+time (`lax.scan`) with flash-attention accumulators, so the largest intermediate is `[b, h, block_q,
+block_k]`: memory is O(L * block), never `[L, L]`. Each tile takes one of five paths (`tile_kinds`,
+a `lax.switch`): a tile wholly beyond `MAX_DISTANCE` of the diagonal ('far': nearly every tile at
+long lengths) has one relative-position bias per head, folded into the row's softmax shift, not
+added per element; a near tile adds a window of the bias of every offset
+(`attention.bias_by_offset`, one contiguous copy per row); a tile whose queries and keys all share
+one segment gets no per-element mask; one where none do is skipped. The tile's tempered logits `(q.k
++ bias) / tau` are never materialized: `softmax_tile` shifts each row by its largest raw logit and
+tempers inside the exponential, and sums the entropy term as a dot. The values' sum (for fully
+masked rows) is taken once per call. Block sizes are arguments (`Options`, from
+T5Config.attention_block_q / _k); None picks `default_blocks()` for the backend. On CPU a batch
+whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended a few examples at a time
+(`default_batch_block`, a `lax.map` over chunks of the batch). Same math as 'reference' (see
+attention.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout
+(training) uses t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key
+block, so it drops exactly the keys 'reference' (and t5x) drop.
 """
 from __future__ import annotations
 
@@ -79,52 +82,61 @@ def _pad_axis(x: Array, length: int, axis: int) -> Array:
   return jnp.pad(x, pad)
 
 
-def block_logits(
-    q: Array, k: Array, qk_dtype: jnp.dtype, bias_by_offset: Array, q_ids: Array, k_ids: Array,
-    q_start: Array, k_start: Array, bidirectional: bool) -> tuple[Array, Array]:
-  """Unmasked logits (q.k + relpos bias, before tau) and mask of one `[block_q, block_k]` tile.
+# Kinds of `[block_q, block_k]` tile (`tile_kinds`), one `lax.switch` branch each.
+SKIP, NEAR_MASKED, NEAR, FAR_MASKED, FAR = range(5)
+
+
+def tile_kinds(q_ids: Array, k_ids: Array, block_q: int, block_k: int,
+               bidirectional: bool) -> tuple[Array, np.ndarray]:
+  """The kind of every tile, and whether a far tile lies right of its queries.
+
+  Position (static): a tile whose every offset `key - query` is beyond `MAX_DISTANCE` on one
+  side ('far') has one relative-position bias per head, the table's first (left) or last
+  (right) column, so it needs no per-element lookup; at long lengths nearly every tile is far.
+  Mask (from the segment ids): a tile whose queries and keys all belong to one segment (no
+  padding, and for a causal mask, every key at or before every query) needs no per-element mask;
+  one where no query can see any key (their segment ranges are disjoint, all padding, or wholly
+  in the future) is skipped. A tile neither is 'masked', computed as 'reference' would.
 
   Args:
-    q: `[b, h, bq, d]` queries.
-    k: `[b, h, bk, d]` keys.
-    qk_dtype: dtype in which q.k is rounded ('reference' computes it in the input dtype).
-    bias_by_offset: `[h, 2 * MAX_DISTANCE + 1]` float32, `attention.bias_by_offset`.
-    q_ids: int `[b, bq]` segment ids of the queries.
-    k_ids: int `[b, bk]` segment ids of the keys.
-    q_start: position of the first query of the tile.
-    k_start: position of the first key of the tile.
-    bidirectional: no causal mask (an encoder).
+    q_ids: int `[nq, c, block_q]` segment ids of the query blocks (0 = padding).
+    k_ids: int `[nk, c, block_k]` segment ids of the key blocks (internal padding: 0).
+    block_q: queries per block.
+    block_k: keys per block.
+    bidirectional: no causal mask.
 
   Returns:
-    float32 `[b, h, bq, bk]` logits and bool `[b, 1, bq, bk]` mask (True = may attend).
+    int32 `[nq, nk]` kinds (SKIP, NEAR_MASKED, NEAR, FAR_MASKED, FAR) and bool `[nq, nk]`
+    (numpy) True where a far tile's keys lie right of its queries.
   """
-  bq, bk = q.shape[2], k.shape[2]
-  # [b, h, bq, d] x [b, h, bk, d] -> [b, h, bq, bk]
-  qk = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32)
-  # NOTE: rounded to the dtype 'reference' computes q.k in (a no-op for float32 inputs).
-  qk = qk.astype(qk_dtype).astype(jnp.float32)
-  q_pos = q_start + jnp.arange(bq, dtype=jnp.int32)  # [bq]
-  k_pos = k_start + jnp.arange(bk, dtype=jnp.int32)  # [bk]
-  # [b, 1, bq, bk]
-  mask = attention.mask_from_ids(q_ids, k_ids)
+  nq, nk = q_ids.shape[0], k_ids.shape[0]
+  q_first = np.arange(nq)[:, None] * block_q  # [nq, 1]
+  k_first = np.arange(nk)[None, :] * block_k  # [1, nk]
+  q_last, k_last = q_first + block_q - 1, k_first + block_k - 1
+  far_left = q_first - k_last >= attention.MAX_DISTANCE  # [nq, nk]
+  far_right = k_first - q_last >= attention.MAX_DISTANCE  # [nq, nk]
+
+  def summary(ids):
+    """`[n, c, block]` -> per block and example: one segment throughout, its id, id range."""
+    real = ids > 0
+    one = jnp.all(ids == ids[..., :1], axis=-1) & real[..., 0]  # [n, c]
+    big = jnp.iinfo(jnp.int32).max
+    lo = jnp.min(jnp.where(real, ids, big), axis=-1)  # [n, c]; big: all padding.
+    hi = jnp.max(jnp.where(real, ids, 0), axis=-1)  # [n, c]
+    return one, ids[..., 0], lo, hi
+
+  q_one, q_id, q_lo, q_hi = (x[:, None] for x in summary(q_ids))  # [nq, 1, c]
+  k_one, k_id, k_lo, k_hi = (x[None] for x in summary(k_ids))  # [1, nk, c]
+  # [nq, nk]: every (query, key) pair in one segment / no pair in one segment, in every example.
+  full = jnp.all(q_one & k_one & (q_id == k_id), axis=-1)
+  # NOTE: disjoint id ranges imply no shared segment (ranges of all-padding blocks are empty).
+  none = jnp.all((q_hi < k_lo) | (k_hi < q_lo), axis=-1)
   if not bidirectional:
-    mask = mask & (k_pos[None, :] <= q_pos[:, None])
-
-  def near():
-    # [h, 2 * MAX_DISTANCE + 1] -> [h, bq, bk]
-    relpos = jnp.take(bias_by_offset, attention.offset_index(q_pos, k_pos), axis=1)
-    # [b, h, bq, bk] + [1, h, bq, bk] -> [b, h, bq, bk]
-    return qk + relpos[None]
-
-  # A tile whose every offset is beyond MAX_DISTANCE on one side has one bias per head (the
-  # table's first or last column): added as [1, h, 1, 1], no per-element lookup. At long
-  # lengths nearly every tile is such a tile.
-  far_left = q_start - (k_start + bk - 1) >= attention.MAX_DISTANCE
-  far_right = k_start - (q_start + bq - 1) >= attention.MAX_DISTANCE
-  branch = jnp.where(far_right, 2, jnp.where(far_left, 1, 0))
-  logits = jax.lax.switch(branch, (near, lambda: qk + bias_by_offset[None, :, 0, None, None],
-                                   lambda: qk + bias_by_offset[None, :, -1, None, None]))
-  return logits, mask
+    full = full & (k_last <= q_first)  # every key at or before every query
+    none = none | (k_first > q_last)  # every key after every query
+  far = far_left | far_right
+  kinds = jnp.where(full, jnp.where(far, FAR, NEAR), jnp.where(far, FAR_MASKED, NEAR_MASKED))
+  return jnp.where(none, SKIP, kinds).astype(jnp.int32), far_right
 
 
 def init_carry(shape: tuple[int, ...], depth: int, lanes: int | None = None):
@@ -159,9 +171,76 @@ def _rows(x: Array, width: int, repeated: bool) -> Array:
   return x[..., :width]
 
 
+def softmax_tile(carry, x: Array, v: Array, p_dtype: jnp.dtype, *, scale: Array | float = 1.0,
+                 offset: Array | float = 0.0, allowed: Array | None = None,
+                 dropout: Array | None = None, stats: bool = True, dot_stats: bool = False):
+  """One key tile of the online softmax whose tempered logits are `x * scale + offset`.
+
+  Accumulators (float32, `(m, l, c, acc)`; see `online_softmax_step`): m `[..., q]` running max of
+  the tempered logits over allowed keys, l = sum exp(s - m), c = sum exp(s - m) (s - m),
+  acc `[..., q, d]` = sum exp(s - m) v. Each row is shifted by its largest allowed raw logit of
+  the tile (`x_ref`) before tempering: `s - m = (x - x_ref) * scale + r` with the row's
+  `r = x_ref * scale + offset - m <= 0`, so exp and the entropy term see small numbers, and
+  c = sum p (x - x_ref) * scale + r l does not cancel.
+
+  Args:
+    carry: (m, l, c, acc).
+    x: `[..., q, k]` float32 logits before tempering (q.k, plus the relative-position bias unless
+      it is one value per row, then in `offset`).
+    v: `[..., k, d]` values.
+    p_dtype: dtype of the probabilities multiplied with `v`.
+    scale: 1 / tau, broadcastable to the rows `[..., q]`.
+    offset: tempered bias shared by a whole row of the tile, broadcastable to `[..., q]`.
+    allowed: bool, broadcastable to `x`; False for masked keys. None: every key is allowed (no
+      per-element select).
+    dropout: optional `[..., 1, k]` attention-dropout multiplier; it scales what reaches `v`
+      only (never l or c: the softmax and its statistics are taken before dropout).
+    stats: update c (for the entropy); False leaves it as it is.
+    dot_stats: take the row sums of products `sum_k p (x - x_ref)` as an einsum, which XLA CPU
+      runs as a dot, instead of a multiply and a sum (what a Triton kernel can lower): on CPU
+      the multiply-and-sum fusion took 2.8 ms of a 5.3 ms step, the einsum 0.5 ms (a 256 x 512
+      tile of 6 heads, one core of this project's 2-core machine).
+
+  Returns:
+    The updated `(m, l, c, acc)`.
+  """
+  m, l, c, acc = carry
+  scale, offset = jnp.asarray(scale, jnp.float32), jnp.asarray(offset, jnp.float32)
+  if allowed is None:
+    x_ref = jnp.max(x, axis=-1)  # [..., q]
+  else:
+    x_ref = jnp.max(jnp.where(allowed, x, -jnp.inf), axis=-1)  # [..., q]; -inf: none allowed.
+  m_new = jnp.maximum(m, x_ref * scale + offset)  # [..., q]
+  m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # [..., q]; no allowed key yet.
+  alpha = jnp.exp(m - m_safe)  # [..., q]; 0 while m = -inf.
+  if allowed is not None:
+    x_ref = jnp.where(x_ref == -jnp.inf, 0.0, x_ref)
+  r = x_ref * scale + offset - m_safe  # [..., q]; 0 on the rows whose max is in this tile.
+  y = x - x_ref[..., None]  # [..., q, k]; <= 0 on allowed keys.
+  p = jnp.exp(y * scale[..., None] + r[..., None])  # [..., q, k]
+  if allowed is not None:
+    p = jnp.where(allowed, p, 0.0)
+  l_tile = jnp.sum(p, axis=-1)  # [..., q]
+  l_new = alpha * l + l_tile
+  if stats:
+    if dot_stats:
+      # [..., q, k] x [..., q, k] -> [..., q]
+      py = jnp.einsum('...qk,...qk->...q', p, y, preferred_element_type=jnp.float32)
+    else:
+      py = jnp.sum(p * y, axis=-1)
+    # NOTE: rescaling c to the new max: sum e^(s-m_new)(s-m_new) = alpha (c + (m - m_new) l).
+    c_old = c + jnp.where(l > 0, m - m_safe, 0.0) * l
+    c = alpha * c_old + py * scale + r * l_tile
+  p_v = p if dropout is None else p * dropout  # [..., q, k]
+  # [..., q, k] x [..., k, d] -> [..., q, d]
+  pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
+                  preferred_element_type=jnp.float32)
+  return m_new, l_new, c, alpha[..., None] * acc + pv
+
+
 def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_valid: Array | None,
                         p_dtype: jnp.dtype, dropout: Array | None = None, stats: bool = True):
-  """One key block of the online softmax.
+  """One key block of the online softmax, tempered logits given (`softmax_tile`, plus v_sum).
 
   Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
   c = sum exp(s - m) (s - m), acc `[..., q, d]` = sum exp(s - m) v, and v_sum `[..., d]` = sum v
@@ -212,16 +291,19 @@ def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_vali
   pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
                   preferred_element_type=jnp.float32)
   acc_new = _rows(alpha, acc.shape[-1], repeated) * acc + pv
+  return m_new, l_new, c_new, acc_new, v_sum + _value_sum(v, k_valid, dropout)
+
+def _value_sum(v: Array, k_valid: Array | None, dropout: Array | None) -> Array:
+  """`[..., k, d]` values -> `[..., d]` sum over the real (`k_valid`; None: all) keys, dropout
+  applied."""
   v_real = v.astype(jnp.float32)  # [..., k, d]
   if k_valid is not None:
     v_real = jnp.where(k_valid[..., None], v_real, 0.0)
   if dropout is None:
     # [..., k, d] -> [..., d]
-    v_sum = v_sum + jnp.sum(v_real, axis=-2)
-  else:
-    # [..., 1, k] x [..., k, d] -> [..., d]
-    v_sum = v_sum + jnp.einsum('...k,...kd->...d', dropout[..., 0, :], v_real)
-  return m_new, l_new, c_new, acc_new, v_sum
+    return jnp.sum(v_real, axis=-2)
+  # [..., 1, k] x [..., k, d] -> [..., d]
+  return jnp.einsum('...k,...kd->...d', dropout[..., 0, :], v_real)
 
 
 def finalize(carry, length: int) -> tuple[Array, Array, Array]:
@@ -306,8 +388,8 @@ def blockwise_attention(
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = _round_up(length, bq), _round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
-  # [nk, bk]; keys added here are excluded entirely (t5x's own padding keys stay, masked).
-  k_valid = (np.arange(len_k) < length).reshape(nk, bk)
+  # [len_k]; keys added here are excluded entirely (t5x's own padding keys stay, masked).
+  k_valid = np.arange(len_k) < length
   k_starts = jnp.arange(nk, dtype=jnp.int32) * bk
   q_starts = jnp.arange(nq, dtype=jnp.int32) * bq
   multiplier = None
@@ -333,30 +415,69 @@ def blockwise_attention(
     # [c, l] -> [n, c, block]
     q_ids = jnp.moveaxis(_pad_axis(ids, len_q, 1).reshape(c, nq, bq), 1, 0)
     k_ids = jnp.moveaxis(_pad_axis(ids, len_k, 1).reshape(c, nk, bk), 1, 0)
-    tau4 = tau[:, :, None, None]  # [c or 1, h or 1, 1, 1]
+    kinds, right = tile_kinds(q_ids, k_ids, bq, bk, bidirectional)  # [nq, nk] each
+    # The bias of every offset a near tile holds (`tile_kinds`: within MAX_DISTANCE + block of
+    # the diagonal), from `line_start` on: [h, 2 * (MAX_DISTANCE + bq + bk)].
+    line_start = -(attention.MAX_DISTANCE + bq + bk)
+    offsets = np.arange(line_start, -line_start, dtype=np.int32)
+    line = jnp.take(lut, np.clip(offsets, -attention.MAX_DISTANCE, attention.MAX_DISTANCE)
+                    + attention.MAX_DISTANCE, axis=1)
+    scale = 1.0 / tau[:, :, None]  # [c or 1, h or 1, 1]
+    # [h] -> [1, h, 1] tempered bias of far tiles, left and right of their queries.
+    far_bias = [lut[None, :, col, None] * scale for col in (0, -1)]
     # [c, h, 1, len_k] -> [nk, c, h, 1, bk]
     k_dropout = (None if mult is None
                  else jnp.moveaxis(mult.reshape(c, heads, 1, nk, bk), 3, 0))
+    # Every real key's value, summed once (fully masked rows attend uniformly): [c, h, d].
+    v_sum = _value_sum(jnp.moveaxis(v_blocks, 0, 2).reshape(c, heads, len_k, depth),
+                       jnp.asarray(k_valid), mult)
 
     def one_query_block(args):
-      qb, qb_ids, q_start = args  # [c, h, bq, d], [c, bq], []
+      qb, qb_ids, q_start, qb_kinds, qb_right = args  # [c, h, bq, d], [c, bq], [], [nk], [nk]
+      q_pos = q_start + jnp.arange(bq, dtype=jnp.int32)  # [bq]
 
       def step(carry, xs):
-        kb, vb, kb_ids, kb_valid, k_start, kb_dropout = xs
-        # [c, h, bq, bk], [c, 1, bq, bk]
-        logits, allowed = block_logits(qb, kb, qk_dtype, lut, qb_ids, kb_ids, q_start, k_start,
-                                       bidirectional)
-        s = logits / tau4
-        return online_softmax_step(carry, s, allowed, vb, kb_valid, dtype, kb_dropout,
-                                   with_stats), None
+        kb, vb, kb_ids, k_start, kind, is_right, kb_dropout = xs
 
-      init = init_carry((c, heads, bq), depth)
+        def tile(near: bool, masked: bool):
+          def attend_tile(carry):
+            # [c, h, bq, d] x [c, h, bk, d] -> [c, h, bq, bk]
+            x = jnp.einsum('bhqd,bhkd->bhqk', qb, kb, preferred_element_type=jnp.float32)
+            # NOTE: rounded to the dtype 'reference' computes q.k in (no-op for float32).
+            x = x.astype(qk_dtype).astype(jnp.float32)
+            offset = 0.0
+            if near:
+              # Row i of the tile holds offsets k_start - q_start - i + [0, bk): a window of
+              # `line` (a contiguous copy per row, no per-element lookup).
+              starts = k_start - q_start - line_start - jnp.arange(bq, dtype=jnp.int32)  # [bq]
+              window = lambda start: jax.lax.dynamic_slice_in_dim(line, start, bk, axis=1)
+              # [h, n] -> [h, bq, bk]
+              x = x + jax.vmap(window, out_axes=1)(starts)[None]
+            else:
+              offset = jnp.where(is_right, far_bias[1], far_bias[0])  # [c or 1, h, 1]
+            allowed = None
+            if masked:
+              allowed = attention.mask_from_ids(qb_ids, kb_ids)  # [c, 1, bq, bk]
+              if not bidirectional:
+                k_pos = k_start + jnp.arange(bk, dtype=jnp.int32)  # [bk]
+                allowed = allowed & (k_pos[None, :] <= q_pos[:, None])
+            return softmax_tile(carry, x, vb, dtype, scale=scale, offset=offset,
+                                allowed=allowed, dropout=kb_dropout, stats=with_stats,
+                                dot_stats=True)
+          return attend_tile
+
+        branches = [lambda carry: carry, tile(True, True), tile(True, False), tile(False, True),
+                    tile(False, False)]  # SKIP, NEAR_MASKED, NEAR, FAR_MASKED, FAR
+        return jax.lax.switch(kind, branches, carry), None
+
+      init = init_carry((c, heads, bq), depth)[:4]
       carry, _ = jax.lax.scan(
-          step, init, (k_blocks, v_blocks, k_ids, k_valid, k_starts, k_dropout))
-      return finalize(carry, length)
+          step, init, (k_blocks, v_blocks, k_ids, k_starts, qb_kinds, qb_right, k_dropout))
+      return finalize((*carry, v_sum), length)
 
     # [nq, c, h, bq, d], [nq, c, h, bq], [nq, c, h, bq]
-    out, pmax, entropy = jax.lax.map(one_query_block, (q_blocks, q_ids, q_starts))
+    out, pmax, entropy = jax.lax.map(one_query_block,
+                                     (q_blocks, q_ids, q_starts, kinds, jnp.asarray(right)))
     # [nq, c, h, bq, d] -> [c, len_q, h, d]; [nq, c, h, bq] -> [c, h, len_q]
     to_rows = lambda x: jnp.transpose(x, (1, 2, 0, 3)).reshape(c, heads, len_q)
     return (jnp.transpose(out, (1, 0, 3, 2, 4)).reshape(c, len_q, heads, depth),

@@ -258,6 +258,62 @@ def test_reference_matches_numpy_float64(tau):
   np.testing.assert_allclose(entropy[~valid], np.log(length), rtol=1e-12)  # Uniform pad rows.
 
 
+def _kinds_ids(length=1000):
+  """Batch 1: segment 1 on [0, 600), segment 2 on [600, 900), then padding."""
+  ids = np.zeros((1, length), np.int32)
+  ids[0, :600] = 1
+  ids[0, 600:900] = 2
+  return ids
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_tile_kinds_match_a_brute_force_classification(bidirectional):
+  """Every tile's kind equals one read off its materialized mask and offsets (numpy), and the
+  input below has tiles of all five kinds."""
+  block_q, block_k = 128, 64
+  ids = _kinds_ids()
+  padded = 1024  # internal padding: ids 0
+  full_ids = np.pad(ids, ((0, 0), (0, padded - ids.shape[1])))
+  to_blocks = lambda block: np.moveaxis(full_ids.reshape(1, padded // block, block), 1, 0)
+  kinds, right = blockwise.tile_kinds(jnp.asarray(to_blocks(block_q)),
+                                      jnp.asarray(to_blocks(block_k)), block_q, block_k,
+                                      bidirectional)
+  pos = np.arange(padded)
+  mask = (full_ids[0][:, None] == full_ids[0][None, :]) & (full_ids[0][:, None] > 0)
+  if not bidirectional:
+    mask &= pos[None, :] <= pos[:, None]
+  offsets = pos[None, :] - pos[:, None]  # key - query
+  expected = np.zeros((padded // block_q, padded // block_k), np.int32)
+  for i in range(expected.shape[0]):
+    for j in range(expected.shape[1]):
+      rows, cols = slice(i * block_q, (i + 1) * block_q), slice(j * block_k, (j + 1) * block_k)
+      tile, tile_offsets = mask[rows, cols], offsets[rows, cols]
+      far = (np.all(tile_offsets <= -attention.MAX_DISTANCE)
+             or np.all(tile_offsets >= attention.MAX_DISTANCE))
+      assert right[i, j] == (far and tile_offsets.min() > 0)
+      if not tile.any():
+        expected[i, j] = blockwise.SKIP
+      elif tile.all():
+        expected[i, j] = blockwise.FAR if far else blockwise.NEAR
+      else:
+        expected[i, j] = blockwise.FAR_MASKED if far else blockwise.NEAR_MASKED
+  np.testing.assert_array_equal(kinds, expected)
+  assert set(np.unique(expected)) == {blockwise.SKIP, blockwise.NEAR_MASKED, blockwise.NEAR,
+                                      blockwise.FAR_MASKED, blockwise.FAR}
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_blockwise_tiles_of_every_kind_match_reference(bidirectional):
+  """Unmasked near / far tiles (no per-element mask), masked ones and skipped ones together
+  (`_kinds_ids`): output and statistics as 'reference', per-head taus."""
+  query, key, value, table = _inputs(batch=1, length=1000, seed=4)
+  ids = _kinds_ids()
+  kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), bidirectional=bidirectional,
+                temperature=jnp.asarray([[0.7, 1.2]]), with_stats=True)
+  _check(_impl('blockwise', 128, 64)(query, key, value, **kwargs),
+         _reference(query, key, value, **kwargs), ids, F32)
+
+
 def test_blockwise_vmap_over_temperatures():
   query, key, value, table = _inputs(seed=5)
   ids = jnp.asarray(_segment_ids())

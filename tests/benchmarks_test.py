@@ -64,9 +64,13 @@ def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
   # Forward only (2 subprocesses: the check, then the timed row), to stay cheap.
   encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths',
                       '--calibration-lengths'])
-  (forward,) = json.loads(capsys.readouterr().out)['rows']
+  first, forward, last = json.loads(capsys.readouterr().out)['rows']
   assert (forward['kind'], forward['impl'], forward['length']) == ('forward', 'blockwise', 160)
   assert 'error' not in forward and forward['seconds'] > 0, forward
+  # The machine's peak: 'peak' rows before and after, and one beside the row in its process.
+  assert first['kind'] == last['kind'] == 'peak' and first['tflops_per_s'] > 0, first
+  assert forward['peak_tflops_per_s'] > 0 and forward['fraction_of_peak'] == round(
+      forward['tflops_per_s'] / forward['peak_tflops_per_s'], 3)
   check = forward['check_vs_reference']
   assert check['all_finite'] and check['out_rel_err'] < 1e-5 and check['length'] == 160, check
   assert forward['weights_bytes'] == 4 * sum(  # tiny: embedding + 2 encoder layers + norms.
@@ -77,7 +81,7 @@ def test_encoder_bench_calibration_row_is_the_library_sweep(capsys):
   """The calibration row times `calibration_stats.encoder_attention_stats` (checked first against
   'reference'); its statistics are the same sweep's, in the paper grid's order."""
   encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths', '--lengths'])
-  (row,) = json.loads(capsys.readouterr().out)['rows']
+  (row,) = [r for r in json.loads(capsys.readouterr().out)['rows'] if r['kind'] != 'peak']
   assert (row['kind'], row['impl'], row['length']) == ('calibration', 'blockwise', 128)
   assert 'error' not in row and row['seconds'] > 0, row
   check = row['check_vs_reference']
@@ -94,3 +98,44 @@ def test_encoder_bench_skips_hf_past_its_time_limit():
   assert encoder_bench.hf_skip_reason(rows[0], 16384, 180).startswith('HF at 16384 tokens')
   assert encoder_bench.hf_skip_reason(rows[0], 8192, 180) is None
   assert encoder_bench.hf_skip_reason(None, 16384, 180) is None
+
+
+def test_encoder_bench_skips_hf_past_the_machines_memory():
+  """HF sdpa took 13.9 GB at 16k: at 32k (quadratic) it would not fit 24 GB; the row says so."""
+  previous = {'kind': 'forward', 'impl': 'hf', 'length': 16384, 'seconds': 61.3,
+              'peak_bytes': 13.9e9}
+  memory_only = encoder_bench.hf_skip_reason(previous, 32768, None, 24e9)
+  assert memory_only == ('HF at 32768 tokens would need about 56 GB (quadratic from 13.9 GB '
+                         "peak at 16384), over this machine's 24.0 GB of memory")
+  both = encoder_bench.hf_skip_reason(previous, 32768, 180, 24e9)
+  assert 'would take about 245 s' in both and 'would need about 56 GB' in both
+  assert encoder_bench.hf_skip_reason(previous, 16384, 180, 24e9) is None
+  assert encoder_bench.machine_memory_bytes() > 0
+
+
+def test_encoder_bench_summary_ratios():
+  """Forward rows over the same implementation's mean at 4k-8k; calibration over forward."""
+  row = lambda kind, impl, length, tflops, fraction: dict(
+      kind=kind, model='small', impl=impl, length=length, tflops_per_s=tflops,
+      fraction_of_peak=fraction)
+  rows = [row('forward', 'blockwise', 4096, 0.30, 0.60), row('forward', 'blockwise', 8192, 0.20,
+                                                              0.40),
+          row('forward', 'blockwise', 32768, 0.225, 0.55), row('forward', 'reference', 4096, 0.1,
+                                                               0.2),
+          row('calibration', 'blockwise', 4096, 0.24, 0.45),
+          {'kind': 'forward', 'model': 'small', 'impl': 'hf', 'length': 32768, 'skipped': 'x'}]
+  out = encoder_bench.summary(rows)
+  by_length = {r['length']: r for r in out['forward_over_base']}
+  assert sorted(by_length) == [4096, 8192, 32768]  # 'reference' has no 8k row: no base.
+  assert by_length[32768]['tflops'] == 0.9 and by_length[32768]['fraction_of_peak'] == 1.1
+  (calibration,) = out['calibration_over_forward']
+  assert calibration['tflops'] == 0.8 and calibration['fraction_of_peak'] == 0.75
+  text = encoder_bench.table(rows)
+  assert 'skipped: x' in text and '0.2250' in text
+
+
+def test_time_calls_measures_the_peak_beside_each_call():
+  peaks = iter([1.0, 3.0, 2.0])
+  result, out = attention_bench.time_calls(lambda: 7, lambda x: x, 3, lambda: next(peaks))
+  assert out == 7 and result['peak_tflops_per_s'] == 2.0  # the median of the three
+  assert attention_bench.matmul_peak('float32', 64)() > 0
