@@ -1,18 +1,77 @@
-"""Searches over tau: Algorithm 1's grid, and the continuous search (one tau or one per layer).
+"""Searches over tau: Algorithm 1's grid, and the continuous search (one tau, one per layer, or
+one per layer and head).
 
 Each takes `evaluate`, a function from candidate taus `[t]` to the statistic `[t]` (one call of
 `calibration_stats.encoder_attention_stats` for all of them), so the candidates of a round go
 through one vmapped call; a search makes few calls, each of the same size (one compilation).
+The searches are written as generators of their rounds (`grid_steps`, `bisect_steps`: each
+yields the taus it wants evaluated and receives their values), so that one driver runs a
+search alone (`run_steps`) and another runs many independent searches together, one call per
+round for all of them (`run_lockstep`; the heads of a layer in `align_heads`).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
 from t5align import validate
 
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
+
+# A search as a generator: yields float64 `[t]` taus, receives their `[t]` statistic, returns
+# (tau, its statistic, details).
+Steps = Generator[np.ndarray, np.ndarray, tuple[float, float, dict]]
+
+
+def run_steps(steps: Steps, evaluate: Callable[[np.ndarray], np.ndarray]
+              ) -> tuple[float, float, dict]:
+  """Runs one search generator, each round's taus through `evaluate`; returns its result."""
+  try:
+    taus = next(steps)
+    while True:
+      taus = steps.send(np.asarray(evaluate(np.asarray(taus, np.float64)), np.float64))
+  except StopIteration as done:
+    return done.value
+
+
+def run_lockstep(searches: Sequence[Steps], evaluate: Callable[[np.ndarray], np.ndarray]
+                 ) -> list[tuple[float, float, dict]]:
+  """Runs `k` independent searches together: one `evaluate` call per round for all of them.
+
+  Each round, search j's taus form column j of a `[t, k]` array, `t` the most taus any search
+  asks for (a shorter column repeats its last tau; a finished search's column holds its
+  answer). `evaluate` maps `[t, k]` taus to `[t, k]` values, column j's values depending on
+  column j's taus only (e.g. the heads of one layer, each at its own tau).
+
+  Returns:
+    Each search's (tau, its statistic, details), in order.
+  """
+  results: list[tuple[float, float, dict] | None] = [None] * len(searches)
+  asks: dict[int, np.ndarray] = {}
+
+  def advance(j: int, values: np.ndarray | None) -> None:
+    try:
+      asks[j] = np.asarray(next(searches[j]) if values is None else searches[j].send(values),
+                           np.float64)
+    except StopIteration as done:
+      results[j] = done.value
+      asks.pop(j, None)
+
+  for j in range(len(searches)):
+    advance(j, None)
+  while asks:
+    t = max(len(x) for x in asks.values())
+    if t == 0:  # Nothing new to measure this round.
+      values = np.zeros((0, len(searches)))
+    else:
+      columns = [np.pad(asks[j], (0, t - len(asks[j])), mode='edge') if len(asks.get(j, ()))
+                 else np.full(t, results[j][0] if results[j] else 1.0)
+                 for j in range(len(searches))]
+      values = np.asarray(evaluate(np.stack(columns, axis=1)), np.float64)  # [t, k]
+    for j in list(asks):
+      advance(j, values[:len(asks[j]), j])
+  return results
 
 
 def grid_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float,
@@ -23,10 +82,18 @@ def grid_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float,
     (tau, its statistic, details); details['clamped'] is True when no grid interval holds the
     target (the target lies beyond every grid value).
   """
+  return run_steps(grid_steps(target, grid), evaluate)
+
+
+def grid_steps(target: float, grid: Sequence[float] = PAPER_GRID,
+               known: tuple[Sequence[float], Sequence[float]] | None = None) -> Steps:
+  """`grid_search` as a generator (`run_steps`); `known` is accepted for the drivers' sake and
+  ignored (the grid is always evaluated whole, in one call)."""
+  del known
   grid = validate.temperature_array(grid, 'grid')
   if grid.ndim != 1:
     raise ValueError(f'grid must be 1-D; got shape {grid.shape}.')
-  values = evaluate(grid)
+  values = yield grid
   i = int(np.argmin(np.abs(values - target)))
   clamped = bool(np.all(values > target) or np.all(values < target))
   return float(grid[i]), float(values[i]), {'grid': grid.tolist(), 'values': values.tolist(),
@@ -60,6 +127,15 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
     (tau, its statistic, details); details['calls'] counts the calls made, details['bracket']
     is the final interval.
   """
+  return run_steps(bisect_steps(target, increasing=increasing, bracket=bracket, tol=tol,
+                                points=points, known=known, step=step), evaluate)
+
+
+def bisect_steps(target: float, *, increasing: bool, bracket: tuple[float, float] = (0.05, 1.0),
+                 tol: float = 1e-3, points: int = 2,
+                 known: tuple[Sequence[float], Sequence[float]] | None = None,
+                 step: float = 0.025) -> Steps:
+  """`bisect_search` as a generator of its rounds (`run_steps`, `run_lockstep`)."""
   lo, hi = (float(x) for x in validate.temperature_array(bracket, 'bracket'))
   if not (lo < hi and tol > 0 and points >= 1 and step > 0):
     raise ValueError(f'need bracket lo < hi, tol > 0, points >= 1, step > 0; got {bracket}, '
@@ -72,12 +148,6 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
       if lo <= x <= hi:
         values[x] = v
   calls = 0
-
-  def evaluate_all(xs: Sequence[float]) -> None:
-    nonlocal calls
-    xs = np.asarray(xs, np.float64)
-    values.update(zip(xs.tolist(), np.asarray(evaluate(xs), np.float64).tolist()))
-    calls += 1
 
   def above(x: float) -> bool:
     return sign * (values[x] - target) >= 0
@@ -101,17 +171,20 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
   reach = step
   while a is None or b is None:
     if not values:
-      evaluate_all(fill([lo, hi], lo, hi))
+      xs = fill([lo, hi], lo, hi)
     elif a is None:  # Every known tau is above the crossing: look lower.
       edge = min(values)
       if edge <= lo:
         break
-      evaluate_all(fill([max(lo, edge - reach * k) for k in range(1, points + 1)], lo, edge))
+      xs = fill([max(lo, edge - reach * k) for k in range(1, points + 1)], lo, edge)
     else:  # Every known tau is below the crossing: look higher.
       edge = max(values)
       if edge >= hi:
         break
-      evaluate_all(fill([min(hi, edge + reach * k) for k in range(1, points + 1)], edge, hi))
+      xs = fill([min(hi, edge + reach * k) for k in range(1, points + 1)], edge, hi)
+    xs = np.asarray(xs, np.float64)
+    values.update(zip(xs.tolist(), np.asarray((yield xs), np.float64).tolist()))
+    calls += 1
     reach *= 2 * points
     a, b = interval()
   if a is None or b is None:
@@ -128,7 +201,9 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
       offsets = np.linspace(-0.5, 0.5, points) * tol if points > 1 else np.zeros(1)
       margin = min(tol / 4, width / (2 * (points + 1)))
       xs = np.clip(guess + offsets, a + margin, b - margin).tolist()
-    evaluate_all(fill(xs, a, b))
+    xs = np.asarray(fill(xs, a, b), np.float64)
+    values.update(zip(xs.tolist(), np.asarray((yield xs), np.float64).tolist()))
+    calls += 1
     a, b = interval()
     safeguard = not safeguard and (b - a) > width / 2
   tau = a if abs(values[a] - target) <= abs(values[b] - target) else b
@@ -204,3 +279,60 @@ def align_layers(evaluate_rows: Callable[[np.ndarray], np.ndarray], targets: Seq
     values.append(value)
     infos.append(info)
   return tuple(chosen), tuple(values), infos
+
+
+def align_heads(evaluate_rows: Callable[[np.ndarray], np.ndarray], targets: np.ndarray, *,
+                steps: Callable[..., Steps],
+                known_first: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+  """One tau per head of each layer: layers in order, the heads of a layer searched together.
+
+  Head j of layer i is aligned to its own target `targets[i, j]`. Its statistic depends on its
+  own tau and on the layers before i (their output is layer i's input), not on the other heads
+  of layer i (each head's softmax has its own tau) nor on later layers. So layer i's heads are
+  searched with layers < i at their chosen taus, as independent searches run in lockstep
+  (`run_lockstep`): each round is one `evaluate_rows` call whose row r puts every head j of
+  layers >= i at its search's r-th candidate. A layer costs as many calls as its slowest head
+  needs, about what `align_layers` spends on one layer.
+
+  Args:
+    evaluate_rows: `[t, n, h]` taus -> `[t, n, h]` the statistic of every head.
+    targets: `[n, h]` the statistic per head at L_tr.
+    steps: `bisect_steps`- or `grid_steps`-like, called as `steps(target, known=...)`.
+    known_first: (taus `[g]`, `[g, n, h]` every head's statistic with all heads at each tau),
+      e.g. Algorithm 1's sweep: exact for layer 0's heads, whose statistics depend on their own
+      taus only. Later layers start without (no measured row has their inputs at the chosen
+      taus).
+
+  Returns:
+    (chosen taus `[n, h]`, the statistic at them `[n, h]`, per layer {'calls': its
+    `evaluate_rows` calls, 'heads': each head's search details}).
+  """
+  targets = np.asarray(targets, np.float64)
+  n, h = targets.shape
+  chosen = np.ones((n, h))
+  values = np.zeros((n, h))
+  infos = []
+  for i in range(n):
+    calls = 0
+
+    def evaluate(columns: np.ndarray, i: int = i) -> np.ndarray:
+      # [t, h] candidates of layer i's heads -> [t, n, h] rows: layers < i as chosen, layers
+      # >= i at the candidates.
+      nonlocal calls
+      calls += 1
+      t = len(columns)
+      rows = np.concatenate([np.broadcast_to(chosen[:i], (t, i, h)),
+                             np.repeat(columns[:, None, :], n - i, axis=1)], axis=1)
+      return np.asarray(evaluate_rows(rows), np.float64)[:, i]  # [t, h]
+
+    known = [None] * h
+    if i == 0 and known_first is not None:
+      taus, stats = (np.asarray(x, np.float64) for x in known_first)
+      known = [(taus, stats[:, 0, j]) for j in range(h)]
+    results = run_lockstep([steps(float(targets[i, j]), known=known[j]) for j in range(h)],
+                           evaluate)
+    chosen[i] = [r[0] for r in results]
+    values[i] = [r[1] for r in results]
+    infos.append({'calls': calls, 'heads': [r[2] for r in results]})
+  return chosen, values, infos

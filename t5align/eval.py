@@ -105,11 +105,7 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
     raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
   if temperature is None:
     temperature = config.encoder_attention_temperature
-  if isinstance(temperature, (list, tuple)):
-    temperature = tuple(float(t) for t in temperature)
-  else:
-    temperature = float(temperature)
-  validate.temperatures(temperature, 'TEMPERATURE')
+  temperature = validate.constant_temperature(temperature, 'TEMPERATURE')
   return temperature_lib.Temperature(constant=temperature, label=label or '')
 
 
@@ -152,7 +148,8 @@ def evaluate(*,
     mixture_or_task_name: a registered seqio task or mixture (e.g. 't5align_passkey'), or several
       separated by commas.
     output_dir: results folder; one subfolder per task.
-    temperature: encoder temperature override (float or one per layer); None: the config's.
+    temperature: encoder temperature override (a float, one per layer, or `[layers][heads]`
+      tuples); None: the config's.
     schedule_path: a `t5align.schedule` JSON file giving per-example temperatures instead.
     schedule_strategy: which of the schedule's strategies to apply (default: its own).
     label: row label in reports (default: 'tau = x' or the schedule strategy's, e.g. 'w/ P_max').

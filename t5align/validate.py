@@ -41,15 +41,39 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
 
 
 def temperature_array(values: Any, name: str = 'temperatures') -> np.ndarray:
-  """float64 `[t]` or `[t, n]` candidate temperatures (a scalar becomes `[1]`); ValueError
-  unless non-empty, at most 2-D and valid per `temperatures`."""
+  """float64 `[t]`, `[t, layers]` or `[t, layers, heads]` candidate temperatures (a scalar
+  becomes `[1]`); ValueError unless non-empty, at most 3-D and valid per `temperatures`."""
   taus = np.asarray(values, dtype=np.float64)
   if taus.ndim == 0:
     taus = taus[None]
-  if taus.ndim > 2 or taus.shape[0] == 0:
-    raise ValueError(f'{name} must be a non-empty [t] or [t, layers] array; got shape '
-                     f'{taus.shape}.')
+  if taus.ndim > 3 or taus.shape[0] == 0:
+    raise ValueError(f'{name} must be a non-empty [t], [t, layers] or [t, layers, heads] array; '
+                     f'got shape {taus.shape}.')
   return temperatures(taus, name)
+
+
+def constant_temperature(value: Any, name: str) -> float | tuple[float, ...] | tuple[
+    tuple[float, ...], ...]:
+  """A run's constant temperature as a hashable value: a float, a tuple (one per layer) or a
+  tuple of equal-length tuples (`[layers][heads]`); ValueError naming `name` for anything else
+  (ragged or deeper nesting, or values rejected by `temperatures`)."""
+  shapes = 'a float, a tuple of floats (one per layer) or a tuple of equal-length tuples ' \
+      '(one per layer and head)'
+  if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
+    if not all(isinstance(v, (list, tuple)) for v in value) or len({len(v) for v in value}) != 1 \
+        or any(isinstance(x, (list, tuple)) for v in value for x in v):
+      raise ValueError(f'{name}={value!r} is not {shapes}.')
+  try:
+    taus = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f'{name}={value!r} is not {shapes}.') from e
+  if taus.ndim > 2 or 0 in taus.shape:
+    raise ValueError(f'{name}={value!r} is not {shapes}.')
+  temperatures(taus, name)
+  if taus.ndim == 0:
+    return float(taus)
+  return tuple(taus.tolist()) if taus.ndim == 1 else tuple(tuple(row) for row in taus.tolist())
+
 
 def float_dtype(dtype: Any, name: str = 'dtype') -> np.dtype:
   """`np.dtype(dtype)` if it is a floating type (float16/32/64, bfloat16), else ValueError."""
