@@ -126,8 +126,9 @@ def _align(params, config, tokens, statistic, target_stats, *, search, scope, gr
 
   if scope == 'head':
     head = f'head_{statistic}'  # Per-head strategies search continuously (`parse_strategy`).
-    steps = lambda target, known: bisect_steps(target, increasing=increasing, bracket=bracket,
-                                               tol=tol, points=points, known=known)
+    steps = lambda target, known, guess: bisect_steps(
+        target, increasing=increasing, bracket=bracket, tol=tol, points=points, known=known,
+        guess=guess)
     chosen, values, infos = align_heads(
         lambda rows: getattr(stats(rows), head), getattr(target_stats, head)[0], steps=steps,
         known_first=(grid_taus, getattr(sweep, head)) if sweep is not None else None)

@@ -86,10 +86,11 @@ def grid_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float,
 
 
 def grid_steps(target: float, grid: Sequence[float] = PAPER_GRID,
-               known: tuple[Sequence[float], Sequence[float]] | None = None) -> Steps:
-  """`grid_search` as a generator (`run_steps`); `known` is accepted for the drivers' sake and
-  ignored (the grid is always evaluated whole, in one call)."""
-  del known
+               known: tuple[Sequence[float], Sequence[float]] | None = None,
+               guess: float | None = None) -> Steps:
+  """`grid_search` as a generator (`run_steps`); `known` and `guess` are accepted for the
+  drivers' sake and ignored (the grid is always evaluated whole, in one call)."""
+  del known, guess
   grid = validate.temperature_array(grid, 'grid')
   if grid.ndim != 1:
     raise ValueError(f'grid must be 1-D; got shape {grid.shape}.')
@@ -134,8 +135,15 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
 def bisect_steps(target: float, *, increasing: bool, bracket: tuple[float, float] = (0.05, 1.0),
                  tol: float = 1e-3, points: int = 2,
                  known: tuple[Sequence[float], Sequence[float]] | None = None,
-                 step: float = 0.025) -> Steps:
-  """`bisect_search` as a generator of its rounds (`run_steps`, `run_lockstep`)."""
+                 step: float = 0.025, guess: float | None = None) -> Steps:
+  """`bisect_search` as a generator of its rounds (`run_steps`, `run_lockstep`).
+
+  `guess`: a tau believed near the crossing (e.g. predicted from a related sweep). With nothing
+  known in the bracket, the first round evaluates `guess - step` and `guess + step` (and, for
+  `points` > 2, taus between them) instead of the bracket's ends; the search then steps
+  outwards or narrows as it would from any known values. It only changes which taus are
+  evaluated, never what counts as the answer.
+  """
   lo, hi = (float(x) for x in validate.temperature_array(bracket, 'bracket'))
   if not (lo < hi and tol > 0 and points >= 1 and step > 0):
     raise ValueError(f'need bracket lo < hi, tol > 0, points >= 1, step > 0; got {bracket}, '
@@ -170,7 +178,10 @@ def bisect_steps(target: float, *, increasing: bool, bracket: tuple[float, float
   a, b = interval()
   reach = step
   while a is None or b is None:
-    if not values:
+    if not values and guess is not None:
+      near = (min(hi, max(lo, guess - step)), min(hi, max(lo, guess + step)))
+      xs = fill(list(near), *near)
+    elif not values:
       xs = fill([lo, hi], lo, hi)
     elif a is None:  # Every known tau is above the crossing: look lower.
       edge = min(values)
@@ -298,11 +309,13 @@ def align_heads(evaluate_rows: Callable[[np.ndarray], np.ndarray], targets: np.n
   Args:
     evaluate_rows: `[t, n, h]` taus -> `[t, n, h]` the statistic of every head.
     targets: `[n, h]` the statistic per head at L_tr.
-    steps: `bisect_steps`- or `grid_steps`-like, called as `steps(target, known=...)`.
+    steps: `bisect_steps`- or `grid_steps`-like, called as `steps(target, known=...,
+      guess=...)`.
     known_first: (taus `[g]`, `[g, n, h]` every head's statistic with all heads at each tau),
       e.g. Algorithm 1's sweep: exact for layer 0's heads, whose statistics depend on their own
-      taus only. Later layers start without (no measured row has their inputs at the chosen
-      taus).
+      taus only. For later layers no measured row has their inputs at the chosen taus; there
+      the sweep's crossing of each head's target (its curve with every layer at the same tau)
+      is only a `guess` where the search starts.
 
   Returns:
     (chosen taus `[n, h]`, the statistic at them `[n, h]`, per layer {'calls': its
@@ -326,13 +339,27 @@ def align_heads(evaluate_rows: Callable[[np.ndarray], np.ndarray], targets: np.n
                              np.repeat(columns[:, None, :], n - i, axis=1)], axis=1)
       return np.asarray(evaluate_rows(rows), np.float64)[:, i]  # [t, h]
 
-    known = [None] * h
-    if i == 0 and known_first is not None:
-      taus, stats = (np.asarray(x, np.float64) for x in known_first)
-      known = [(taus, stats[:, 0, j]) for j in range(h)]
-    results = run_lockstep([steps(float(targets[i, j]), known=known[j]) for j in range(h)],
-                           evaluate)
+    known, guess = [None] * h, [None] * h
+    if known_first is not None:
+      taus, stats = (np.asarray(x, np.float64) for x in known_first)  # [g], [g, n, h]
+      if i == 0:
+        known = [(taus, stats[:, 0, j]) for j in range(h)]
+      else:
+        guess = [_crossing(taus, stats[:, i, j], targets[i, j]) for j in range(h)]
+    results = run_lockstep([steps(float(targets[i, j]), known=known[j], guess=guess[j])
+                            for j in range(h)], evaluate)
     chosen[i] = [r[0] for r in results]
     values[i] = [r[1] for r in results]
     infos.append({'calls': calls, 'heads': [r[2] for r in results]})
   return chosen, values, infos
+
+
+def _crossing(taus: np.ndarray, values: np.ndarray, target: float) -> float:
+  """The tau where the piecewise-linear curve `values(taus)` meets `target`: the first crossing
+  in increasing tau, else the tau whose value is nearest it."""
+  order = np.argsort(taus)
+  x, y = taus[order], values[order] - target
+  for k in range(len(x) - 1):
+    if y[k] == 0 or y[k] * y[k + 1] < 0:
+      return float(x[k] - y[k] * (x[k + 1] - x[k]) / (y[k + 1] - y[k]))
+  return float(x[np.argmin(np.abs(y))])

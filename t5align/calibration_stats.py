@@ -1,11 +1,11 @@
 """Encoder attention statistics at candidate temperatures, and the inputs they are measured on.
 
-`encoder_attention_stats`: mean row P_max and entropy per layer and head for many taus in one vmapped
-(on CPU: mapped one tau at a time, see `default_tau_chunk`), optionally sharded call;
+`encoder_attention_stats`: mean row P_max and entropy per layer and head for many taus in one
+vmapped (on CPU: mapped one tau at a time, see `default_tau_chunk`), optionally sharded call;
 `layer0_sorted_logits`: layer 0's average sorted logit vector (for the closed forms); `Memo`:
 both remembered per (weights, inputs). Statistics are means over non-pad query rows (per head),
-heads (per layer) and layers (pooled), in float32 on device and float64 on the host. Axis letters as in attention.py; `t` indexes
-candidate temperatures.
+heads (per layer) and layers (pooled), in float32 on device and float64 on the host. Axis
+letters as in attention.py; `t` indexes candidate temperatures.
 """
 from __future__ import annotations
 
