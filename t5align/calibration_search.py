@@ -18,6 +18,10 @@ import numpy as np
 from t5align import validate
 
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
+# How far on each side of a `guess` the first round of `bisect_steps` looks. On the t5x tiny
+# fixture's per-head searches (81 and 160 tokens), 0.01 took layer 1 2-4 rounds, 0.025 took
+# 4-5; a guess further off costs a secant round or two more.
+GUESS_SPREAD = 0.01
 
 # A search as a generator: yields float64 `[t]` taus, receives their `[t]` statistic, returns
 # (tau, its statistic, details).
@@ -119,9 +123,10 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
 
   `known` = (taus, values) already computed (e.g. Algorithm 1's grid, or a value the previous
   layer's search measured) warm-starts the search: with values on both sides of the crossing it
-  starts from the interval between them; with one side only, it steps outwards from the nearest
-  known tau by `step`, doubling, before falling back to the end of `bracket`. Without any, the
-  first call evaluates the bracket's ends. A target outside the bracket's values returns the
+  starts from the interval between them; with one side only, it looks beyond the nearest known
+  tau around where the secant through it and its nearest known neighbour meets the target (or,
+  without a usable secant, steps outwards by `step`, growing, up to the end of `bracket`).
+  Without any, the first call evaluates the bracket's ends. A target outside the bracket's values returns the
   nearer end with details['clamped'] = True.
 
   Returns:
@@ -139,10 +144,10 @@ def bisect_steps(target: float, *, increasing: bool, bracket: tuple[float, float
   """`bisect_search` as a generator of its rounds (`run_steps`, `run_lockstep`).
 
   `guess`: a tau believed near the crossing (e.g. predicted from a related sweep). With nothing
-  known in the bracket, the first round evaluates `guess - step` and `guess + step` (and, for
-  `points` > 2, taus between them) instead of the bracket's ends; the search then steps
-  outwards or narrows as it would from any known values. It only changes which taus are
-  evaluated, never what counts as the answer.
+  known in the bracket, the first round evaluates `guess -/+ GUESS_SPREAD` (and, for `points`
+  > 2, taus between them) instead of the bracket's ends; the search then looks outwards or
+  narrows as it would from any known values. It only changes which taus are evaluated, never
+  what counts as the answer.
   """
   lo, hi = (float(x) for x in validate.temperature_array(bracket, 'bracket'))
   if not (lo < hi and tol > 0 and points >= 1 and step > 0):
@@ -174,12 +179,29 @@ def bisect_steps(target: float, *, increasing: bool, bracket: tuple[float, float
       xs = sorted(set(xs) | {extra.pop(len(extra) // 2)})
     return xs[:points]
 
+  def beyond(edge: float, end: float) -> list[float]:
+    """`points` taus between `edge` (the known tau nearest the crossing) and `end`, around
+    where the secant through `edge` and its nearest known neighbour meets the target, `step`
+    or a quarter of the way from `edge` apart, whichever is more; [] without such a secant."""
+    others = [x for x in values if x != edge]
+    if not others:
+      return []
+    near = min(others, key=lambda x: abs(x - edge))
+    if values[near] == values[edge]:
+      return []
+    guess = edge + (target - values[edge]) * (near - edge) / (values[near] - values[edge])
+    if (guess - edge) * (end - edge) <= 0:
+      return []
+    spread = max(step, abs(guess - edge) / 4)
+    xs = np.linspace(guess - spread, guess + spread, points) if points > 1 else [guess]
+    return [float(np.clip(x, min(edge, end), max(edge, end))) for x in xs]
+
   # Find an interval holding the crossing (or learn that the bracket does not hold it).
   a, b = interval()
   reach = step
   while a is None or b is None:
     if not values and guess is not None:
-      near = (min(hi, max(lo, guess - step)), min(hi, max(lo, guess + step)))
+      near = (min(hi, max(lo, guess - GUESS_SPREAD)), min(hi, max(lo, guess + GUESS_SPREAD)))
       xs = fill(list(near), *near)
     elif not values:
       xs = fill([lo, hi], lo, hi)
@@ -187,12 +209,14 @@ def bisect_steps(target: float, *, increasing: bool, bracket: tuple[float, float
       edge = min(values)
       if edge <= lo:
         break
-      xs = fill([max(lo, edge - reach * k) for k in range(1, points + 1)], lo, edge)
+      xs = fill(beyond(edge, lo) or [max(lo, edge - reach * k) for k in range(1, points + 1)],
+                lo, edge)
     else:  # Every known tau is below the crossing: look higher.
       edge = max(values)
       if edge >= hi:
         break
-      xs = fill([min(hi, edge + reach * k) for k in range(1, points + 1)], edge, hi)
+      xs = fill(beyond(edge, hi) or [min(hi, edge + reach * k) for k in range(1, points + 1)],
+                edge, hi)
     xs = np.asarray(xs, np.float64)
     values.update(zip(xs.tolist(), np.asarray((yield xs), np.float64).tolist()))
     calls += 1
@@ -356,10 +380,17 @@ def align_heads(evaluate_rows: Callable[[np.ndarray], np.ndarray], targets: np.n
 
 def _crossing(taus: np.ndarray, values: np.ndarray, target: float) -> float:
   """The tau where the piecewise-linear curve `values(taus)` meets `target`: the first crossing
-  in increasing tau, else the tau whose value is nearest it."""
+  in increasing tau; beyond the curve's ends, the line through the two taus nearest the target
+  (or the nearest tau where that line is flat or leads back into the curve)."""
   order = np.argsort(taus)
   x, y = taus[order], values[order] - target
   for k in range(len(x) - 1):
     if y[k] == 0 or y[k] * y[k + 1] < 0:
       return float(x[k] - y[k] * (x[k + 1] - x[k]) / (y[k + 1] - y[k]))
-  return float(x[np.argmin(np.abs(y))])
+  if len(x) < 2:
+    return float(x[0])
+  i, j = (0, 1) if abs(y[0]) <= abs(y[-1]) else (len(x) - 1, len(x) - 2)
+  if y[i] == y[j]:
+    return float(x[i])
+  guess = x[i] - y[i] * (x[j] - x[i]) / (y[j] - y[i])
+  return float(guess) if (guess - x[i]) * (x[j] - x[i]) < 0 else float(x[i])
