@@ -301,6 +301,8 @@ def plot_head_dispersion(numbers: Mapping[str, Any], path: str, max_columns: int
         ax.plot(lengths, values[key][:, layer, h], marker='.', lw=1, label=f'head {h}')
       ax.axvline(numbers['reference_length'], color='k', ls='--', lw=0.8)
       ax.set_xscale('log')
+      ax.minorticks_off()
+      ax.set_xticks(lengths, [str(L) for L in lengths])
       ax.tick_params(labelsize=6)
       ax.set_title(f'layer {layer}', fontsize=8)
       ax.set_xlabel('length', fontsize=7)
