@@ -308,9 +308,11 @@ def plot_head_dispersion(numbers: Mapping[str, Any], path: str, max_columns: int
       ax.set_xlabel('length', fontsize=7)
       if layer % cols == 0:
         ax.set_ylabel(label, fontsize=8)
-  axes[0, 0].legend(fontsize=5, ncol=max(1, heads // 8))
+  # One legend for every panel, below them (inside a panel it would hide lines).
+  fig.legend(*axes[0, 0].get_legend_handles_labels(), loc='lower center', fontsize=6,
+             ncol=min(heads, 8))
   fig.suptitle('per-head dispersion at tau = 1 (dashed: L_tr)', fontsize=9)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, 0.03 * batching.ceil_div(heads, 8), 1, 1))
   fileio.save_figure(fig, path, dpi=120)
   plt.close(fig)
 
