@@ -77,7 +77,8 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
 
   Returns:
     JSON-able dict: 'reference_length', 'lengths' (L_tr first), 'grid', per-length 'statistics'
-    (pooled 'pmax'/'entropy' over the grid, per-layer values at tau = 1) and 'layer0' (sigma,
+    (pooled 'pmax'/'entropy' over the grid, per-layer values at tau = 1 and per-head ones,
+    'head_pmax_tau1' / 'head_entropy_tau1' `[layers][heads]`) and 'layer0' (sigma,
     P_max and centred max of the average sorted logit vector, QQ data), and the encoder's
     relative-position table 'rel_embedding' `[heads, buckets]`.
   """
@@ -98,7 +99,9 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
     numbers['statistics'][str(L)] = {
         'pmax': stats.pmax.tolist(), 'entropy': stats.entropy.tolist(),
         'layer_pmax_tau1': stats.layer_pmax[one].tolist(),
-        'layer_entropy_tau1': stats.layer_entropy[one].tolist()}
+        'layer_entropy_tau1': stats.layer_entropy[one].tolist(),
+        'head_pmax_tau1': stats.head_pmax[one].tolist(),
+        'head_entropy_tau1': stats.head_entropy[one].tolist()}
     vector = memo.sorted_logits(params, config, cut, chunk)
     summary = calibration.summarize_logit_vector(vector)
     numbers['layer0'][str(L)] = {**summary._asdict(), 'qq': qq_points(vector, qq_size)}
@@ -146,6 +149,31 @@ def dispersion_table(numbers: Mapping[str, Any]) -> str:
     values = [numbers['statistics'][str(L)][key][one] for L in numbers['lengths']]
     rows.append(f'{label:<10}' + ''.join(f'{v:>10.4f}' for v in values))
   return '\n'.join(rows)
+
+
+def head_dispersion(numbers: Mapping[str, Any], key: str) -> np.ndarray:
+  """`[lengths, layers, heads]` per-head mean row statistic at tau = 1 ('pmax' or 'entropy'),
+  lengths in `numbers['lengths']` order (L_tr first)."""
+  return np.asarray([numbers['statistics'][str(L)][f'head_{key}_tau1']
+                     for L in numbers['lengths']], np.float64)
+
+
+def head_dispersion_table(numbers: Mapping[str, Any]) -> str:
+  """Per-head dispersion at tau = 1: mean P_max and entropy of every head of every layer, one
+  column per length, and the change from L_tr to the longest length (a local head keeps its
+  P_max; a dispersing one loses it)."""
+  lengths = numbers['lengths']
+  head = f'{"layer head":<12}' + ''.join(f'{L:>9}' for L in lengths) + f'{"change":>9}'
+  lines = ['Per-head dispersion (tau = 1)']
+  for key, label in (('pmax', 'P_max'), ('entropy', 'H (nats)')):
+    values = head_dispersion(numbers, key)  # [lengths, n, h]
+    lines += ['', label, head, '-' * len(head)]
+    for layer in range(values.shape[1]):
+      for h in range(values.shape[2]):
+        row = values[:, layer, h]
+        lines.append(f'{f"L{layer} h{h}":<12}' + ''.join(f'{v:>9.4f}' for v in row)
+                     + f'{row[-1] - row[0]:>+9.4f}')
+  return '\n'.join(lines)
 
 
 def lmax_table(numbers: Mapping[str, Any]) -> str:
@@ -251,6 +279,44 @@ def plot_temperature_curves(numbers: Mapping[str, Any], path: str,
   plt.close(fig)
 
 
+def plot_head_dispersion(numbers: Mapping[str, Any], path: str, max_columns: int = 6) -> None:
+  """Per-head dispersion: mean P_max (upper panels) and entropy (lower panels) at tau = 1
+  against length, one panel per layer (`max_columns` layers a row), one line per head (T5's
+  local heads keep their P_max as inputs grow)."""
+  plt = pyplot()
+  lengths = np.asarray(numbers['lengths'])
+  keys = (('pmax', 'mean P_max'), ('entropy', 'mean entropy (nats)'))
+  values = {key: head_dispersion(numbers, key) for key, _ in keys}  # [lengths, n, h] each
+  layers, heads = values['pmax'].shape[1:]
+  cols = min(max_columns, layers)
+  rows = batching.ceil_div(layers, cols)  # per statistic
+  fig, axes = plt.subplots(2 * rows, cols, figsize=(3 * cols, 2.6 * 2 * rows), squeeze=False)
+  for k, (key, label) in enumerate(keys):
+    for layer in range(rows * cols):
+      ax = axes[k * rows + layer // cols, layer % cols]
+      if layer >= layers:
+        ax.axis('off')
+        continue
+      for h in range(heads):
+        ax.plot(lengths, values[key][:, layer, h], marker='.', lw=1, label=f'head {h}')
+      ax.axvline(numbers['reference_length'], color='k', ls='--', lw=0.8)
+      ax.set_xscale('log')
+      ax.minorticks_off()
+      ax.set_xticks(lengths, [str(L) for L in lengths])
+      ax.tick_params(labelsize=6)
+      ax.set_title(f'layer {layer}', fontsize=8)
+      ax.set_xlabel('length', fontsize=7)
+      if layer % cols == 0:
+        ax.set_ylabel(label, fontsize=8)
+  # One legend for every panel, below them (inside a panel it would hide lines).
+  fig.legend(*axes[0, 0].get_legend_handles_labels(), loc='lower center', fontsize=6,
+             ncol=min(heads, 8))
+  fig.suptitle('per-head dispersion at tau = 1 (dashed: L_tr)', fontsize=9)
+  fig.tight_layout(rect=(0, 0.03 * batching.ceil_div(heads, 8), 1, 1))
+  fileio.save_figure(fig, path, dpi=120)
+  plt.close(fig)
+
+
 def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
                      query_position: int | None = None, max_heads: int = 16,
                      heads: Sequence[int] | None = None) -> np.ndarray:
@@ -311,10 +377,11 @@ def plot_qq(numbers: Mapping[str, Any], path: str) -> None:
 def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = None, *,
                    tasks: Mapping[str, Any] | None = None,
                    heads: Sequence[int] | None = None) -> dict:
-  """Writes analysis.json (the numbers), dispersion.txt and four PNG figures into `out_dir`.
+  """Writes analysis.json (the numbers), dispersion.txt and five PNG figures into `out_dir`.
 
-  dispersion.txt holds Table 1 (`dispersion_table`), Table 7 (`lmax_table`) and, with `tasks`
-  (`task_statistics`), both per task (`task_tables`). `heads`: Figure 1's heads (0-based).
+  dispersion.txt holds Table 1 (`dispersion_table`), Table 7 (`lmax_table`), with `tasks`
+  (`task_statistics`) both per task (`task_tables`), and the per-head dispersion
+  (`head_dispersion_table`; figure head_dispersion.png). `heads`: Figure 1's heads (0-based).
 
   Returns:
     {name: path} of the written files.
@@ -322,10 +389,11 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   fileio.makedirs(out_dir)
   paths = {name: fileio.join(out_dir, name) for name in (
       'analysis.json', 'dispersion.txt', 'statistic_curves.png', 'temperature_curves.png',
-      'relpos_bias.png', 'qq_layer0.png')}
+      'relpos_bias.png', 'qq_layer0.png', 'head_dispersion.png')}
   tables = [dispersion_table(numbers), lmax_table(numbers)]
   if tasks:
     tables.append(task_tables(tasks))
+  tables.append(head_dispersion_table(numbers))
   record = {**numbers, 'dispersion_table': dispersion_table(numbers),
             'lmax_table': lmax_table(numbers), 'tasks': dict(tasks or {}),
             'algorithm1': {k: algorithm1_taus(numbers, k) for k in ('pmax', 'entropy')},
@@ -339,5 +407,6 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   plot_relpos_bias(numbers['rel_embedding'], numbers['lengths'][-1], paths['relpos_bias.png'],
                    heads=heads)
   plot_qq(numbers, paths['qq_layer0.png'])
+  plot_head_dispersion(numbers, paths['head_dispersion.png'])
   return paths
 

@@ -6,12 +6,16 @@ Strategies (`STRATEGIES`), each giving tau for a target length L_ex from a refer
   'pmax_bisect', ...       the same alignment solved continuously (to `tol` in tau).
   'pmax_per_layer', ...    one tau per layer, layers in order: layer i's tau is searched with layers
                            < i already at their chosen taus (the paper's future work).
+  'pmax_per_head', ...     one tau per head of each layer, each head aligned to its own L_tr
+                           statistic: layers in order, a layer's heads searched together (each
+                           head's statistic depends on its own tau and the layers before only;
+                           `calibration_search.align_heads`).
   'log_length'             tau = log_{L_ex} L_tr (length-only baseline).
   'prop1', 'prop2'         closed forms from layer 0's average sorted logit vector.
 
 This module is the strategy level (`calibrate`); below it, by level:
   calibration_stats        attention statistics at candidate taus (vmapped), inputs, `Memo`;
-  calibration_search       Algorithm 1's grid and the continuous / per-layer searches;
+  calibration_search       Algorithm 1's grid and the continuous / per-layer / per-head searches;
   calibration_closed_form  Propositions 1-2 and the log-length baseline.
 Their public names are importable from here too.
 """
@@ -33,9 +37,14 @@ from t5align.calibration_closed_form import prop1_tau
 from t5align.calibration_closed_form import prop2_tau
 from t5align.calibration_closed_form import reference_pmax
 from t5align.calibration_closed_form import summarize_logit_vector
+from t5align.calibration_search import align_heads
 from t5align.calibration_search import align_layers
 from t5align.calibration_search import bisect_search
+from t5align.calibration_search import bisect_steps
 from t5align.calibration_search import grid_search
+from t5align.calibration_search import grid_steps
+from t5align.calibration_search import run_lockstep
+from t5align.calibration_search import run_steps
 from t5align.calibration_search import PAPER_GRID
 from t5align.calibration_stats import AttentionStats
 from t5align.calibration_stats import check_lengths
@@ -53,7 +62,11 @@ from t5align.calibration_stats import Memo
 T5_EOS_ID = 1
 STATISTICS = ('pmax', 'entropy')
 STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_layer',
-              'entropy_per_layer', 'log_length', 'prop1', 'prop2')
+              'entropy_per_layer', 'pmax_per_head', 'entropy_per_head', 'log_length', 'prop1',
+              'prop2')
+# What one calibration's tau covers (`parse_strategy`): the whole encoder, each layer, each head.
+SCOPES = ('encoder', 'layer', 'head')
+Tau = float | tuple[float, ...] | tuple[tuple[float, ...], ...]  # scalar, [n] or [n, h]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,37 +76,45 @@ class Calibration:
   strategy: str
   length: int  # L_ex
   reference_length: int  # L_tr
-  tau: float | tuple[float, ...]  # a tuple (one per layer) for per-layer strategies
-  target: float | tuple[float, ...] | None = None  # statistic at L_tr, tau = 1
-  achieved: float | tuple[float, ...] | None = None  # statistic at L_ex, chosen tau
+  # A tuple (one per layer) for per-layer strategies, `[layers][heads]` tuples for per-head ones.
+  tau: Tau
+  target: Tau | None = None  # statistic at L_tr, tau = 1 (of the encoder, each layer or head)
+  achieved: Tau | None = None  # statistic at L_ex, chosen tau
   clamped: bool = False  # the target lay outside the searched range, or tau was clamped to 1
   details: dict = dataclasses.field(default_factory=dict)
   note: str = ''  # why `clamped` is set, in words (shown under `TemperatureSchedule.table`)
 
 
 
-def parse_strategy(strategy: str) -> tuple[str, str, bool]:
-  """'pmax_per_layer' -> ('pmax', 'bisect', True); 'entropy' -> ('entropy', 'grid', False)."""
+def parse_strategy(strategy: str) -> tuple[str, str, str]:
+  """(statistic, search, scope in `SCOPES`): 'pmax_per_layer' -> ('pmax', 'bisect', 'layer');
+  'entropy' -> ('entropy', 'grid', 'encoder'); 'prop1' -> ('prop1', 'closed_form', 'encoder')."""
   if strategy not in STRATEGIES:
     raise ValueError(f'strategy={strategy!r}; expected one of {STRATEGIES}.')
   base, _, variant = strategy.partition('_')
   if base not in STATISTICS:
-    return strategy, 'closed_form', False
-  return base, ('grid' if not variant else 'bisect'), variant == 'per_layer'
+    return strategy, 'closed_form', 'encoder'
+  scope = {'per_layer': 'layer', 'per_head': 'head'}.get(variant, 'encoder')
+  return base, ('grid' if not variant else 'bisect'), scope
 
 
-def _as_float(x: Any) -> float | tuple[float, ...]:
+def _as_float(x: Any) -> Tau:
+  """A float, or nested tuples of floats (JSON-able, hashable) of a `[]`, `[n]` or `[n, h]`."""
   x = np.asarray(x, np.float64)
-  return float(x) if x.ndim == 0 else tuple(float(v) for v in x)
+  if x.ndim == 0:
+    return float(x)
+  return tuple(_as_float(v) for v in x)
 
 
-def _align(params, config, tokens, statistic, target_stats, *, search, per_layer, grid, bracket,
+def _align(params, config, tokens, statistic, target_stats, *, search, scope, grid, bracket,
            tol, points, memo, stats_kwargs) -> tuple[Any, Any, bool, dict]:
-  """Searches tau (or per-layer taus) so the statistic at `tokens` matches `target_stats`."""
+  """Searches tau (or per-layer or per-head taus) so the statistic at `tokens` matches
+  `target_stats`."""
   increasing = statistic == 'entropy'  # flatter with larger tau: entropy up, P_max down.
   # Algorithm 1's sweep at this length, if this run already made it (the grid strategies share
   # it): it warm-starts the continuous searches. Layer 0's statistic depends on layer 0's tau
-  # only, so the sweep (every layer at the grid tau) also warm-starts the per-layer search.
+  # only, so the sweep (every layer at the grid tau) also warm-starts the per-layer search, and
+  # each layer-0 head's statistic on its own tau only: the per-head search too.
   sweep = memo.computed_stats(params, config, tokens, grid) if search == 'bisect' else None
   grid_taus = np.asarray(grid, np.float64)
   stats = lambda taus: memo.attention_stats(params, config, tokens, taus, **stats_kwargs)
@@ -104,7 +125,17 @@ def _align(params, config, tokens, statistic, target_stats, *, search, per_layer
     return bisect_search(evaluate, target, increasing=increasing, bracket=bracket, tol=tol,
                          points=points, known=known)
 
-  if not per_layer:
+  if scope == 'head':
+    head = f'head_{statistic}'  # Per-head strategies search continuously (`parse_strategy`).
+    steps = lambda target, known, guess: bisect_steps(
+        target, increasing=increasing, bracket=bracket, tol=tol, points=points, known=known,
+        guess=guess)
+    chosen, values, infos = align_heads(
+        lambda rows: getattr(stats(rows), head), getattr(target_stats, head)[0], steps=steps,
+        known_first=(grid_taus, getattr(sweep, head)) if sweep is not None else None)
+    clamped = any(info.pop('clamped') for layer in infos for info in layer['heads'])
+    return _as_float(chosen), _as_float(values), clamped, {'layers': infos}
+  if scope == 'encoder':
     known = (grid_taus, sweep.values(statistic)) if sweep is not None else None
     tau, value, info = run_search(lambda taus: stats(taus).values(statistic),
                                   float(target_stats.values(statistic)[0]), known)
@@ -161,7 +192,7 @@ def calibrate(
   Returns:
     A Calibration with the chosen tau, the target and achieved statistic and search details.
   """
-  statistic, search, per_layer = parse_strategy(strategy)
+  statistic, search, scope = parse_strategy(strategy)
   tokens = check_tokens(tokens)
   length = tokens.shape[1]
   if reference_tokens is not None:
@@ -197,10 +228,10 @@ def calibrate(
     points = mesh.shape['tau'] if mesh is not None else 2
   target_stats = memo.attention_stats(params, config, reference_tokens, [1.0], **stats_kwargs)
   tau, achieved, clamped, details = _align(
-      params, config, tokens, statistic, target_stats, search=search, per_layer=per_layer,
+      params, config, tokens, statistic, target_stats, search=search, scope=scope,
       grid=grid, bracket=bracket, tol=tol, points=points, memo=memo, stats_kwargs=stats_kwargs)
-  target = (_as_float(getattr(target_stats, f'layer_{statistic}')[0]) if per_layer
-            else float(target_stats.values(statistic)[0]))
+  prefix = {'encoder': '', 'layer': 'layer_', 'head': 'head_'}[scope]
+  target = _as_float(getattr(target_stats, f'{prefix}{statistic}')[0])
   return Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,
                      note='target outside the searched range' if clamped else '',
                      details=details, **common)

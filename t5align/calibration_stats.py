@@ -1,11 +1,11 @@
 """Encoder attention statistics at candidate temperatures, and the inputs they are measured on.
 
-`encoder_attention_stats`: mean row P_max and entropy per layer for many taus in one vmapped
-(on CPU: mapped one tau at a time, see `default_tau_chunk`), optionally sharded call;
+`encoder_attention_stats`: mean row P_max and entropy per layer and head for many taus in one
+vmapped (on CPU: mapped one tau at a time, see `default_tau_chunk`), optionally sharded call;
 `layer0_sorted_logits`: layer 0's average sorted logit vector (for the closed forms); `Memo`:
-both remembered per (weights, inputs). Statistics are means over layers x heads x non-pad query
-rows, in float32 on device and float64 on the host. Axis letters as in attention.py; `t` indexes
-candidate temperatures.
+both remembered per (weights, inputs). Statistics are means over non-pad query rows (per head),
+heads (per layer) and layers (pooled), in float32 on device and float64 on the host. Axis
+letters as in attention.py; `t` indexes candidate temperatures.
 """
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ class AttentionStats(NamedTuple):
   pmax: np.ndarray  # [t], pooled over layers x heads x rows
   entropy: np.ndarray  # [t]
   rows: int  # non-pad query rows in the batch
+  head_pmax: np.ndarray  # [t, n, h], per head: means over the rows only
+  head_entropy: np.ndarray  # [t, n, h]
 
   def values(self, statistic: str, layer: int | None = None) -> np.ndarray:
     """`[t]` values of 'pmax' or 'entropy', pooled or of one layer."""
@@ -120,9 +122,9 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
 @functools.lru_cache(maxsize=32)
 def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
              parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
-  """jit of per-example, per-layer row-statistic sums (summed over heads) for `[t, n]` taus:
-  `(params, tokens [b, l], taus [t, n]) -> sums`, the compiled sweep of
-  `encoder_attention_stats` (and of `t5align.preflight`'s calibration check).
+  """jit of per-example row-statistic sums per layer and head for `[t, n, 1 or h]` taus:
+  `(params, tokens [b, l], taus) -> sums`, the compiled sweep of `encoder_attention_stats` (and
+  of `t5align.preflight`'s calibration check).
 
   `parts`: the top-level keys of the params it is called with (the encoder needs 'encoder' and
   'token_embedder' only, so a tree without the decoder is enough).
@@ -137,13 +139,13 @@ def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
   n = config.num_encoder_layers
 
   def one_tau(params, tokens, tau):
-    # tau [n], passed as [1, n] so that it never reads as one value per example.
+    # tau [n, 1 or h], passed as [1, n, 1 or h] so that it never reads as one per example.
     _, state = model.apply({'params': params}, tokens, method='encode', enable_dropout=False,
-                           temperature=tau[None, :], mutable=['intermediates'])
+                           temperature=tau[None], mutable=['intermediates'])
     sums = network.encoder_row_stats(state['intermediates'], n)
-    # [n, b, h] -> [b, n]
-    return {'pmax_sum': jnp.sum(sums['pmax_sum'], axis=2).T,
-            'entropy_sum': jnp.sum(sums['entropy_sum'], axis=2).T,
+    # [n, b, h] -> [b, n, h]
+    return {'pmax_sum': jnp.transpose(sums['pmax_sum'], (1, 0, 2)),
+            'entropy_sum': jnp.transpose(sums['entropy_sum'], (1, 0, 2)),
             'rows': sums['rows']}  # [b]
 
   groups = mesh.shape['tau'] if mesh is not None else 1
@@ -152,9 +154,9 @@ def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
   def all_taus(params, tokens, taus):
     if tau_chunk is None:
       return jax.vmap(one_tau, in_axes=(None, None, 0), **spmd)(params, tokens, taus)
-    # [t, n] -> [groups, t / groups, n]: vmap over the groups (one per 'tau' device), lax.map
-    # over each group's taus, tau_chunk at a time.
-    grouped = taus.reshape(groups, -1, taus.shape[-1])
+    # [t, n, k] -> [groups, t / groups, n, k]: vmap over the groups (one per 'tau' device),
+    # lax.map over each group's taus, tau_chunk at a time.
+    grouped = taus.reshape(groups, -1, *taus.shape[1:])
     per_group = lambda g: jax.lax.map(lambda tau: one_tau(params, tokens, tau), g,
                                       batch_size=tau_chunk)
     out = jax.vmap(per_group, **spmd)(grouped)
@@ -184,7 +186,8 @@ def check_sweep_memory(params: Any, config: network.T5Config, *, length: int, ba
   tau_chunk = default_tau_chunk() if tau_chunk == 'auto' else tau_chunk
   params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
   rows = (batching.round_up(batch_size, data_axis), length)
-  cands = (batching.round_up(taus, tau_axis), config.num_encoder_layers)
+  # [t, n, 1]: the form `encoder_attention_stats` calls the sweep with (one tau per layer).
+  cands = (batching.round_up(taus, tau_axis), config.num_encoder_layers, 1)
   if mesh is None:
     args = (jax.ShapeDtypeStruct(rows, jnp.int32), jax.ShapeDtypeStruct(cands, jnp.float32))
   else:
@@ -261,7 +264,8 @@ def encoder_attention_stats(
     params: the T5X 'params' tree, or its 'encoder' and 'token_embedder' alone.
     config: the model config.
     tokens: int `[b, l]` encoder inputs, 0 = (trailing) padding.
-    temperatures: `[t]` (one tau for every layer) or `[t, n]` (one per layer), finite and > 0.
+    temperatures: `[t]` (one tau for every layer), `[t, n]` (one per layer) or `[t, n, h]`
+      (one per layer and head), finite and > 0.
     mesh: optional device mesh.
     batch_size: examples per call (sums accumulate across calls); a whole group if None.
     tau_batch_size: candidates per call, to bound memory (`t x b x h x l x l` probabilities).
@@ -271,15 +275,18 @@ def encoder_attention_stats(
       rounding (the demo's sweeps: within 2e-7 relative).
 
   Returns:
-    AttentionStats with `[t, n]` per-layer and `[t]` pooled means.
+    AttentionStats with `[t, n, h]` per-head, `[t, n]` per-layer and `[t]` pooled means.
   """
   taus = validate.temperature_array(temperatures).astype(np.float32)
   tokens = check_tokens(tokens)
-  n = config.num_encoder_layers
-  if taus.ndim == 2 and taus.shape[1] != n:
-    raise ValueError(f'temperatures of shape {taus.shape}: expected [t, {n}] per-layer values.')
-  # [t] -> [t, n]: one compiled form for both (a scalar tau equals the same tau on every layer).
-  taus = np.broadcast_to(taus.reshape(len(taus), -1), (len(taus), n))
+  n, h = config.num_encoder_layers, config.num_heads
+  if taus.shape[1:] not in ((), (n,), (n, h)):
+    raise ValueError(f'temperatures of shape {taus.shape}: expected [t], [t, {n}] per-layer or '
+                     f'[t, {n}, {h}] per-head values.')
+  # [t] or [t, n] -> [t, n, 1]: one compiled form for both (a scalar tau equals the same tau on
+  # every layer); [t, n, h] stays (a second form, for per-head taus only).
+  taus = np.broadcast_to(taus.reshape(len(taus), -1, 1) if taus.ndim < 3 else taus,
+                         (len(taus), n, h if taus.ndim == 3 else 1))
   if tau_chunk == 'auto':
     tau_chunk = default_tau_chunk()
   elif tau_chunk is not None:
@@ -288,7 +295,7 @@ def encoder_attention_stats(
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
   params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
   tb = batching.round_up(tau_batch_size or len(taus), tau_axis)
-  sums = np.zeros((2, len(taus), n))
+  sums = np.zeros((2, len(taus), n, h))
   rows = 0.0
   for group in length_groups(tokens, width_multiple):
     bb = batching.round_up(batch_size or len(group), data_axis)
@@ -308,10 +315,13 @@ def encoder_attention_stats(
         if t0 == 0:
           rows += float(np.dot(out['rows'][0], weight))
         for i, key in enumerate(('pmax_sum', 'entropy_sum')):
-          # [t, b, n] x [b] -> [t, n]
-          sums[i, t0:t0 + k] += np.einsum('tbn,b->tn', np.asarray(out[key][:k], np.float64), weight)
-  layer = sums / (rows * config.num_heads)
-  return AttentionStats(layer[0], layer[1], layer[0].mean(1), layer[1].mean(1), int(rows))
+          # [t, b, n, h] x [b] -> [t, n, h]
+          sums[i, t0:t0 + k] += np.einsum('tbnh,b->tnh', np.asarray(out[key][:k], np.float64),
+                                          weight)
+  head = sums / rows  # [2, t, n, h]
+  layer = head.mean(-1)  # [2, t, n]
+  return AttentionStats(layer[0], layer[1], layer[0].mean(1), layer[1].mean(1), int(rows),
+                        head[0], head[1])
 
 
 @functools.lru_cache(maxsize=16)

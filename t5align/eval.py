@@ -105,23 +105,28 @@ def make_temperature(config: network.T5Config, temperature: Any = None,
       warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
                     f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
                     '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
+    fits = {(), (layers,), (layers, config.num_heads)}
     for task, cals in [('', schedule.calibrations), *schedule.tasks.items()]:
-      widths = {np.size(c.tau) for c in cals[schedule.strategy]}
-      if widths - {1, layers}:
+      shapes = {np.shape(c.tau) for c in cals[schedule.strategy]}
+      if shapes - fits:
+        shape = max(shapes - fits)
         raise ValueError(
             f'temperature schedule {schedule_path} (SCHEDULE_PATH): strategy '
             f'{schedule.strategy!r}{f" of task {task!r}" if task else ""} has '
-            f'{max(widths - {1, layers})} per-layer taus but {model} has {layers} encoder '
-            'layers: calibrate it for this model.')
+            + (f'{shape[0]} per-layer taus' if len(shape) == 1 else
+               f'[{shape[0]}][{shape[1]}] per-layer, per-head taus')
+            + f' but {model} has {layers} encoder layers of {config.num_heads} heads: '
+            'calibrate it for this model.')
     return temperature_lib.Temperature(schedule=schedule, label=label or '')
   if schedule_strategy:
     raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
   if temperature is None:
     temperature = validate.temperature_setting(
         config.encoder_attention_temperature, 'network.T5Config.encoder_attention_temperature '
-        '(ENCODER_TEMPERATURE)', layers, model)
+        '(ENCODER_TEMPERATURE)', layers, model, config.num_heads)
   else:
-    temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model)
+    temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model,
+                                               config.num_heads)
   return temperature_lib.Temperature(constant=temperature, label=label or '')
 
 
@@ -164,7 +169,8 @@ def evaluate(*,
     mixture_or_task_name: a registered seqio task or mixture (e.g. 't5align_passkey'), or several
       separated by commas.
     output_dir: results folder; one subfolder per task.
-    temperature: encoder temperature override (float or one per layer); None: the config's.
+    temperature: encoder temperature override (a float, one per layer, or `[layers][heads]`
+      tuples); None: the config's.
     schedule_path: a `t5align.schedule` JSON file giving per-example temperatures instead.
     schedule_strategy: which of the schedule's strategies to apply (default: its own).
     label: row label in reports (default: 'tau = x' or the schedule strategy's, e.g. 'w/ P_max').

@@ -50,7 +50,7 @@ def _batch_shardings(mesh: Mesh, *ndims: int) -> tuple:
 
 @functools.lru_cache(maxsize=32)
 def partitioned_score(model: network.Transformer, mesh: Mesh) -> Callable:
-  """`(params, inputs [b, k], targets [b, l], taus [b, 1|n]) -> [b]` on `mesh`.
+  """`(params, inputs [b, k], targets [b, l], taus [b, 1|n] or [b, n, h]) -> [b]` on `mesh`.
 
   Parameters sharded over 'model' (`partitioning.param_shardings`), every batch argument and
   the result over 'data'; traced under the logical axis rules, so activations follow them.
@@ -65,7 +65,8 @@ def partitioned_score(model: network.Transformer, mesh: Mesh) -> Callable:
 @functools.lru_cache(maxsize=32)
 def partitioned_greedy_decode(model: network.Transformer, mesh: Mesh, max_decode_length: int,
                               eos_id: int) -> Callable:
-  """`(params, inputs [b, k], taus [b, 1|n]) -> tokens [b, max_decode_length]` on `mesh`.
+  """`(params, inputs [b, k], taus [b, 1|n] or [b, n, h]) -> tokens [b, max_decode_length]`
+  on `mesh`.
 
   `decoding.greedy` with the shardings of `partitioned_score`.
   """

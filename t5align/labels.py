@@ -15,6 +15,8 @@ STRATEGY_LABELS = {
     'entropy_bisect': 'w/ H (bisect)',
     'pmax_per_layer': 'w/ P_max (per layer)',
     'entropy_per_layer': 'w/ H (per layer)',
+    'pmax_per_head': 'w/ P_max (per head)',
+    'entropy_per_head': 'w/ H (per head)',
     'prop1': 'w/ Prop. 1 (P_max)',
     'prop2': 'w/ Prop. 2 (H)',
 }

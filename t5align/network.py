@@ -9,6 +9,7 @@ from flax import linen as nn
 from flax import struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from t5align import attention
 from t5align import layers
@@ -36,8 +37,9 @@ class T5Config:
   # If True, the decoder's output logits use the transposed embedding (T5 1.0).
   logits_via_embedding: bool = False
   float32_attention_logits: bool = False
-  # Encoder self-attention softmax temperature: one float, or one per encoder layer. 1.0 is t5x.
-  encoder_attention_temperature: float | Sequence[float] = 1.0
+  # Encoder self-attention softmax temperature: one float, one per encoder layer, or one per
+  # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x.
+  encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
   # Encoder self-attention implementation (layers.NAMES): 'reference' (materialized), 'blockwise',
   # 'pallas' (the target platform's fused kernel, layers.FUSED: Triton on GPU, Mosaic on TPU),
   # 'pallas_gpu' / 'pallas_tpu' (one of them by name), or 'auto': 'reference' for inputs of at
@@ -55,15 +57,16 @@ class T5Config:
   pallas_vmem_limit_bytes: int | None = None
 
   def __post_init__(self):
-    tau = self.encoder_attention_temperature
-    if isinstance(tau, (list, tuple)):
-      tau = tuple(float(t) for t in tau)
-      if len(tau) != self.num_encoder_layers:
-        raise ValueError(
-            f'T5Config.encoder_attention_temperature has {len(tau)} values; expected one float '
-            f'or num_encoder_layers={self.num_encoder_layers}.')
-      object.__setattr__(self, 'encoder_attention_temperature', tau)
-    validate.temperatures(tau, 'T5Config.encoder_attention_temperature')
+    tau = validate.constant_temperature(self.encoder_attention_temperature,
+                                        'T5Config.encoder_attention_temperature')
+    shape = np.shape(tau)
+    if shape not in ((), (self.num_encoder_layers,),
+                     (self.num_encoder_layers, self.num_heads)):
+      raise ValueError(
+          f'T5Config.encoder_attention_temperature has shape {shape}; expected one float, '
+          f'num_encoder_layers={self.num_encoder_layers} values, or [num_encoder_layers='
+          f'{self.num_encoder_layers}][num_heads={self.num_heads}] (a tuple of tuples).')
+    object.__setattr__(self, 'encoder_attention_temperature', tau)
     validate.float_dtype(self.dtype, 'T5Config.dtype')
     object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
@@ -106,15 +109,21 @@ def attention_options(config: T5Config, impl: str) -> Any:
                     for f in dataclasses.fields(options)})
 
 
-def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
-  """Normalizes a temperature to float32 `[1 or batch, num_layers]`.
+def layer_temperatures(temperature: Any, num_layers: int, batch: int, num_heads: int) -> Array:
+  """Normalizes a temperature to float32 `[1 or batch, num_layers, 1 or num_heads]`.
 
   Accepted: a scalar; a `[num_layers]` vector (per layer); a `[batch]` vector (per example);
-  a 2-D `[1 or batch, 1 or num_layers]` array. A 1-D vector whose length equals both `batch` and
-  `num_layers` is ambiguous and rejected: pass `[batch, 1]` or `[1, num_layers]` instead.
+  a 2-D `[1 or batch, 1 or num_layers]` array (per example and layer); a 3-D
+  `[1 or batch, 1 or num_layers, 1 or num_heads]` array (per example, layer and head). A 1-D
+  vector whose length equals both `batch` and `num_layers` is ambiguous and rejected: pass
+  `[batch, 1]` or `[1, num_layers]` instead. Layer i of the encoder takes `tau[:, i]`, the
+  `[1 or batch, 1 or heads]` form of `attention.head_temperature`.
   """
   validate.temperatures(temperature, 'temperature')
   tau = jnp.asarray(temperature, jnp.float32)
+  accepted = (f'a scalar, [num_encoder_layers={num_layers}], [batch={batch}], [1 or batch, 1 or '
+              f'num_encoder_layers] or [1 or batch, 1 or num_encoder_layers, 1 or '
+              f'num_heads={num_heads}]')
   if tau.ndim == 0:
     tau = tau.reshape(1, 1)
   elif tau.ndim == 1:
@@ -129,11 +138,24 @@ def layer_temperatures(temperature: Any, num_layers: int, batch: int) -> Array:
       tau = tau[:, None]
     else:
       raise ValueError(f'temperature of shape ({n},) matches neither batch={batch} nor '
-                       f'num_encoder_layers={num_layers}.')
-  elif tau.ndim != 2 or tau.shape[0] not in (1, batch) or tau.shape[1] not in (1, num_layers):
-    raise ValueError(f'temperature of shape {tau.shape} does not broadcast to '
-                     f'[batch={batch}, num_encoder_layers={num_layers}].')
-  return jnp.broadcast_to(tau, (tau.shape[0], num_layers))
+                       f'num_encoder_layers={num_layers}; accepted: {accepted}.')
+  if tau.ndim == 2:
+    tau = tau[:, :, None]  # [1 or b, 1 or n] -> [1 or b, 1 or n, 1]
+  if (tau.ndim != 3 or tau.shape[0] not in (1, batch) or tau.shape[1] not in (1, num_layers)
+      or tau.shape[2] not in (1, num_heads)):
+    raise ValueError(f'temperature of shape {tuple(np.shape(temperature))} does not broadcast to '
+                     f'[batch={batch}, num_encoder_layers={num_layers}, num_heads={num_heads}]; '
+                     f'accepted: {accepted}.')
+  # [1 or b, 1 or n, 1 or h] -> [1 or b, n, 1 or h]
+  return jnp.broadcast_to(tau, (tau.shape[0], num_layers, tau.shape[2]))
+
+
+def config_temperature(config: T5Config) -> np.ndarray:
+  """The config's `encoder_attention_temperature` in `layer_temperatures`' forms: a scalar,
+  `[layers]`, or `[1, layers, heads]` for a `[layers][heads]` value (which would otherwise read
+  as `[batch, layers]`)."""
+  tau = np.asarray(config.encoder_attention_temperature, np.float32)
+  return tau[None] if tau.ndim == 2 else tau
 
 
 def _relpos(cfg: T5Config) -> layers.RelativePositionBiases:
@@ -167,7 +189,8 @@ class EncoderLayer(nn.Module):
   @nn.compact
   def __call__(self, inputs: Array, segment_ids: Array, temperature: Array,
                deterministic: bool = False) -> Array:
-    """`[b, l, e]` -> `[b, l, e]`; `segment_ids` `[b, l]` (0 = pad), `temperature` `[1 or b]`."""
+    """`[b, l, e]` -> `[b, l, e]`; `segment_ids` `[b, l]` (0 = pad), `temperature`
+    `[1 or b, 1 or h]` (`attention.head_temperature`)."""
     cfg = self.config
     x = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
     # [b, l, e] -> [b, l, e]
@@ -220,13 +243,14 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, encoder_input_tokens: Array, segment_ids: Array, temperature: Array,
                deterministic: bool = False) -> Array:
-    """`[b, l]` tokens -> `[b, l, e]`; `temperature` is `[1 or b, num_encoder_layers]`."""
+    """`[b, l]` tokens -> `[b, l, e]`; `temperature` is `[1 or b, num_encoder_layers, 1 or h]`."""
     cfg = self.config
     rel_emb = _relpos(cfg)
     # [b, l] -> [b, l, e]
     x = self.shared_embedding(encoder_input_tokens.astype(jnp.int32))
     x = _dropout(cfg, x, deterministic).astype(cfg.dtype)
     for i in range(cfg.num_encoder_layers):
+      # [1 or b, n, 1 or h] -> [1 or b, 1 or h]: layer i's taus per example and head.
       x = EncoderLayer(config=cfg, relative_embedding=rel_emb, name=f'layers_{i}')(
           x, segment_ids, temperature[:, i], deterministic)
     x = layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
@@ -281,7 +305,8 @@ class Transformer(nn.Module):
   """T5 encoder-decoder; `encode`/`decode`/`__call__` match t5x's EncoderDecoderModel calls.
 
   Every entry point that runs the encoder takes an optional `temperature` (scalar, per layer,
-  per example, or `[batch, layers]`; see `layer_temperatures`) that overrides the config's
+  per example, `[batch, layers]` or `[batch, layers, heads]`; see `layer_temperatures`) that
+  overrides the config's
   `encoder_attention_temperature` and may be traced (e.g. under `jax.vmap`).
   """
 
@@ -303,10 +328,10 @@ class Transformer(nn.Module):
       raise ValueError(f'encoder_input_tokens must be [batch, length]; got shape '
                        f'{encoder_input_tokens.shape}.')
     if temperature is None:
-      # NOTE: the config's tuple is one value per layer, [1, num_layers]: never read as one per
-      # example (a 1-D vector is ambiguous when batch == num_encoder_layers).
-      temperature = jnp.asarray(cfg.encoder_attention_temperature, jnp.float32).reshape(1, -1)
-    tau = layer_temperatures(temperature, cfg.num_encoder_layers, encoder_input_tokens.shape[0])
+      temperature = config_temperature(cfg)
+    # [1 or b, n, 1 or h]
+    tau = layer_temperatures(temperature, cfg.num_encoder_layers, encoder_input_tokens.shape[0],
+                             cfg.num_heads)
     ids = segment_ids_for(encoder_input_tokens, encoder_segment_ids)
     return self.encoder(encoder_input_tokens, ids, tau, deterministic=not enable_dropout)
 
@@ -403,7 +428,8 @@ def mean_row_stats(stats: dict[str, Array]) -> dict[str, Array]:
   ones (inside jit, where nothing can be raised) give 0 rather than NaN (0/0).
 
   Returns:
-    {'layer_pmax': `[n]`, 'layer_entropy': `[n]`, 'pmax': `[]`, 'entropy': `[]`}.
+    {'layer_pmax': `[n]`, 'layer_entropy': `[n]`, 'pmax': `[]`, 'entropy': `[]`,
+    'head_pmax': `[n, h]`, 'head_entropy': `[n, h]`} (per head: means over the same rows).
   """
   heads = stats['pmax_sum'].shape[-1]
   rows = jnp.sum(stats['rows'])
@@ -413,5 +439,9 @@ def mean_row_stats(stats: dict[str, Array]) -> dict[str, Array]:
   denom = jnp.maximum(rows, 1) * heads
   layer_pmax = jnp.sum(stats['pmax_sum'], axis=(1, 2)) / denom
   layer_entropy = jnp.sum(stats['entropy_sum'], axis=(1, 2)) / denom
+  # [n, b, h] -> [n, h]
+  head_pmax = jnp.sum(stats['pmax_sum'], axis=1) / jnp.maximum(rows, 1)
+  head_entropy = jnp.sum(stats['entropy_sum'], axis=1) / jnp.maximum(rows, 1)
   return {'layer_pmax': layer_pmax, 'layer_entropy': layer_entropy,
-          'pmax': jnp.mean(layer_pmax), 'entropy': jnp.mean(layer_entropy)}
+          'pmax': jnp.mean(layer_pmax), 'entropy': jnp.mean(layer_entropy),
+          'head_pmax': head_pmax, 'head_entropy': head_entropy}

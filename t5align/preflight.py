@@ -471,7 +471,7 @@ def lower(settings: Settings) -> Program:
     batch = batching.round_up(settings.batch_size, mesh.shape['data'])
     taus = batching.round_up(settings.tau_batch, mesh.shape['tau'])
     # Calibration windows are exactly the length (no padding to a multiple).
-    shapes = {'inputs': (batch, settings.length), 'taus': (taus, layers)}
+    shapes = {'inputs': (batch, settings.length), 'taus': (taus, layers, 1)}
     fn = calibration_stats.sweep_fn(config, mesh,
                                     calibration_stats.default_tau_chunk(devices[0].platform),
                                     tuple(sorted(params)))

@@ -3,11 +3,12 @@
 A schedule maps an input's non-pad length L to a temperature by linear interpolation in log L
 between its calibrated lengths. Below the smallest length it uses the L_tr anchor (tau = 1 at
 L_tr, so inputs no longer than L_tr run untouched); above the largest it holds the last value
-(no extrapolation: it could reach tau <= 0). Per-layer strategies interpolate each layer alike.
+(no extrapolation: it could reach tau <= 0). Per-layer and per-head strategies interpolate each
+layer (and head) alike.
 
 Use at inference:
   schedule = load_schedule('schedule.json', strategy='pmax')
-  tau = schedule.temperatures(tokens)        # [batch, 1] or [batch, layers]
+  tau = schedule.temperatures(tokens)        # [batch, 1], [batch, layers] or [batch, layers, heads]
   model.apply(..., tokens, method='encode', temperature=tau)
 or from gin: `temperature_schedule = @t5align.schedule.load_schedule()` with
 `t5align.schedule.load_schedule.path = '...'`.
@@ -57,9 +58,26 @@ def calibration_from_dict(item: Mapping[str, Any], source: str,
   fields = {f.name for f in dataclasses.fields(calibration.Calibration)}
   item = {k: v for k, v in item.items() if k in fields}
   for key in ('tau', 'target', 'achieved'):
-    if isinstance(item.get(key), list):
-      item[key] = tuple(item[key])
+    if key == 'tau' or item.get(key) is not None:
+      item[key] = _taus(item[key], source, where, key)
   return calibration.Calibration(**item)
+
+
+def _taus(value: Any, source: str, where: str, key: str) -> Any:
+  """A number, a list of numbers (per layer) or of equal-length lists (per layer and head),
+  as `Calibration` holds it (nested tuples)."""
+  number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+  if number(value):
+    return value
+  if isinstance(value, list) and value and all(number(v) for v in value):
+    return tuple(value)
+  if (isinstance(value, list) and value and all(
+      isinstance(v, list) and v and all(number(x) for x in v) for v in value)
+      and len({len(v) for v in value}) == 1):
+    return tuple(tuple(v) for v in value)
+  raise ValueError(f'{source}: {where}[{key!r}] must be a number, a list of numbers (one per '
+                   'layer) or a list of equal-length lists of numbers (one per layer and '
+                   f'head); got {value!r}.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +109,11 @@ class TemperatureSchedule:
                          f'reference_length {self.reference_length}.')
       shapes = {np.shape(c.tau) for c in items}
       if len(shapes) != 1:
-        raise ValueError(f'strategy {name!r} mixes scalar and per-layer taus: {shapes}.')
+        raise ValueError(f'strategy {name!r} mixes tau shapes {sorted(shapes)}; every length '
+                         'needs the same: scalar, [layers] or [layers, heads].')
+      if len(next(iter(shapes))) > 2:
+        raise ValueError(f'strategy {name!r}: taus of shape {next(iter(shapes))}; expected a '
+                         'scalar, [layers] or [layers, heads].')
       validate.temperature_array([np.ravel(c.tau) for c in items], f'{name} taus')
       cals[name] = items
     object.__setattr__(self, 'calibrations', cals)
@@ -126,7 +148,7 @@ class TemperatureSchedule:
 
   def task_comparison(self, strategy: str | None = None) -> list[dict[str, Any]]:
     """Per task and calibrated length: the task's tau, the pooled schedule's tau there, and
-    their difference (scalar strategies; per-layer taus are averaged over layers)."""
+    their difference (scalar strategies; per-layer and per-head taus are averaged)."""
     strategy = strategy or self.strategy
     rows = []
     for task, cals in self.tasks.items():
@@ -149,7 +171,8 @@ class TemperatureSchedule:
     return '\n'.join(lines)
 
   def points(self, strategy: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Interpolation knots: lengths `[m]` and taus `[m]` or `[m, layers]`, with the L_tr anchor."""
+    """Interpolation knots: lengths `[m]` and taus `[m]`, `[m, layers]` or `[m, layers, heads]`,
+    with the L_tr anchor."""
     items = self.calibrations[strategy or self.strategy]
     lengths = np.array([c.length for c in items], np.float64)
     taus = np.array([c.tau for c in items], np.float64)
@@ -159,12 +182,23 @@ class TemperatureSchedule:
     return lengths, taus
 
   def tau_for_length(self, length: Any, strategy: str | None = None) -> np.ndarray:
-    """Taus for lengths `[...]`: `[...]` (scalar strategies) or `[..., layers]` (per-layer)."""
+    """Taus for lengths `[...]`: `[...]` (scalar strategies), `[..., layers]` (per-layer) or
+    `[..., layers, heads]` (per-head)."""
     x = np.log(np.maximum(np.asarray(length, np.float64), 1.0))
     lengths, taus = self.points(strategy)
     if taus.ndim == 1:
       return np.interp(x, np.log(lengths), taus)
-    return np.stack([np.interp(x, np.log(lengths), col) for col in taus.T], axis=-1)
+    columns = taus.reshape(len(taus), -1).T  # [m, layers(, heads)] -> [c, m]
+    # [...] -> [..., c] -> [..., layers(, heads)]
+    out = np.stack([np.interp(x, np.log(lengths), col) for col in columns], axis=-1)
+    return out.reshape(np.shape(x) + taus.shape[1:])
+
+  def encode_temperature(self, length: int, strategy: str | None = None) -> float | np.ndarray:
+    """The `temperature=` of `network.Transformer.encode` for inputs of `length` tokens: a float
+    (scalar strategies), float32 `[1, layers]` (per-layer) or `[1, layers, heads]` (per-head);
+    never ambiguous with one value per example."""
+    tau = self.tau_for_length(length, strategy)
+    return float(tau) if np.ndim(tau) == 0 else np.asarray(tau, np.float32)[None]
 
   def temperatures(self, tokens: Any, strategy: str | None = None) -> jax.Array:
     """Per-example temperatures from each row's non-pad length (traceable under jit).
@@ -174,16 +208,19 @@ class TemperatureSchedule:
       strategy: which strategy; the schedule's own by default.
 
     Returns:
-      float32 `[b, 1]` (scalar strategies) or `[b, layers]` (per-layer), ready for `encode`'s
-      `temperature=`. NOTE: 2-D, so it never reads as one value per layer when b == layers.
+      float32 `[b, 1]` (scalar strategies), `[b, layers]` (per-layer) or `[b, layers, heads]`
+      (per-head), ready for `encode`'s `temperature=`. NOTE: at least 2-D, so it never reads as
+      one value per layer when b == layers.
     """
     lengths, taus = self.points(strategy)
     # [b, l] -> [b]
     x = jnp.log(jnp.maximum(jnp.sum(jnp.asarray(tokens) > 0, axis=-1), 1).astype(jnp.float32))
     xp = jnp.asarray(np.log(lengths), jnp.float32)
-    fp = jnp.asarray(taus.reshape(len(taus), -1), jnp.float32)  # [m, 1 or layers]
+    fp = jnp.asarray(taus.reshape(len(taus), -1), jnp.float32)  # [m, 1 or layers(* heads)]
     # [b] x [m] x [m, c] -> [b, c]
-    return jnp.stack([jnp.interp(x, xp, fp[:, j]) for j in range(fp.shape[1])], axis=-1)
+    out = jnp.stack([jnp.interp(x, xp, fp[:, j]) for j in range(fp.shape[1])], axis=-1)
+    # [b, layers * heads] -> [b, layers, heads] (per-head); [b, 1 or layers] stays.
+    return out.reshape(out.shape[:1] + taus.shape[1:]) if taus.ndim == 3 else out
 
   def to_dict(self) -> dict[str, Any]:
     return outputs.jsonable({
@@ -250,14 +287,16 @@ class TemperatureSchedule:
     for name, items in self.calibrations.items():
       digits = 2 if name in ('pmax', 'entropy', 'log_length') else 3
       by_length = {c.length: c for c in items}
-      per_layer = np.ndim(items[0].tau) == 1
-      rows = range(len(items[0].tau)) if per_layer else [None]
+      # Per-layer and per-head strategies: one row per layer (a per-head row: its heads' mean).
+      per_head = np.ndim(items[0].tau) == 2
+      rows = range(len(items[0].tau)) if np.ndim(items[0].tau) else [None]
       for layer in rows:
-        label = labels.strategy_label(name) + ('' if layer is None else f' L{layer}')
+        label = labels.strategy_label(name) + ('' if layer is None else f' L{layer}') + (
+            ' mean' if per_head else '')
         cells = []
         for L in lengths:
           c = by_length.get(L)
-          tau = None if c is None else (c.tau if layer is None else c.tau[layer])
+          tau = None if c is None else (c.tau if layer is None else float(np.mean(c.tau[layer])))
           cells.append(f'{"-":>8}' if c is None else
                        f'{tau:>{7}.{digits}f}{"*" if c.clamped else " "}')
         lines.append(f'{label:<24}' + ''.join(cells))

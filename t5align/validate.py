@@ -41,15 +41,39 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
 
 
 def temperature_array(values: Any, name: str = 'temperatures') -> np.ndarray:
-  """float64 `[t]` or `[t, n]` candidate temperatures (a scalar becomes `[1]`); ValueError
-  unless non-empty, at most 2-D and valid per `temperatures`."""
+  """float64 `[t]`, `[t, layers]` or `[t, layers, heads]` candidate temperatures (a scalar
+  becomes `[1]`); ValueError unless non-empty, at most 3-D and valid per `temperatures`."""
   taus = np.asarray(values, dtype=np.float64)
   if taus.ndim == 0:
     taus = taus[None]
-  if taus.ndim > 2 or taus.shape[0] == 0:
-    raise ValueError(f'{name} must be a non-empty [t] or [t, layers] array; got shape '
-                     f'{taus.shape}.')
+  if taus.ndim > 3 or taus.shape[0] == 0:
+    raise ValueError(f'{name} must be a non-empty [t], [t, layers] or [t, layers, heads] array; '
+                     f'got shape {taus.shape}.')
   return temperatures(taus, name)
+
+
+def constant_temperature(value: Any, name: str) -> float | tuple[float, ...] | tuple[
+    tuple[float, ...], ...]:
+  """A run's constant temperature as a hashable value: a float, a tuple (one per layer) or a
+  tuple of equal-length tuples (`[layers][heads]`); ValueError naming `name` for anything else
+  (ragged or deeper nesting, or values rejected by `temperatures`)."""
+  shapes = 'a float, a tuple of floats (one per layer) or a tuple of equal-length tuples ' \
+      '(one per layer and head)'
+  if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
+    if not all(isinstance(v, (list, tuple)) for v in value) or len({len(v) for v in value}) != 1 \
+        or any(isinstance(x, (list, tuple)) for v in value for x in v):
+      raise ValueError(f'{name}={value!r} is not {shapes}.')
+  try:
+    taus = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f'{name}={value!r} is not {shapes}.') from e
+  if taus.ndim > 2 or 0 in taus.shape:
+    raise ValueError(f'{name}={value!r} is not {shapes}.')
+  temperatures(taus, name)
+  if taus.ndim == 0:
+    return float(taus)
+  return tuple(taus.tolist()) if taus.ndim == 1 else tuple(tuple(row) for row in taus.tolist())
+
 
 def float_dtype(dtype: Any, name: str = 'dtype') -> np.dtype:
   """`np.dtype(dtype)` if it is a floating type (float16/32/64, bfloat16), else ValueError."""
@@ -110,25 +134,29 @@ def strategy_names(values: Any, name: str, known: Sequence[str]) -> tuple[str, .
   return tuple(values)
 
 
-def temperature_setting(value: Any, name: str, num_layers: int, model: str
-                        ) -> float | tuple[float, ...]:
-  """A constant temperature: a number, or one per encoder layer of `model` (e.g. the
-  checkpoint it names); text, other lengths and values `temperatures` refuses raise."""
-  if isinstance(value, (list, tuple)):
-    if len(value) not in (1, num_layers) or not all(
-        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-        for v in value):
-      raise ValueError(
-          f'{name}={tuple(value)!r}: give one temperature, or {num_layers} numbers (one per '
-          f'encoder layer of {model}, which has {num_layers}); got {len(value)} values.')
-    out = tuple(float(v) for v in value)
-  elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-    out = float(value)
-  else:
+def temperature_setting(value: Any, name: str, num_layers: int, model: str,
+                        num_heads: int | None = None) -> Any:
+  """A constant temperature: a number, one per encoder layer of `model` (e.g. the checkpoint it
+  names), or `[num_layers][num_heads]` (a tuple of tuples: one per layer and head); text, other
+  lengths and values `temperatures` refuses raise. Returned as `constant_temperature` does."""
+  number = lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
+      v, bool)
+  heads = f'{num_heads}' if num_heads is not None else 'H'
+  forms = (f'give one temperature, {num_layers} numbers (one per encoder layer of {model}, '
+           f'which has {num_layers}), or {num_layers} tuples of {heads} (one per layer and head)')
+  if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
+    widths = {len(v) if isinstance(v, (list, tuple)) else None for v in value}
+    if (len(value) != num_layers or None in widths or len(widths) != 1
+        or (num_heads is not None and widths != {num_heads})
+        or not all(number(x) for v in value for x in v)):
+      raise ValueError(f'{name}={value!r}: {forms}.')
+  elif isinstance(value, (list, tuple)):
+    if len(value) not in (1, num_layers) or not all(number(v) for v in value):
+      raise ValueError(f'{name}={tuple(value)!r}: {forms}; got {len(value)} values.')
+  elif not number(value):
     raise ValueError(f'{name}={value!r} is not a temperature: give a number (e.g. {name}=0.8) '
                      f'or a tuple of {num_layers}, one per encoder layer of {model}.')
-  temperatures(out, name)
-  return out
+  return constant_temperature(value, name)
 
 
 def vocabulary_fits(vocab_size: int, embedding_rows: int, *, vocabulary: str,

@@ -84,7 +84,29 @@ def test_write_analysis_files(collected, tmp_path):
   assert set(record['algorithm1']) == {'pmax', 'entropy'}
   assert len(record['layer0']['81']['qq']['sample']) == 50
   assert open(paths['dispersion.txt']).read().rstrip('\n') == '\n\n'.join(
-      [analysis.dispersion_table(numbers), analysis.lmax_table(numbers)])
+      [analysis.dispersion_table(numbers), analysis.lmax_table(numbers),
+       analysis.head_dispersion_table(numbers)])
+  assert 'head_dispersion.png' in paths
+  assert np.shape(record['statistics']['81']['head_entropy_tau1']) == (2, 4)
+
+
+def test_per_head_dispersion_matches_numpy_float64(collected, numpy_head_stats):
+  """Per-head P_max and entropy by length (tau = 1) against the float64 re-derivation; the
+  table lists every head of every layer with its change from L_tr to the longest length."""
+  config, params, tokens, numbers = collected
+  pmax, entropy = numpy_head_stats(config, params, tokens, 1.0)  # L = 81
+  np.testing.assert_allclose(numbers['statistics']['81']['head_pmax_tau1'], pmax, rtol=5e-7)
+  np.testing.assert_allclose(numbers['statistics']['81']['head_entropy_tau1'], entropy,
+                             rtol=5e-7)
+  values = analysis.head_dispersion(numbers, 'pmax')  # [lengths, n, h]
+  assert values.shape == (3, config.num_encoder_layers, config.num_heads)
+  np.testing.assert_allclose(values.mean(-1)[-1], numbers['statistics']['81']['layer_pmax_tau1'],
+                             rtol=1e-12)
+  lines = analysis.head_dispersion_table(numbers).splitlines()
+  row = next(line for line in lines if line.startswith('L1 h2 '))  # First: the P_max block.
+  assert row.split()[2:] == [f'{v:.4f}' for v in values[:, 1, 2]] + [
+      f'{values[-1, 1, 2] - values[0, 1, 2]:+.4f}']
+  assert sum(line.startswith('L') for line in lines) == 2 * values[0].size
 
 
 def test_lmax_and_per_task_tables(collected, tmp_path, numpy_layer0_sorted):

@@ -15,6 +15,9 @@ TAUS = ('1.00', '0.80', '0.60')
 L_EX, L_TR = 81, 32  # Fixture rows cut to 81 tokens are both unpadded.
 # Statistics vs the t5x fixtures: at most 2.0e-7 relative measured (2-core CPU, every tau).
 STATS_RTOL = 5e-7
+# Per-head statistics vs a float64 numpy re-derivation: at most 1.6e-7 relative measured (2-core
+# CPU; both fixture widths, tau = 1 and two random per-head rows).
+HEAD_RTOL = 5e-7
 
 
 @pytest.fixture(scope='module')
@@ -353,6 +356,8 @@ def test_search_solves_to_tol_cold_and_warm_started_from_the_grid(crossing, incr
   assert cold[2]['calls'] <= 6, cold[2]
   if 0.5 < crossing < 1.0:
     assert warm[2]['calls'] == 1, warm[2]
+  elif crossing < 0.5:  # Below the grid: secants from its lowest taus (fixed steps took 5).
+    assert warm[2]['calls'] <= 4, warm[2]
 
 
 def test_searches_warm_started_from_the_shared_sweep_agree_with_fresh_ones(tiny):
@@ -371,3 +376,104 @@ def test_searches_warm_started_from_the_shared_sweep_agree_with_fresh_ones(tiny)
     np.testing.assert_allclose(warm.achieved, warm.target, rtol=5e-3)
     calls = lambda c: sum(i['calls'] for i in c.details.get('layers', [c.details]))
     assert calls(warm) < calls(fresh), (calls(warm), calls(fresh))
+
+
+# ------------------------------------------------------------------ per head
+
+
+def test_per_head_stats_match_numpy_float64(tiny, numpy_head_stats):
+  """Per-head means from the compiled sweep against logits materialized per head in float64,
+  at tau = 1 and at one tau per layer and head; per layer they are the heads' mean."""
+  config, params, ref = tiny
+  tokens = ref['encoder_input_tokens'][:, :128]  # Row 1 has 81 tokens, then padding.
+  n, h = config.num_encoder_layers, config.num_heads
+  taus = np.stack([np.ones((n, h)), np.random.default_rng(0).uniform(0.5, 1.0, (n, h))])
+  stats = calibration.encoder_attention_stats(params, config, tokens, taus)  # [t, n, h] taus
+  assert stats.head_pmax.shape == stats.head_entropy.shape == (2, n, h)
+  for i, row in enumerate(taus):
+    pmax, entropy = numpy_head_stats(config, params, tokens, row[None])
+    np.testing.assert_allclose(stats.head_pmax[i], pmax, rtol=HEAD_RTOL)
+    np.testing.assert_allclose(stats.head_entropy[i], entropy, rtol=HEAD_RTOL)
+  np.testing.assert_allclose(stats.layer_pmax, stats.head_pmax.mean(-1), rtol=1e-12)
+  np.testing.assert_allclose(stats.pmax, stats.head_pmax.mean((1, 2)), rtol=1e-12)
+  with pytest.raises(ValueError, match=r'expected \[t\], \[t, 2\] per-layer or \[t, 2, 4\]'):
+    calibration.encoder_attention_stats(params, config, tokens, np.ones((1, 2, 3)))
+  with pytest.raises(ValueError, match=r'\[t\], \[t, layers\] or \[t, layers, heads\]'):
+    calibration.encoder_attention_stats(params, config, tokens, np.ones((1, 2, 4, 1)))
+
+
+def test_lockstep_searches_equal_each_search_alone():
+  """Independent searches run together give each search's own answer, in as many calls as the
+  slowest needs; every call holds one column per search."""
+  crossings = (0.3, 0.62, 0.9501, 0.051, 1.2, 0.02)
+  curve = lambda taus, c: np.tanh(3.0 * (np.asarray(taus) - c))
+  alone = [calibration.bisect_search(lambda t, c=c: curve(t, c), 0.0, increasing=True)
+           for c in crossings]
+  shapes = []
+
+  def evaluate(columns):  # [t, k] -> [t, k]: column j depends on column j only
+    shapes.append(columns.shape)
+    return np.stack([curve(columns[:, j], c) for j, c in enumerate(crossings)], axis=1)
+
+  together = calibration.run_lockstep(
+      [calibration.bisect_steps(0.0, increasing=True) for _ in crossings], evaluate)
+  assert together == alone
+  assert len(shapes) == max(r[2]['calls'] for r in alone) and set(shapes) == {(2, 6)}
+  # A guess near the crossing (within 0.025, 0.05 or 0.2) saves calls and gives the same answer
+  # to tol; a guess off the bracket still finds it.
+  for c, alone_result in zip(crossings[:3], alone):
+    for off in (0.01, -0.04, 0.2, -2.0):
+      tau, _, details = calibration.run_steps(
+          calibration.bisect_steps(0.0, increasing=True, guess=c + off), lambda t, c=c: curve(t, c))
+      assert abs(tau - c) <= 1e-3 and not details['clamped'], (c, off, details)
+      if abs(off) < 0.05:
+        assert details['calls'] < alone_result[2]['calls'], (c, off, details)
+  grid = calibration.run_lockstep([calibration.grid_steps(v) for v in (0.1, -0.4)],
+                                  lambda cols: np.tanh(cols - 0.75))
+  assert grid == [calibration.grid_search(lambda t: np.tanh(t - 0.75), v) for v in (0.1, -0.4)]
+
+
+@pytest.mark.parametrize('statistic', calibration.STATISTICS)
+def test_per_head_search_recovers_known_taus(tiny, statistic):
+  """Targets made by known per-head taus at L_ex: the search finds those taus (to its 1e-3
+  tolerance), layer by layer with a layer's heads together."""
+  config, params, ref = tiny
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
+  known = np.array([[0.9, 0.6, 0.75, 0.8], [0.55, 0.95, 0.7, 0.85]])  # [n, h]
+  head = lambda rows: getattr(calibration.encoder_attention_stats(params, config, tokens, rows),
+                              f'head_{statistic}')
+  calls = []
+  evaluate = lambda rows: calls.append(rows.shape) or head(rows)
+  steps = lambda target, known, guess: calibration.bisect_steps(
+      target, increasing=statistic == 'entropy', known=known, guess=guess)
+  chosen, values, infos = calibration.align_heads(evaluate, head(known[None])[0], steps=steps)
+  np.testing.assert_allclose(chosen, known, atol=1e-3, rtol=0)
+  np.testing.assert_allclose(values, head(chosen[None])[0], rtol=1e-6)
+  assert all(r == (2, 2, 4) for r in calls) and len(calls) == sum(i['calls'] for i in infos)
+
+
+def test_per_head_calibration_aligns_each_head(tiny):
+  config, params, ref = tiny
+  tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
+  memo = calibration.Memo()
+  result = calibration.calibrate(params, config, tokens, 'pmax_per_head', reference_length=L_TR,
+                                 memo=memo)
+  n, h = config.num_encoder_layers, config.num_heads
+  assert np.shape(result.tau) == np.shape(result.target) == np.shape(result.achieved) == (n, h)
+  assert not result.clamped
+  np.testing.assert_allclose(result.achieved, result.target, rtol=5e-3)
+  target = calibration.encoder_attention_stats(
+      params, config, calibration.cut_to_length(tokens, L_TR, 1), [1.0])
+  np.testing.assert_allclose(result.target, target.head_pmax[0], rtol=1e-6)
+  # Re-evaluating the chosen per-head taus in one pass reproduces each head's value.
+  stats = calibration.encoder_attention_stats(params, config, tokens, [result.tau])
+  np.testing.assert_allclose(stats.head_pmax[0], result.achieved, rtol=1e-6)
+  # The grid sweep warm-starts the heads: the same alignment in fewer calls.
+  calibration.calibrate(params, config, tokens, 'pmax', reference_length=L_TR, memo=memo)
+  warm = calibration.calibrate(params, config, tokens, 'pmax_per_head', reference_length=L_TR,
+                               memo=memo)
+  np.testing.assert_allclose(warm.achieved, warm.target, rtol=5e-3)
+  calls = lambda c: [layer['calls'] for layer in c.details['layers']]
+  # Layer 0 from the sweep's exact values, layer 1 from the sweep's guesses: fewer calls.
+  assert calls(warm)[0] < calls(result)[0] and calls(warm)[1] < calls(result)[1], (
+      calls(warm), calls(result))

@@ -12,6 +12,7 @@ import pathlib
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')  # Before any test module imports jax.
 
+import jax
 import numpy as np
 import pytest
 
@@ -55,3 +56,56 @@ def _numpy_layer0_sorted(config, params, tokens):
 def numpy_layer0_sorted():
   """`numpy_layer0_sorted(config, params, tokens) -> [k]`: layer 0's average sorted logit vector."""
   return _numpy_layer0_sorted
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _attention_inputs(config, params, tokens, temperature):
+  """The 'attention_inputs' collection (every layer's projected queries and keys)."""
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  model = network.Transformer(config)
+  return model.apply({'params': params}, tokens, method='encode', enable_dropout=False,
+                     temperature=temperature, mutable=['attention_inputs'])[1]
+
+
+def _numpy_head_stats(config, params, tokens, temperature):
+  """Per-head mean row P_max and entropy (float64 numpy) of every encoder layer at
+  `temperature` (any `network.layer_temperatures` form, one value per example at most).
+
+  Each layer's projected queries and keys come from the model run at `temperature` (so layer i
+  sees the output of layers < i at their taus); its logits (q.k plus the relative bias, keys of
+  other segments / padding masked) are then materialized in float64, divided by that layer's
+  and head's tau, and the row statistics are averaged over every non-pad query row.
+
+  Returns:
+    (pmax `[n, h]`, entropy `[n, h]`).
+  """
+  from t5align import attention  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  state = _attention_inputs(config, params, tokens, temperature)
+  n, h, (b, l) = config.num_encoder_layers, config.num_heads, tokens.shape
+  taus = np.broadcast_to(np.asarray(network.layer_temperatures(temperature, n, b, h),
+                                    np.float64), (b, n, h))
+  table = params['encoder']['relpos_bias']['rel_embedding']
+  bias = np.asarray(attention.relative_position_bias(table, l, l, True), np.float64)  # [1,h,l,l]
+  valid = tokens > 0  # [b, l]
+  pmax, entropy = np.zeros((n, h)), np.zeros((n, h))
+  for i in range(n):  # NOTE: padding query rows are all -inf (NaN rows), excluded below.
+    inputs = state['attention_inputs']['encoder'][f'layers_{i}']['attention']
+    q, k = (np.asarray(inputs[f'projected_{x}'][0], np.float64) for x in ('query', 'key'))
+    # [b, q, h, d] x [b, k, h, d] -> [b, h, q, k]
+    logits = np.einsum('bqhd,bkhd->bhqk', q, k) + bias
+    logits = np.where(valid[:, None, None, :], logits, -np.inf) / taus[:, i, :, None, None]
+    with np.errstate(invalid='ignore'):
+      p = np.exp(logits - logits.max(-1, keepdims=True))
+      p /= p.sum(-1, keepdims=True)
+      plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+    rows = valid[:, None, :]  # [b, 1, q]
+    pmax[i] = np.sum(np.where(rows, p.max(-1), 0.0), axis=(0, 2)) / valid.sum()
+    entropy[i] = np.sum(np.where(rows, -plogp.sum(-1), 0.0), axis=(0, 2)) / valid.sum()
+  return pmax, entropy
+
+
+@pytest.fixture(scope='session')
+def numpy_head_stats():
+  """`numpy_head_stats(config, params, tokens, temperature) -> (pmax [n, h], entropy [n, h])`."""
+  return _numpy_head_stats

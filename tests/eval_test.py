@@ -156,6 +156,29 @@ def test_temperature_labels_and_values():
     temperature.Temperature()
 
 
+def test_per_head_temperatures_of_a_run(tiny):
+  """TEMPERATURE as `[layers][heads]` tuples (tiny: 2 x 4): `[b, layers, heads]` per batch;
+  a per-head schedule gives each row its length's taus."""
+  from t5align import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  config, _ = tiny
+  tokens = np.array([[5] * 40 + [0] * 8, [5] * 8 + [0] * 40])
+  per_head = [[0.9, 0.8, 0.7, 0.6], [1.0, 0.5, 0.75, 0.95]]
+  const = eval_lib.make_temperature(config, per_head)
+  assert const.constant == tuple(map(tuple, per_head))
+  assert const.label == 'tau = [2 x 4] per head (mean 0.775)'
+  np.testing.assert_array_equal(const.taus(tokens), np.float32([per_head, per_head]))
+  for bad, message in (([[0.9, 0.8], [0.7]], 'TEMPERATURE=.* is not a float, a tuple'),
+                       ([[0.9, 0.0]], 'TEMPERATURE must be finite and > 0')):
+    with pytest.raises(ValueError, match=message):
+      eval_lib.make_temperature(config, bad)
+  cals = {'pmax_per_head': (calibration.Calibration('pmax_per_head', 32, 16, tuple(map(
+      tuple, per_head))),)}
+  sched = temperature.Temperature(schedule=schedule.TemperatureSchedule(16, cals, 'pmax_per_head'))
+  assert sched.label == 'w/ P_max (per head)'
+  # 40 tokens: past the last calibrated length; 8 tokens: below L_tr, tau 1.
+  np.testing.assert_allclose(sched.taus(tokens), [per_head, np.ones((2, 4))])
+
+
 def test_pad_and_strip():
   out = batching.pad_tokens([[1, 2, 3], [4]], multiple=4)
   np.testing.assert_array_equal(out, [[1, 2, 3, 0], [4, 0, 0, 0]])

@@ -296,10 +296,24 @@ def test_per_layer_temperature_tuple():
   assert cfg.encoder_attention_temperature == taus
   cfg = build_config('flan_t5/xl.gin', (f'network.T5Config.encoder_attention_temperature = {taus}',))
   assert cfg.encoder_attention_temperature == taus
-  with pytest.raises(ValueError, match='expected one float or num_encoder_layers=24'):
+  with pytest.raises(ValueError, match='expected one float, num_encoder_layers=24 values, or'):
     build_config('flan_t5/xl.gin', ('ENCODER_TEMPERATURE = (0.9, 0.9)',))
   with pytest.raises(ValueError, match='must be finite and > 0'):
     build_config('tiny.gin', ('ENCODER_TEMPERATURE = (1.0, 0.0)',))
+
+
+def test_per_head_temperature_tuple_of_tuples():
+  """`[layers][heads]` as a gin tuple of tuples, through the macro and the parameter."""
+  taus = tuple(tuple(round(0.5 + 0.01 * (i + j), 2) for j in range(32)) for i in range(24))
+  for binding in (f'ENCODER_TEMPERATURE = {taus}',
+                  f'network.T5Config.encoder_attention_temperature = {taus}'):
+    assert build_config('flan_t5/xl.gin', (binding,)).encoder_attention_temperature == taus
+  with pytest.raises(ValueError, match=r'has shape \(24, 31\); expected one float, '
+                                       r'num_encoder_layers=24 values, or \[num_encoder_layers=24\]'
+                                       r'\[num_heads=32\]'):
+    build_config('flan_t5/xl.gin', (f'ENCODER_TEMPERATURE = {tuple(t[:31] for t in taus)}',))
+  with pytest.raises(ValueError, match='is not a float, a tuple of floats'):
+    build_config('flan_t5/xl.gin', (f'ENCODER_TEMPERATURE = {taus[:23] + (taus[0][:5],)}',))
 
 
 def _random_variables(cfg: network.T5Config) -> dict:

@@ -439,3 +439,37 @@ def test_finetune_trains_the_shipped_model_with_a_temperature():
   # The task exists with a train split and a shuffle buffer, as t5x.train needs.
   task = seqio.get_mixture_or_task(data.mixture_or_task_name)
   assert 'train' in task.splits and task.shuffle_buffer_size
+
+
+def test_schedule_gin_applies_per_head_temperatures(tmp_path):
+  """gin/t5x/schedule.gin with a per-head schedule: the network encodes each input at its own
+  length's `[layers, heads]` taus, as `network.Transformer` does when given them."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5align import assets  # pylint: disable=g-import-not-at-top
+  from t5align import calibration  # pylint: disable=g-import-not-at-top
+  from t5align import schedule  # pylint: disable=g-import-not-at-top
+  params, shipped, _ = assets.load_shipped()
+  n, h = shipped.num_encoder_layers, shipped.num_heads
+  rng = np.random.default_rng(0)
+  sched = schedule.TemperatureSchedule(32, {'pmax_per_head': tuple(
+      calibration.Calibration('pmax_per_head', L, 32, tuple(map(tuple, rng.uniform(
+          0.4, 1.0, (n, h)).tolist()))) for L in (64, 128))}, 'pmax_per_head')
+  path = tmp_path / 'per_head.json'
+  sched.save(str(path))
+  module = _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'")['model'].module
+  tokens = rng.integers(5, 1000, (2, 128)).astype(np.int32)
+  tokens[1, 40:] = 0
+  encode = jax.jit(lambda model, x, tau: model.apply(
+      {'params': params}, x, enable_dropout=False, method=model.encode, temperature=tau),
+                   static_argnums=0)
+  scheduled_out = encode(module, tokens, None)
+  plain = network.Transformer(module.config)
+  np.testing.assert_allclose(scheduled_out, encode(plain, tokens, sched.temperatures(tokens)),
+                             rtol=0, atol=1e-6)
+  # Row 1 (40 tokens) at its length's taus, [1, layers, heads], as every row's; tau = 1 differs.
+  np.testing.assert_allclose(scheduled_out[1, :40],
+                             encode(plain, tokens, sched.encode_temperature(40))[1, :40], rtol=0,
+                             atol=1e-5)
+  ones = encode(plain, tokens, np.ones((1, n, h), np.float32))
+  assert np.abs(np.asarray(ones) - np.asarray(scheduled_out)).max() > 1e-3

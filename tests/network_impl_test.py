@@ -97,3 +97,22 @@ def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypa
   expected, _ = _encode(dataclasses.replace(config, attention_impl=expected_impl), params,
                         tokens, 0.8)
   np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize('impl', ['blockwise', 'pallas'])
+def test_per_head_temperatures_match_reference(impl):
+  """`[batch, layers, heads]` taus, every one different, through the whole encoder: blockwise
+  and pallas (interpret mode on CPU) equal the reference, outputs and per-head statistics."""
+  config, params, ref = _fixture()
+  tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
+  n, h = config.num_encoder_layers, config.num_heads
+  tau = np.random.default_rng(3).uniform(0.5, 1.0, (2, n, h)).astype(np.float32)
+  expected, expected_stats = _encode(config, params, tokens, tau)
+  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=64,
+                                              attention_block_k=64), params, tokens, tau)
+  np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+  for name in ('pmax_sum', 'entropy_sum', 'rows'):
+    np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
+  # The taus matter per head: one layer-wide tau (their mean) gives other statistics.
+  _, flat = _encode(config, params, tokens, tau.mean(-1))
+  assert np.abs(np.asarray(flat['pmax_sum']) - np.asarray(expected_stats['pmax_sum'])).max() > 1e-2

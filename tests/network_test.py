@@ -197,7 +197,9 @@ def test_temperature_shape_errors():
     _encode(config, params, tokens, temperature=np.array([0.9, 0.8]))
   with pytest.raises(ValueError, match=r'matches neither batch=2 nor num_encoder_layers=2'):
     _encode(config, params, tokens, temperature=np.array([0.9, 0.8, 0.7]))
-  with pytest.raises(ValueError, match='has 3 values; expected one float or num_encoder_layers=2'):
+  with pytest.raises(ValueError, match=r'has shape \(3,\); expected one float, '
+                                      r'num_encoder_layers=2 values, or \[num_encoder_layers=2\]'
+                                      r'\[num_heads=8\]'):
     network.T5Config(vocab_size=8, num_encoder_layers=2,
                      encoder_attention_temperature=(0.9, 0.8, 0.7))
   with pytest.raises(ValueError, match="attention_impl='flash'"):
@@ -272,3 +274,58 @@ def test_cached_cross_attention_equals_per_step_projection(load_t5x_fixture):
   np.testing.assert_array_equal(np.argmax(cached, -1), np.argmax(per_step, -1))
   running = np.cumsum(steps == 1, axis=1) == 0  # No EOS (id 1) among the inputs so far.
   np.testing.assert_array_equal(np.argmax(cached, -1)[running], expected[running])
+
+
+def test_per_head_temperatures(load_t5x_fixture):
+  """`[batch, layers, heads]` taus: equal heads are the per-layer form (t5x's encoding at 0.8);
+  the config's `[layers][heads]` equals the call; each row of a batch gets its own taus; and
+  one head's tau moves that head's statistics only."""
+  config, params, ref = load_t5x_fixture('t5_1_1_tiny')
+  tokens = ref['encoder_input_tokens']
+  n, h = config.num_encoder_layers, config.num_heads
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def run(cfg, x, tau):
+    model = network.Transformer(cfg)
+    return model.apply({'params': params}, x, method=model.encode, enable_dropout=False,
+                       temperature=tau, mutable=['intermediates'])
+
+  np.testing.assert_allclose(run(config, tokens, np.full((1, n, h), 0.8))[0],
+                             ref['encoded_tau0.80'], rtol=0, atol=ATOL)
+  taus = np.random.default_rng(0).uniform(0.5, 1.0, (2, n, h)).astype(np.float32)
+  per_head = dataclasses.replace(config, encoder_attention_temperature=taus[0].tolist())
+  assert per_head.encoder_attention_temperature == tuple(map(tuple, taus[0].tolist()))
+  np.testing.assert_allclose(run(per_head, tokens, None)[0], run(config, tokens, taus[:1])[0],
+                             rtol=0, atol=ATOL)
+  batched, state = run(config, tokens, taus)
+  for b in range(2):  # Row b of the batch run at example b's taus for every row.
+    np.testing.assert_allclose(batched[b], run(config, tokens, taus[b:b + 1])[0][b], rtol=0,
+                               atol=ATOL)
+  # Layer 1, head 2 sharper: layer 0 and the other heads of layer 1 keep their statistics.
+  moved = taus.copy()
+  moved[:, 1, 2] *= 0.5
+  before = network.encoder_row_stats(state['intermediates'], n)['pmax_sum']  # [n, b, h]
+  after = network.encoder_row_stats(run(config, tokens, moved)[1]['intermediates'], n)['pmax_sum']
+  changed = np.abs(np.asarray(after) - np.asarray(before)) > 1e-5 * np.abs(np.asarray(before))
+  expected = np.zeros((n, 2, h), bool)
+  expected[1, :, 2] = True
+  np.testing.assert_array_equal(changed, expected)
+
+
+def test_per_head_temperature_shape_errors(load_t5x_fixture):
+  config, params, _ = load_t5x_fixture('t5_1_1_tiny')  # 2 layers, 4 heads
+  tokens = np.ones((3, 5), np.int32)
+  for bad in (np.ones((3, 2, 3)), np.ones((2, 2, 4)), np.ones((1, 3, 4)), np.ones((1, 2, 4, 1))):
+    with pytest.raises(ValueError, match=r'does not broadcast to \[batch=3, num_encoder_layers=2, '
+                                         r'num_heads=4\]; accepted: a scalar'):
+      _encode(config, params, tokens, temperature=bad)
+  with pytest.raises(ValueError, match=r'must be finite and > 0'):
+    _encode(config, params, tokens, temperature=np.array([[[1.0, 0.0, 1.0, 1.0]] * 2]))
+  for bad, message in ((((0.9,) * 4,) * 3, r'has shape \(3, 4\); expected one float, '
+                        r'num_encoder_layers=2 values, or \[num_encoder_layers=2\]\[num_heads=4\]'),
+                       (((0.9,) * 4, (0.7,) * 3), 'is not a float, a tuple of floats'),
+                       (((0.9,) * 4, ((0.9,),) * 4), 'is not a float, a tuple'),
+                       (((0.9,) * 4, 0.7), 'is not a float, a tuple'),
+                       (((0.9,) * 4, (0.9, -0.8, 1.0, 1.0)), 'must be finite and > 0')):
+    with pytest.raises(ValueError, match=rf'T5Config.encoder_attention_temperature.*{message}'):
+      dataclasses.replace(config, encoder_attention_temperature=bad)

@@ -39,12 +39,14 @@ _SCRIPT = textwrap.dedent('''
     model = network.Transformer(config)
     out = {'devices': jax.device_count(), 'eval': {}, 'calibration': {}}
 
-    # Eval: 8 rows (the fixture's two, cut to several lengths), one tau per row.
+    # Eval: 8 rows (the fixture's two, cut to several lengths), one tau per row, layer and head
+    # ([8, layers, heads], sharded over 'data' as the rows).
     rows = [calibration.cut_to_length(ref['encoder_input_tokens'], n, 1)[i]
             for n in (160, 120, 81, 40) for i in (0, 1)]
     inputs = batching.pad_tokens(rows, multiple=8)
     targets = np.tile(ref['decoder_target_tokens'], (4, 1))
-    taus = np.linspace(0.6, 1.0, 8, dtype=np.float32)[:, None]
+    taus = (np.linspace(0.6, 1.0, 8)[:, None, None] * np.random.default_rng(0).uniform(
+        0.8, 1.2, (8, config.num_encoder_layers, config.num_heads))).astype(np.float32)
     ll_one = np.asarray(evaluation.score_batch(model, params, inputs, targets, taus))
     greedy_one = np.asarray(decoding.greedy_decode(model, params, inputs, max_decode_length=6,
                                                    eos_id=1, temperature=taus))

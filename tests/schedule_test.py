@@ -6,6 +6,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -105,7 +106,7 @@ def test_invalid_schedules_raise():
     schedule.TemperatureSchedule(512, {'pmax': (_cal('pmax', 1024, float('nan')),)}, 'pmax')
   with pytest.raises(ValueError, match='distinct'):
     schedule.TemperatureSchedule(512, {'pmax': (_cal('pmax', 1024, 0.9),) * 2}, 'pmax')
-  with pytest.raises(ValueError, match='mixes scalar and per-layer'):
+  with pytest.raises(ValueError, match=r'mixes tau shapes \[\(\), \(2,\)\]'):
     schedule.TemperatureSchedule(
         512, {'pmax': (_cal('pmax', 1024, 0.9), _cal('pmax', 2048, (0.8, 0.7)))}, 'pmax')
   with pytest.raises(ValueError, match='this schedule has'):
@@ -208,3 +209,88 @@ def test_cli_module_entry_point_and_flag_errors(tmp_path):
     calibrate.sample_windows(np.arange(5), 2, 64, eos_id=1)
   windows = calibrate.sample_windows(np.arange(3, 200), 3, 16, seed=1, eos_id=1)
   assert windows.shape == (3, 16) and np.all(windows[:, -1] == 1) and np.all(windows > 0)
+
+
+def _per_head_schedule(tasks=None) -> schedule.TemperatureSchedule:
+  taus = {1024: ((0.9, 0.8, 1.0), (0.85, 0.95, 0.7)), 4096: ((0.7, 0.6, 0.9), (0.65, 0.75, 0.5))}
+  cals = {'pmax_per_head': tuple(
+              _cal('pmax_per_head', L, t, target=((0.3, 0.2, 0.1), (0.4, 0.5, 0.6)),
+                   achieved=((0.3, 0.2, 0.1), (0.4, 0.5, 0.61)),
+                   details={'layers': [{'calls': 3, 'heads': [{'calls': 3}] * 3}] * 2})
+              for L, t in taus.items()),
+          'pmax': (_cal('pmax', 1024, 0.9), _cal('pmax', 4096, 0.8))}
+  return schedule.TemperatureSchedule(512, cals, 'pmax_per_head', tasks=tasks or {})
+
+
+def test_per_head_schedule_round_trip_interpolation_and_tasks(tmp_path):
+  """`[layers, heads]` taus: JSON round trip (pooled and per task), log-length interpolation
+  of every head, per-example `[batch, layers, heads]` taus, the `encode` form and the table."""
+  task = {'pmax_per_head': (_cal('pmax_per_head', 2048, ((0.5,) * 3, (0.6,) * 3)),)}
+  sched = _per_head_schedule({'lines': task})
+  path = tmp_path / 'schedule.json'
+  sched.save(str(path))
+  data = json.loads(path.read_text())
+  assert data['calibrations']['pmax_per_head'][0]['tau'] == [[0.9, 0.8, 1.0], [0.85, 0.95, 0.7]]
+  loaded = schedule.load_schedule(str(path))
+  assert loaded == sched and loaded.calibrations['pmax_per_head'][1].tau == (
+      (0.7, 0.6, 0.9), (0.65, 0.75, 0.5))
+  # Halfway in log-length between 1024 and 4096 (2048): the mean of the two, head by head.
+  expected = np.array([[0.8, 0.7, 0.95], [0.75, 0.85, 0.6]])
+  np.testing.assert_allclose(loaded.tau_for_length(2048), expected)
+  np.testing.assert_allclose(loaded.tau_for_length([512, 10**6]),
+                             [np.ones((2, 3)), [[0.7, 0.6, 0.9], [0.65, 0.75, 0.5]]])
+  assert loaded.tau_for_length(4096, 'pmax').shape == ()
+  tokens = np.zeros((2, 4096), np.int32)
+  tokens[0, :2048], tokens[1, :] = 7, 7
+  taus = np.asarray(loaded.temperatures(tokens))
+  assert taus.shape == (2, 2, 3)
+  np.testing.assert_allclose(taus, [expected, loaded.tau_for_length(4096)], rtol=1e-6)
+  form = loaded.encode_temperature(2048)
+  assert form.shape == (1, 2, 3) and form.dtype == np.float32
+  assert loaded.encode_temperature(2048, 'pmax') == pytest.approx(0.85)
+  np.testing.assert_allclose(loaded.for_task('lines').tau_for_length(2048), np.full((2, 3), 0.5)
+                             + np.array([[0.0], [0.1]]))
+  table = loaded.table()
+  assert 'w/ P_max (per head) L1 mean' in table and f'{np.mean([0.85, 0.95, 0.7]):.3f}' in table
+
+
+@pytest.mark.parametrize('tau,where', [
+    ([[0.9, 0.8], [0.7]], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[[0.9, 0.8]], [[0.7, 0.6]]], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[0.9, 'x'], [0.7, 0.6]], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[], []], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[0.9, True], [0.7, 0.6]], "calibrations['pmax_per_head'][0]['tau']"),
+])
+def test_malformed_per_head_taus_name_the_file_and_field(tmp_path, tau, where):
+  data = _per_head_schedule().to_dict()
+  data['calibrations']['pmax_per_head'][0]['tau'] = tau
+  path = tmp_path / 'bad.json'
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=rf'temperature schedule {path}: {re.escape(where)} must be '
+                                       'a number, a list of numbers .* or a list of equal-length '
+                                       'lists of numbers'):
+    schedule.load_schedule(str(path))
+
+
+def test_per_head_schedule_rejects_mixed_shapes_and_bad_values(tmp_path):
+  data = _per_head_schedule().to_dict()
+  first = data['calibrations']['pmax_per_head'][0]
+  data['tasks'] = {'kv': {'pmax_per_head': [dict(first, length=2048, tau=[0.5, 0.6]),
+                                            dict(first, length=4096)]}}
+  path = tmp_path / 'mixed.json'
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=rf"temperature schedule {path}: task 'kv': strategy "
+                                       r"'pmax_per_head' mixes tau shapes \[\(2,\), \(2, 3\)\]"):
+    schedule.load_schedule(str(path))
+  data = _per_head_schedule().to_dict()
+  data['calibrations']['pmax_per_head'][1]['tau'][1][2] = -0.5
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=rf'temperature schedule {path}: pmax_per_head taus must be '
+                                       'finite and > 0'):
+    schedule.load_schedule(str(path))
+  data = _per_head_schedule().to_dict()
+  data['tasks'] = {'kv': {'pmax_per_head': [dict(data['calibrations']['pmax_per_head'][0],
+                                                 tau=[[0.5, 0.6], [0.7]])]}}
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=re.escape("tasks['kv']['pmax_per_head'][0]['tau'] must be")):
+    schedule.load_schedule(str(path))
