@@ -400,6 +400,32 @@ class Memo:
     return ('stats', self._params_key(params), config, self._fingerprint(tokens),
             self._fingerprint(taus))
 
+  def pooled_stats(self, params: Any, config: network.T5Config, groups: Sequence[Any],
+                   temperatures: Any, mesh: Mesh | None = None, **kwargs) -> AttentionStats:
+    """`attention_stats` of the rows of several token arrays together, from each array's own
+    (remembered or computed) result: each layer's mean weighted by the arrays' row counts.
+
+    Equal to one call on the arrays concatenated (to float64 rounding: the same per-row sums,
+    added in another order); when the arrays have one width, that concatenation's result is
+    remembered too, so a later `attention_stats` (e.g. `calibration.calibrate` on the pooled
+    prompts) computes nothing. E.g. per-task sweeps pooled over the tasks.
+    """
+    parts = [self.attention_stats(params, config, g, temperatures, mesh, **kwargs)
+             for g in groups]
+    if not parts:
+      raise ValueError('pooled_stats needs at least one token array.')
+    rows = np.array([p.rows for p in parts], np.float64)  # [g]
+    # [g] x [g, t, n] -> [t, n]
+    pooled = [np.einsum('g,gtn->tn', rows, np.stack([getattr(p, key) for p in parts]))
+              / rows.sum() for key in ('layer_pmax', 'layer_entropy')]
+    stats = AttentionStats(pooled[0], pooled[1], pooled[0].mean(1), pooled[1].mean(1),
+                           int(rows.sum()))
+    if len({np.shape(g)[1] for g in groups}) == 1:
+      tokens = np.concatenate([check_tokens(g) for g in groups])
+      taus = validate.temperature_array(temperatures).astype(np.float32)
+      self._results.setdefault(self._stats_key(params, config, tokens, taus), stats)
+    return stats
+
   def computed_stats(self, params: Any, config: network.T5Config, tokens: Any,
                      temperatures: Any) -> AttentionStats | None:
     """The remembered result of `attention_stats` for these inputs, or None (computes nothing)."""

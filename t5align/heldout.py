@@ -24,7 +24,8 @@ DECODE_LENGTH = {'passkey': 8, 'lines': 20, 'kv': 80}
 def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary,
                           *, tasks: Sequence[str] = train_data.TASKS, length: int = 256,
                           num_examples: int = 100, seed: int = 1000, batch_size: int = 16,
-                          temperature: Any = None) -> dict[str, list[dict[str, Any]]]:
+                          temperature: Any = None, decode_length: int | None = None
+                          ) -> dict[str, list[dict[str, Any]]]:
   """Per task, one JSON-able record per held-out example, in example order.
 
   Args:
@@ -36,6 +37,10 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
     batch_size: examples per decoding call (the last batch is padded with copies of its first
       example, so every call has the same shape: one compilation).
     temperature: encoder temperature (None: the config's), see `network.layer_temperatures`.
+    decode_length: greedy steps for every task (at least the longest `DECODE_LENGTH` of
+      `tasks`), so that tasks of different families share one compiled decoder; each answer is
+      then cut to its family's `DECODE_LENGTH` (greedy decoding is causal: the same tokens as
+      decoding that many steps). None: each family's own `DECODE_LENGTH`.
 
   Returns:
     {task: [{'index', 'task', 'family', 'length', 'input_tokens', 'target', 'answer', 'meta',
@@ -43,9 +48,14 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
     the score compares with (`train_data.Example.answer`); 'accuracy' is 0 or 1.
   """
   out = {}
+  longest = max(DECODE_LENGTH[train_data.FAMILY[task]] for task in tasks)
+  if decode_length is not None and decode_length < longest:
+    raise ValueError(f'decode_length={decode_length} is shorter than the {longest} steps the '
+                     f'answers of {list(tasks)} need (DECODE_LENGTH).')
   for task in tasks:
     examples = train_data.eval_examples(task, vocab, length, num_examples, seed)
-    steps = DECODE_LENGTH[train_data.FAMILY[task]]
+    keep = DECODE_LENGTH[train_data.FAMILY[task]]
+    steps = decode_length or keep
     records = []
     for start in range(0, len(examples), batch_size):
       chunk = examples[start:start + batch_size]
@@ -54,7 +64,7 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
       # [b, length] -> [b, steps]
       tokens = np.asarray(decoding.greedy_decode(
           model, params, jnp.asarray(arrays['encoder_input_tokens']), max_decode_length=steps,
-          eos_id=vocab.eos_id, temperature=temperature))
+          eos_id=vocab.eos_id, temperature=temperature))[:, :keep]
       for i, (ex, row) in enumerate(zip(chunk, tokens)):
         prediction = vocab.decode(row)
         records.append({'index': start + i, 'task': task, 'family': train_data.FAMILY[task],
