@@ -6,6 +6,7 @@ scored by `seqio_tasks.metrics.score_example` with the task's family (`train_dat
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
@@ -19,6 +20,9 @@ from t5align import vocab as vocab_lib
 # Greedy decoding steps per scoring family (`train_data.FAMILY`): a key of <= 5 digits (+ EOS),
 # a quoted line (<= 17 tokens with EOS) or a quoted key-value pair (<= 72 tokens with EOS).
 DECODE_LENGTH = {'passkey': 8, 'lines': 20, 'kv': 80}
+# The examples of the last few (task, length, count, seed): evaluating one cell at several
+# temperatures (the demo's rows) builds and tokenizes them once. Read-only.
+_eval_examples = functools.lru_cache(maxsize=8)(train_data.eval_examples)
 
 
 def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary,
@@ -53,7 +57,7 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
     raise ValueError(f'decode_length={decode_length} is shorter than the {longest} steps the '
                      f'answers of {list(tasks)} need (DECODE_LENGTH).')
   for task in tasks:
-    examples = train_data.eval_examples(task, vocab, length, num_examples, seed)
+    examples = _eval_examples(task, vocab, length, num_examples, seed)
     keep = DECODE_LENGTH[train_data.FAMILY[task]]
     steps = decode_length or keep
     records = []
