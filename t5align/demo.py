@@ -21,6 +21,7 @@ schedule.json is reused only if it was calibrated for the settings asked.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -159,6 +160,26 @@ def make_plan(settings: Settings, reference_length: int) -> Plan:
 def _log(message: str, start: float) -> None:
   if multihost.is_writer():
     print(f'[{time.time() - start:7.1f}s] {message}', file=sys.stderr, flush=True)
+
+
+class Phases:
+  """Wall-clock and process CPU seconds of a run's phases (results.json 'timing'): CPU seconds
+  beyond the wall's say how much of the machine the run used (2 cores: at most 2x)."""
+
+  def __init__(self):
+    self.seconds: dict[str, float] = {}
+    self.wall, self.cpu = time.time(), time.process_time()
+
+  @contextlib.contextmanager
+  def __call__(self, name: str):
+    wall, cpu = time.time(), time.process_time()
+    yield
+    self.seconds[f'{name}_s'] = round(time.time() - wall, 1)
+    self.seconds[f'{name}_cpu_s'] = round(time.process_time() - cpu, 1)
+
+  def totals(self) -> dict[str, float]:
+    return {**self.seconds, 'total_s': round(time.time() - self.wall, 1),
+            'total_cpu_s': round(time.process_time() - self.cpu, 1)}
 
 
 def _duration(seconds: float) -> str:
@@ -585,58 +606,48 @@ def run(settings: Settings) -> dict[str, Any]:
 def _execute(settings: Settings) -> dict[str, Any]:
   from t5align import analysis  # pylint: disable=g-import-not-at-top
   start = time.time()
+  phases = Phases()
   output_dir = settings.output_dir
-  params, config, vocab = assets.load_shipped(settings.model_dir)
-  config = dataclasses.replace(config, attention_impl=settings.attention_impl, dropout_rate=0.0)
-  plan = make_plan(settings, assets.training_length(settings.model_dir))
-  multihost.on_writer(lambda: fileio.makedirs(output_dir), f'creating {output_dir}')
-  # Several devices (or processes): calibration examples split over 'data'. Evaluation runs
-  # on every process's first device with host parameters (the model is small).
-  mesh = (partitioning.calibration_mesh(1, jax.device_count(), 1) if jax.device_count() > 1
-          else None)
-  _log(f'model {config.num_encoder_layers}+{config.num_decoder_layers} layers, '
-       f'L_tr = {plan.reference_length}, lengths {list(plan.lengths)}, {settings.mode.name} mode',
-       start)
+  with phases('setup'):
+    params, config, vocab = assets.load_shipped(settings.model_dir)
+    config = dataclasses.replace(config, attention_impl=settings.attention_impl,
+                                 dropout_rate=0.0)
+    plan = make_plan(settings, assets.training_length(settings.model_dir))
+    multihost.on_writer(lambda: fileio.makedirs(output_dir), f'creating {output_dir}')
+    # Several devices (or processes): calibration examples split over 'data'. Evaluation runs
+    # on every process's first device with host parameters (the model is small).
+    mesh = (partitioning.calibration_mesh(1, jax.device_count(), 1) if jax.device_count() > 1
+            else None)
+    _log(f'model {config.num_encoder_layers}+{config.num_decoder_layers} layers, L_tr = '
+         f'{plan.reference_length}, lengths {list(plan.lengths)}, {settings.mode.name} mode',
+         start)
+    # The calibration prompts of every seed: the first seed's temperatures are used, the others
+    # measure how much the temperatures move with the sample.
+    prompts = [{task: {L: task_prompts(vocab, task, L, plan.samples[L], seed)
+                       for L in plan.lengths} for task in plan.tuned_tasks}
+               for seed in plan.seeds]
+    references = [{task: task_prompts(vocab, task, plan.reference_length, plan.num_references,
+                                      seed) for task in plan.tuned_tasks} for seed in plan.seeds]
+    identity = calibration_identity(settings, plan, params, prompts, references)
+    results = Results(os.path.join(output_dir, 'results.json'), {
+        'model_dir': os.path.abspath(settings.model_dir), 'mode': settings.mode.name,
+        **identity, 'rows': list(plan.rows), 'num_examples': settings.num_examples,
+        'calibration_seed': plan.seeds[0], 'eval_seed': EVAL_SEED, 'calibration': 'per task'})
+    schedule_path = os.path.join(output_dir, 'schedule.json')
+    saved = multihost.read_on_writer(
+        lambda: outputs.read_json(schedule_path, 'temperature schedule')
+        if fileio.exists(schedule_path) else None, f'reading {schedule_path}')
 
-  # The calibration prompts of every seed: the first seed's temperatures are used, the others
-  # measure how much the temperatures move with the sample.
-  prompts = [{task: {L: task_prompts(vocab, task, L, plan.samples[L], seed) for L in plan.lengths}
-              for task in plan.tuned_tasks} for seed in plan.seeds]
-  references = [{task: task_prompts(vocab, task, plan.reference_length, plan.num_references,
-                                    seed) for task in plan.tuned_tasks} for seed in plan.seeds]
-  digest = hashlib.sha256()
-  for p, r in zip(prompts, references):
-    for task in plan.tuned_tasks:
-      for x in (*p[task].values(), r[task]):
-        digest.update(np.ascontiguousarray(x, np.int32).tobytes())
-  identity = {
-      'model_params_sha256': calibration_stats.params_fingerprint(params),
-      'vocabulary_sha256': file_sha256(os.path.join(settings.model_dir, assets.VOCAB_FILE)),
-      'reference_length': plan.reference_length, 'lengths': list(plan.lengths),
-      'strategies': list(plan.strategies), 'tasks': list(plan.tuned_tasks),
-      'pooled_strategies': list(plan.pooled),
-      'prompts_per_length': {str(L): n for L, n in plan.samples.items()},
-      'num_references': plan.num_references, 'seeds': list(plan.seeds),
-      'prompts_sha256': digest.hexdigest(), 'attention_impl': settings.attention_impl}
-  results = Results(os.path.join(output_dir, 'results.json'), {
-      'model_dir': os.path.abspath(settings.model_dir), 'mode': settings.mode.name,
-      **identity, 'rows': list(plan.rows), 'num_examples': settings.num_examples,
-      'calibration_seed': plan.seeds[0], 'eval_seed': EVAL_SEED, 'calibration': 'per task'})
-
-  schedule_path = os.path.join(output_dir, 'schedule.json')
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
-  saved = multihost.read_on_writer(
-      lambda: outputs.read_json(schedule_path, 'temperature schedule')
-      if fileio.exists(schedule_path) else None, f'reading {schedule_path}')
-  timing = {}
   if saved is not None:
     check_schedule_identity(schedule_path, saved, identity)
     schedule = schedule_lib.TemperatureSchedule.from_dict(saved, source=schedule_path)
     _log(f'reusing {schedule_path} (calibrated for these settings)', start)
   else:
-    schedule = _calibrate(params, config, plan, prompts, references, identity, memo, mesh, start)
-    multihost.on_writer(lambda: schedule.save(schedule_path), f'writing {schedule_path}')
-    timing['calibration_s'] = round(time.time() - start, 1)
+    with phases('calibration'):
+      schedule = _calibrate(params, config, plan, prompts, references, identity, memo, mesh,
+                            start)
+      multihost.on_writer(lambda: schedule.save(schedule_path), f'writing {schedule_path}')
   temperatures = '\n\n'.join(
       [schedule.table(), 'Per-task temperatures (the ones evaluated)',
        temperature_table(schedule.tasks, plan.strategies, plan.lengths)] +
@@ -646,43 +657,60 @@ def _execute(settings: Settings) -> dict[str, Any]:
     print(temperatures, file=sys.stderr)
 
   # Dispersion and the analysis figures, from the calibration's sweeps of the first seed's
-  # prompts (pooled over the tasks); layer 0's sorted logits from one prompt per task and length
-  # (and as many attention rows at L_tr).
-  t0 = time.time()
-  groups = {L: [prompts[0][t][L] for t in plan.tuned_tasks] for L in plan.lengths}
-  groups[plan.reference_length] = [references[0][t] for t in plan.tuned_tasks]
-  longest = plan.lengths[-1]
-  layer0 = {L: np.concatenate([g[:max(1, longest // L)] for g in groups[L]]) for L in groups}
-  numbers = analysis.collect(params, config, groups, plan.lengths,
-                             reference_length=plan.reference_length, mesh=mesh, memo=memo,
-                             layer0_tokens=layer0, tau_batch_size=1)
-  multihost.on_writer(lambda: analysis.write_analysis(numbers, output_dir, schedule),
-                      f'writing the analysis to {output_dir}')
-  dispersion = analysis.dispersion_table(numbers)
-  one = list(numbers['grid']).index(1.0)
-  results.put_section('dispersion', {
-      str(L): {k: numbers['statistics'][str(L)][k][one] for k in ('pmax', 'entropy')}
-      for L in numbers['lengths']})
-  timing['analysis_s'] = round(time.time() - t0, 1)
-  _log(f'dispersion and analysis figures written ({timing["analysis_s"]:.0f} s)', start)
+  # prompts (pooled over the tasks); layer 0's sorted logits from one prompt per task at the
+  # longest length and as many attention rows at each shorter one.
+  with phases('analysis'):
+    groups = {L: [prompts[0][t][L] for t in plan.tuned_tasks] for L in plan.lengths}
+    groups[plan.reference_length] = [references[0][t] for t in plan.tuned_tasks]
+    longest = plan.lengths[-1]
+    layer0 = {L: np.concatenate([g[:max(1, longest // L)] for g in groups[L]]) for L in groups}
+    numbers = analysis.collect(params, config, groups, plan.lengths,
+                               reference_length=plan.reference_length, mesh=mesh, memo=memo,
+                               layer0_tokens=layer0, tau_batch_size=1)
+    multihost.on_writer(lambda: analysis.write_analysis(numbers, output_dir, schedule),
+                        f'writing the analysis to {output_dir}')
+    dispersion = analysis.dispersion_table(numbers)
+    one = list(numbers['grid']).index(1.0)
+    results.put_section('dispersion', {
+        str(L): {k: numbers['statistics'][str(L)][k][one] for k in ('pmax', 'entropy')}
+        for L in numbers['lengths']})
+  _log(f'dispersion and analysis figures written ({phases.seconds["analysis_s"]:.0f} s)', start)
 
-  t0 = time.time()
-  cell_seconds = _evaluate(params, config, vocab, plan, schedule, results, settings, start)
-  timing['evaluation_s'] = round(time.time() - t0, 1)
-  timing['cells'] = cell_seconds
+  with phases('evaluation'):
+    cell_seconds = _evaluate(params, config, vocab, plan, schedule, results, settings, start)
   notes = observations(results.data, plan)
 
   def write():
     plot_accuracy(results.data, plan, os.path.join(output_dir, 'accuracy.png'))
-    timing['total_s'] = round(time.time() - start, 1)
+    timing = {**phases.totals(), 'cells': cell_seconds}
     results.put_section('timing', timing)
     write_report(output_dir, results.data, plan, temperatures, spread, dispersion, notes,
                  timing)
-    _log(f'wrote {output_dir}/report.md', start)
+    _log(f'wrote {output_dir}/report.md; wall time {timing_summary(timing)}', start)
 
   multihost.on_writer(write, f'writing {output_dir}/report.md')
   multihost.barrier('t5align.demo:done')
   return results.data
+
+
+def calibration_identity(settings: Settings, plan: Plan, params: Any, prompts, references
+                         ) -> dict[str, Any]:
+  """What a calibration depends on: model and vocabulary (content hashes), lengths, strategies,
+  tasks, the prompts (counts, seeds and a hash of their tokens) and the attention."""
+  digest = hashlib.sha256()
+  for p, r in zip(prompts, references):
+    for task in plan.tuned_tasks:
+      for x in (*p[task].values(), r[task]):
+        digest.update(np.ascontiguousarray(x, np.int32).tobytes())
+  return {
+      'model_params_sha256': calibration_stats.params_fingerprint(params),
+      'vocabulary_sha256': file_sha256(os.path.join(settings.model_dir, assets.VOCAB_FILE)),
+      'reference_length': plan.reference_length, 'lengths': list(plan.lengths),
+      'strategies': list(plan.strategies), 'tasks': list(plan.tuned_tasks),
+      'pooled_strategies': list(plan.pooled),
+      'prompts_per_length': {str(L): n for L, n in plan.samples.items()},
+      'num_references': plan.num_references, 'seeds': list(plan.seeds),
+      'prompts_sha256': digest.hexdigest(), 'attention_impl': settings.attention_impl}
 
 
 def _calibrate(params, config, plan: Plan, prompts, references, identity, memo, mesh,
@@ -799,6 +827,16 @@ def write_predictions(output_dir: str, row: str, length: int,
   multihost.on_writer(write, f'writing {output_dir}/predictions')
 
 
+def timing_summary(timing: Mapping[str, Any]) -> str:
+  """'301 s (setup 9 s, calibration 80 s, ...; 530 CPU s)' from a `Phases` record."""
+  parts = [f'{name} {timing[f"{name}_s"]:.0f} s' for name in
+           ('setup', 'calibration', 'analysis', 'evaluation') if f'{name}_s' in timing]
+  if 'calibration_s' not in timing:
+    parts.insert(1, 'calibration reused')
+  return (f'{timing.get("total_s", 0):.0f} s ({", ".join(parts)}; '
+          f'{timing.get("total_cpu_s", 0):.0f} CPU s)')
+
+
 def write_report(output_dir: str, results: Mapping[str, Any], plan: Plan, temperatures: str,
                  spread: Mapping[str, Any] | None, dispersion: str, notes: Sequence[str],
                  timing: Mapping[str, Any]) -> None:
@@ -815,10 +853,7 @@ def write_report(output_dir: str, results: Mapping[str, Any], plan: Plan, temper
       f'at L_tr (seed {plan.seeds[0]}). '
       + (f'{" and ".join(controls)}: evaluated at tau = 1 only, as controls. ' if controls else '')
       + f'Encoder attention: {s["attention_impl"]}. Mode: {s["mode"]}. Wall time of this run: '
-      f'{timing.get("total_s", 0):.0f} s (calibration '
-      + (f'{timing["calibration_s"]:.0f} s' if 'calibration_s' in timing else 'reused')
-      + f', analysis {timing.get("analysis_s", 0):.0f} s, evaluation '
-      f'{timing.get("evaluation_s", 0):.0f} s).', '',
+      f'{timing_summary(timing)}.', '',
       '## Headline', '', headline_table(results, plan), '',
       '## What the numbers show', '',
       'Better or worse than tau = 1 only where the two 95% Wilson intervals do not overlap.', '',
