@@ -90,7 +90,7 @@ class Settings:
   num_examples: int = 50  # Evaluation examples per cell.
   # Calibration prompts per task at the longest length; a length L gets num_samples x
   # (longest // L), so every length averages about as many attention rows.
-  num_samples: int = 2
+  num_samples: int = 1
   num_references: int = 64  # Prompts per task at L_tr (the target statistic).
   calibration_seeds: int = 0  # 0 -> the mode's.
   batch_size: int = 50

@@ -260,7 +260,7 @@ def test_bad_settings_name_the_flag():
 def test_plan_of_each_mode():
   plan = demo.make_plan(demo.Settings(), 256)
   assert plan.lengths == (512, 1024, 2048, 4096) and plan.eval_lengths[0] == 256
-  assert plan.samples == {4096: 2, 2048: 4, 1024: 8, 512: 16}
+  assert plan.samples == {4096: 1, 2048: 2, 1024: 4, 512: 8}
   assert plan.rows == ('tau=1', 'pmax', 'entropy', 'log_length', 'pmax_per_layer')
   assert plan.row_tasks('tau=1') == train_data.TASKS and plan.row_tasks('pmax') == ('lines', 'kv')
   assert plan.seeds == (demo.CALIBRATION_SEED,) and 'pmax_per_layer' not in plan.pooled
