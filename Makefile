@@ -1,23 +1,39 @@
-# Set-up and entry points. Each target creates .venv on first use.
+# Set-up and entry points. Each target creates its virtual environment on first use:
+#   make demo       .venv-demo: the runtime requirements only (no torch, transformers, seqio,
+#                   TensorFlow), then the demo's default run -> demo_output/
+#   make demo-full  the same venv, every task x every strategy and 5 calibration seeds
+#                   -> demo_output_full/
+#   make test       .venv: the runtime requirements and the test extras, then pytest
 PYTHON ?= python3
 VENV := .venv
-PY := $(VENV)/bin/python
+DEMO_VENV := .venv-demo
 
-.PHONY: demo test venv clean
+.PHONY: demo demo-full test venv demo-venv clean
 
 $(VENV)/.installed: setup.cfg
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	touch $@
+
+$(DEMO_VENV)/.installed: setup.cfg
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install -q -e .
 	touch $@
 
 venv: $(VENV)/.installed
 
-demo: venv
-	$(PY) -m t5align.demo
+demo-venv: $(DEMO_VENV)/.installed
+
+demo: demo-venv
+	$(DEMO_VENV)/bin/python -m t5align.demo
+
+demo-full: demo-venv
+	$(DEMO_VENV)/bin/python -m t5align.demo --full --output_dir=demo_output_full
 
 test: venv
-	$(PY) -m pytest
+	$(VENV)/bin/python -m pytest
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(DEMO_VENV)

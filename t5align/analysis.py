@@ -59,13 +59,17 @@ def relpos_bias_row(rel_embedding: Any, length: int, query_position: int) -> np.
 def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
             reference_length: int = 512, grid: Sequence[float] = calibration.PAPER_GRID,
             eos_id: int | None = 1, qq_size: int = 256, chunk: int = 128,
-            memo: calibration.Memo | None = None, **stats_kwargs) -> dict[str, Any]:
+            memo: calibration.Memo | None = None,
+            layer0_tokens: Mapping[int, Any] | None = None, **stats_kwargs) -> dict[str, Any]:
   """Statistics for the analysis: curves over `grid` and layer-0 logit summaries per length.
 
   Args:
     params: the T5X 'params' tree.
     config: the model config.
-    tokens: int `[b, >= max(lengths)]` samples; every length (and L_tr) uses them cut to it.
+    tokens: int `[b, >= max(lengths)]` samples, every length (and L_tr) using them cut to it;
+      or {length: [int `[b_g, length]` arrays]} for L_tr and every length, groups (e.g. each
+      task's prompts at that length) whose statistics are pooled over their rows
+      (`Memo.pooled_stats`: a calibration's per-group sweeps are reused, not recomputed).
     lengths: extrapolation lengths L_ex.
     reference_length: L_tr.
     grid: candidate taus (1.0 is always added).
@@ -73,6 +77,8 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
     qq_size: quantiles kept for the QQ plots.
     chunk: query chunk of the layer-0 sorted-logit computation.
     memo: results already computed for this model (e.g. by `schedule.build_schedule`).
+    layer0_tokens: {length: int `[b, length]`} the samples of layer 0's sorted logits (the
+      costliest part at long lengths: each row's logits sorted); None: every sample.
     **stats_kwargs: passed to `calibration.encoder_attention_stats` (mesh, batch_size, ...).
 
   Returns:
@@ -82,27 +88,41 @@ def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
     P_max and centred max of the average sorted logit vector, QQ data), and the encoder's
     relative-position table 'rel_embedding' `[heads, buckets]`.
   """
-  tokens = calibration.check_tokens(tokens)
   grid = sorted(set(float(t) for t in validate.temperature_array(grid, 'grid')) | {1.0},
                 reverse=True)
   all_lengths = [reference_length] + sorted(int(L) for L in set(lengths) if L != reference_length)
   for L in all_lengths[1:]:
     calibration.check_lengths(L, reference_length)
+  if isinstance(tokens, Mapping):
+    missing = [L for L in all_lengths if not tokens.get(L)]
+    if missing:
+      raise ValueError(f'tokens has no samples for lengths {missing}; it needs L_tr '
+                       f'({reference_length}) and every length.')
+    groups = {L: [calibration.check_tokens(g, f'tokens[{L}]') for g in tokens[L]]
+              for L in all_lengths}
+  else:
+    tokens = calibration.check_tokens(tokens)
+    groups = {L: [calibration.cut_to_length(tokens, L, eos_id)] for L in all_lengths}
   params = partitioning.place_params(params, config, stats_kwargs.get('mesh'))
   memo = memo if memo is not None else calibration.Memo()
   numbers = {'reference_length': reference_length, 'lengths': all_lengths, 'grid': grid,
              'statistics': {}, 'layer0': {}}
+  one = grid.index(1.0)
   for L in all_lengths:
-    cut = calibration.cut_to_length(tokens, L, eos_id)
-    stats = memo.attention_stats(params, config, cut, grid, **stats_kwargs)
-    one = grid.index(1.0)
+    stats = memo.pooled_stats(params, config, groups[L], grid, **stats_kwargs)
     numbers['statistics'][str(L)] = {
         'pmax': stats.pmax.tolist(), 'entropy': stats.entropy.tolist(),
         'layer_pmax_tau1': stats.layer_pmax[one].tolist(),
         'layer_entropy_tau1': stats.layer_entropy[one].tolist(),
         'head_pmax_tau1': stats.head_pmax[one].tolist(),
         'head_entropy_tau1': stats.head_entropy[one].tolist()}
-    vector = memo.sorted_logits(params, config, cut, chunk)
+    if layer0_tokens is not None and L in layer0_tokens:
+      samples = calibration.check_tokens(layer0_tokens[L], f'layer0_tokens[{L}]')
+    else:
+      width = max(g.shape[1] for g in groups[L])
+      # [b_g, w_g] -> [sum b_g, width], 0-padded
+      samples = np.concatenate([np.pad(g, ((0, 0), (0, width - g.shape[1]))) for g in groups[L]])
+    vector = memo.sorted_logits(params, config, samples, chunk)
     summary = calibration.summarize_logit_vector(vector)
     numbers['layer0'][str(L)] = {**summary._asdict(), 'qq': qq_points(vector, qq_size)}
   numbers['rel_embedding'] = np.asarray(
@@ -270,8 +290,12 @@ def plot_temperature_curves(numbers: Mapping[str, Any], path: str,
       lengths, taus = schedule.points(name)
       if taus.ndim == 1 and name not in ('pmax', 'entropy', 'log_length'):
         ax.plot(lengths[1:], taus[1:], marker='+', ls='none', label=f'schedule {name}')
-  ax.set_xscale('log')
-  ax.set_xlabel('L_ex')
+  ax.axvline(numbers['reference_length'], color='0.5', ls='--', lw=1)
+  # Base-2 log axis labelled at the measured lengths only (no minor labels to collide).
+  ax.set_xscale('log', base=2)
+  ax.set_xticks(numbers['lengths'], [str(L) for L in numbers['lengths']])
+  ax.minorticks_off()
+  ax.set_xlabel(f'L_ex (tokens; dashed: L_tr = {numbers["reference_length"]})')
   ax.set_ylabel('tau')
   ax.legend(fontsize=7)
   fig.tight_layout()
@@ -347,9 +371,15 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
       ax.axis('off')
       continue
     ax.plot(np.arange(length), values[h], lw=1)
+    ax.axvline(m, color='0.6', ls=':', lw=1)
     ax.set_title(f'head {heads[h]}', fontsize=8)
     ax.tick_params(labelsize=6)
-  fig.suptitle(f'relative position bias b(m={m}, n), n = 0..{length - 1}', fontsize=9)
+    if h // cols == rows - 1 or h + cols >= len(values):  # Bottom panel of its column.
+      ax.set_xlabel('key position n', fontsize=7)
+    if h % cols == 0:
+      ax.set_ylabel(f'b(m={m}, n)', fontsize=7)
+  fig.suptitle(f'relative position bias b(m, n) for query m = {m} (dotted), keys n = '
+               f'0..{length - 1}', fontsize=9)
   fig.tight_layout()
   fileio.save_figure(fig, path, dpi=120)
   plt.close(fig)

@@ -6,6 +6,7 @@ scored by `seqio_tasks.metrics.score_example` with the task's family (`train_dat
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
@@ -19,12 +20,16 @@ from t5align import vocab as vocab_lib
 # Greedy decoding steps per scoring family (`train_data.FAMILY`): a key of <= 5 digits (+ EOS),
 # a quoted line (<= 17 tokens with EOS) or a quoted key-value pair (<= 72 tokens with EOS).
 DECODE_LENGTH = {'passkey': 8, 'lines': 20, 'kv': 80}
+# The examples of the last few (task, length, count, seed): evaluating one cell at several
+# temperatures (the demo's rows) builds and tokenizes them once. Read-only.
+_eval_examples = functools.lru_cache(maxsize=8)(train_data.eval_examples)
 
 
 def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary,
                           *, tasks: Sequence[str] = train_data.TASKS, length: int = 256,
                           num_examples: int = 100, seed: int = 1000, batch_size: int = 16,
-                          temperature: Any = None) -> dict[str, list[dict[str, Any]]]:
+                          temperature: Any = None, decode_length: int | None = None
+                          ) -> dict[str, list[dict[str, Any]]]:
   """Per task, one JSON-able record per held-out example, in example order.
 
   Args:
@@ -36,6 +41,10 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
     batch_size: examples per decoding call (the last batch is padded with copies of its first
       example, so every call has the same shape: one compilation).
     temperature: encoder temperature (None: the config's), see `network.layer_temperatures`.
+    decode_length: greedy steps for every task (at least the longest `DECODE_LENGTH` of
+      `tasks`), so that tasks of different families share one compiled decoder; each answer is
+      then cut to its family's `DECODE_LENGTH` (greedy decoding is causal: the same tokens as
+      decoding that many steps). None: each family's own `DECODE_LENGTH`.
 
   Returns:
     {task: [{'index', 'task', 'family', 'length', 'input_tokens', 'target', 'answer', 'meta',
@@ -43,9 +52,14 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
     the score compares with (`train_data.Example.answer`); 'accuracy' is 0 or 1.
   """
   out = {}
+  longest = max(DECODE_LENGTH[train_data.FAMILY[task]] for task in tasks)
+  if decode_length is not None and decode_length < longest:
+    raise ValueError(f'decode_length={decode_length} is shorter than the {longest} steps the '
+                     f'answers of {list(tasks)} need (DECODE_LENGTH).')
   for task in tasks:
-    examples = train_data.eval_examples(task, vocab, length, num_examples, seed)
-    steps = DECODE_LENGTH[train_data.FAMILY[task]]
+    examples = _eval_examples(task, vocab, length, num_examples, seed)
+    keep = DECODE_LENGTH[train_data.FAMILY[task]]
+    steps = decode_length or keep
     records = []
     for start in range(0, len(examples), batch_size):
       chunk = examples[start:start + batch_size]
@@ -54,7 +68,7 @@ def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_
       # [b, length] -> [b, steps]
       tokens = np.asarray(decoding.greedy_decode(
           model, params, jnp.asarray(arrays['encoder_input_tokens']), max_decode_length=steps,
-          eos_id=vocab.eos_id, temperature=temperature))
+          eos_id=vocab.eos_id, temperature=temperature))[:, :keep]
       for i, (ex, row) in enumerate(zip(chunk, tokens)):
         prediction = vocab.decode(row)
         records.append({'index': start + i, 'task': task, 'family': train_data.FAMILY[task],

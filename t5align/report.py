@@ -107,13 +107,36 @@ def binomial_interval(successes: int, trials: int, z: float = 1.959964) -> tuple
   return max(0.0, center - half), min(1.0, center + half)
 
 
-def accuracy_cell(percent: float, trials: int) -> str:
-  """'90 [79-96]': an accuracy (%) over `trials` examples with its 95% Wilson interval (%)."""
+def accuracy_interval(percent: float, trials: int) -> tuple[float, float]:
+  """The 95% Wilson interval (%) of an accuracy (%) over `trials` examples; raises ValueError
+  unless the accuracy is a whole number of them."""
   successes = round(percent * trials / 100)
   if abs(successes - percent * trials / 100) > 1e-6:
     raise ValueError(f'accuracy {percent}% is not a whole number of {trials} examples.')
   low, high = binomial_interval(successes, trials)
-  return f'{percent:.0f} [{100 * low:.0f}-{100 * high:.0f}]'
+  return 100 * low, 100 * high
+
+
+def accuracy_cell(percent: float, trials: int) -> str:
+  """'90 [79-96]': an accuracy (%) over `trials` examples with its 95% Wilson interval (%)."""
+  low, high = accuracy_interval(percent, trials)
+  return f'{percent:.0f} [{low:.0f}-{high:.0f}]'
+
+
+def compare_accuracies(percent: float, baseline: float, trials: int) -> str:
+  """'better', 'worse' or 'within noise': an accuracy (%) against a baseline's, both over
+  `trials` examples, 'better'/'worse' only where their 95% Wilson intervals do not overlap.
+
+  NOTE: disjoint 95% intervals are a stricter test than a 5% two-sample test, so a difference
+  called 'within noise' here may still be real; one called 'better' is not an interval's luck.
+  """
+  low, high = accuracy_interval(percent, trials)
+  base_low, base_high = accuracy_interval(baseline, trials)
+  if low > base_high:
+    return 'better'
+  if high < base_low:
+    return 'worse'
+  return 'within noise'
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

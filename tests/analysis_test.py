@@ -150,3 +150,58 @@ def test_collect_rejects_short_lengths(collected):
   config, params, tokens, _ = collected
   with pytest.raises(ValueError, match='shorter than L_tr'):
     analysis.collect(params, config, tokens, (8,), reference_length=L_TR)
+
+
+def test_grouped_samples_pool_to_the_concatenation(collected):
+  """Groups measured apart (e.g. per task) pool to the statistics of all their rows at once, and
+  the concatenation's result is remembered, so calibrating on it computes nothing new."""
+  config, params, tokens, numbers = collected
+  groups = {L: [calibration.cut_to_length(tokens[:1], L, 1),
+                calibration.cut_to_length(tokens[1:], L, 1)] for L in (L_TR, *LENGTHS)}
+  memo = calibration.Memo()
+  pooled = analysis.collect(params, config, groups, LENGTHS, reference_length=L_TR, qq_size=50,
+                            memo=memo)
+  for L in map(str, (L_TR, *LENGTHS)):
+    for key in ('pmax', 'entropy', 'layer_pmax_tau1', 'layer_entropy_tau1'):
+      np.testing.assert_allclose(pooled['statistics'][L][key], numbers['statistics'][L][key],
+                                 rtol=2e-6)
+    np.testing.assert_allclose(pooled['layer0'][L]['sigma'], numbers['layer0'][L]['sigma'],
+                               rtol=1e-6)
+  hits = memo.hits
+  cut = calibration.cut_to_length(tokens, 32, 1)
+  memo.attention_stats(params, config, cut, pooled['grid'])
+  assert memo.hits == hits + 1
+  with pytest.raises(ValueError, match=r'tokens has no samples for lengths \[81\]'):
+    analysis.collect(params, config, {L_TR: groups[L_TR], 32: groups[32]}, LENGTHS,
+                     reference_length=L_TR)
+
+
+def _saved_figure(monkeypatch, draw):
+  """The matplotlib figure `draw()` saves (its closing made a no-op)."""
+  from t5align import fileio  # pylint: disable=g-import-not-at-top
+  saved = []
+  monkeypatch.setattr(fileio, 'save_figure', lambda fig, path, **kw: saved.append(fig))
+  monkeypatch.setattr(analysis.pyplot(), 'close', lambda fig: None)
+  draw()
+  [fig] = saved
+  return fig
+
+
+def test_figure_axes_are_labelled_without_collisions(collected, monkeypatch, tmp_path):
+  _, _, _, numbers = collected
+  fig = _saved_figure(monkeypatch, lambda: analysis.plot_temperature_curves(
+      numbers, str(tmp_path / 't.png')))
+  [ax] = fig.axes
+  # Labels at the measured lengths only: no minor-tick labels to collide on the log axis.
+  fig.canvas.draw()
+  assert [t.get_text() for t in ax.get_xticklabels()] == ['16', '32', '81']
+  assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
+  boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
+  assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+  fig = _saved_figure(monkeypatch, lambda: analysis.plot_relpos_bias(
+      numbers['rel_embedding'], 40, str(tmp_path / 'r.png'), heads=[0, 1, 2, 3, 0, 1]))
+  drawn = [ax for ax in fig.axes if ax.lines]  # 2 rows of 4 panels, the last 2 empty
+  assert len(drawn) == 6
+  # x labelled at the bottom panel of each column, y at the start of each row.
+  assert [ax.get_xlabel() for ax in drawn] == ['', ''] + ['key position n'] * 4
+  assert [ax.get_ylabel() for ax in drawn] == ['b(m=20, n)', '', '', '', 'b(m=20, n)', '']

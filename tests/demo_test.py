@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -26,6 +27,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_DIR = os.environ.get('T5ALIGN_MODEL_DIR', assets.ASSET_DIR)
 STRATEGIES = ('pmax', 'log_length')
 NUM_EXAMPLES = 4
+NUM_REFERENCES = 3
+
+
+def _settings(out: str, length: int, **changes) -> demo.Settings:
+  return dataclasses.replace(demo.Settings(
+      output_dir=out, model_dir=MODEL_DIR, lengths=(length,), strategies=STRATEGIES,
+      num_examples=NUM_EXAMPLES, num_samples=1, num_references=NUM_REFERENCES,
+      batch_size=NUM_EXAMPLES), **changes)
 
 
 @pytest.fixture(scope='module')
@@ -33,36 +42,41 @@ def shortened(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('demo'))
   reference_length = assets.training_length(MODEL_DIR)
   length = 2 * reference_length
-  results = demo.run(output_dir=out, model_dir=MODEL_DIR, lengths=[length],
-                     strategies=STRATEGIES, num_examples=NUM_EXAMPLES, num_samples=1,
-                     batch_size=NUM_EXAMPLES)
+  results = demo.run(_settings(out, length))
   return out, results, reference_length, length
 
 
 def test_report_files(shortened):
   out, _, _, _ = shortened
   for name in ('report.md', 'results.json', 'schedule.json', 'accuracy.png', 'analysis.json',
-               'statistic_curves.png', 'relpos_bias.png'):
+               'statistic_curves.png', 'temperature_curves.png', 'relpos_bias.png'):
     assert os.path.getsize(os.path.join(out, name)) > 0, name
+
+
+def _model():
+  params, config, vocab = assets.load_shipped(MODEL_DIR)
+  config = dataclasses.replace(config, attention_impl='blockwise', dropout_rate=0.0)
+  return network.Transformer(config), params, config, vocab
 
 
 def test_accuracy_equals_recomputation(shortened):
   out, results, reference_length, length = shortened
-  params, config, vocab = assets.load_shipped(MODEL_DIR)
-  config = dataclasses.replace(config, attention_impl='blockwise', dropout_rate=0.0)
-  model = network.Transformer(config)
+  model, params, _, vocab = _model()
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
   expected = heldout.retrieval_accuracy(model, params, vocab, length=length,
                                         num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
                                         batch_size=NUM_EXAMPLES, temperature=1.0)
-  for task, value in expected.items():
+  for task, value in expected.items():  # Every task at tau = 1 (passkey as a control).
     assert results['accuracy']['tau=1'][task][str(length)] == value, task
-  for task in train_data.TASKS:  # Each task at its own calibrated temperature.
+  # The tuned tasks, each at its own calibrated temperature; the controls at tau = 1 only.
+  assert set(schedule['tasks']) == set(demo.DEFAULT.tuned_tasks) == {'lines', 'kv'}
+  for task in demo.DEFAULT.tuned_tasks:
     tau = schedule['tasks'][task]['pmax'][0]['tau']
     value = heldout.retrieval_accuracy(model, params, vocab, tasks=[task], length=length,
                                        num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
                                        batch_size=NUM_EXAMPLES, temperature=tau)[task]
     assert results['accuracy']['pmax'][task][str(length)] == value, task
+  assert set(results['accuracy']['pmax']) == {'lines', 'kv'}
   # The report's Markdown tables print the same numbers.
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
   for task in train_data.TASKS:
@@ -94,8 +108,8 @@ def test_accuracy_rescored_from_written_predictions(shortened):
   the examples' targets regenerated from their seed."""
   out, results, reference_length, length = shortened
   vocab = assets.load_shipped(MODEL_DIR)[2]
-  for row in results['accuracy']:
-    for task in train_data.TASKS:
+  for row, by_task in results['accuracy'].items():
+    for task in by_task:
       for L in (reference_length, length):
         path = demo.predictions_path(out, row, L, task)
         if not os.path.exists(path):  # A cell copied from an earlier row with the same tau.
@@ -127,29 +141,33 @@ def _naive_greedy(apply, steps, eos_id, tau):
   return out[0]
 
 
-def test_written_prediction_equals_uncached_greedy_decoding(shortened):
-  """The passkey cell's first answer at L_ex, tau = 1 and P_max: the same text from a decoder that
-  re-runs the whole model per token (no cache, no `decoding` module)."""
+@pytest.mark.parametrize('task,row', [('passkey', 'tau=1'), ('lines', 'pmax')])
+def test_written_prediction_equals_uncached_greedy_decoding(shortened, task, row):
+  """A cell's first answer at L_ex: the same text from a decoder that re-runs the whole model per
+  token for the family's own steps (no cache, no `decoding` module), where the demo decoded
+  every family for the longest answer's steps and cut the answer to its family's."""
   out, _, _, length = shortened
-  params, config, vocab = assets.load_shipped(MODEL_DIR)
-  model = network.Transformer(dataclasses.replace(config, attention_impl='blockwise',
-                                                  dropout_rate=0.0))
+  model, params, _, vocab = _model()
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
-  [example] = train_data.eval_examples('passkey', vocab, length, 1, demo.EVAL_SEED)
+  [example] = train_data.eval_examples(task, vocab, length, 1, demo.EVAL_SEED)
   tokens = np.zeros((1, length), np.int32)
   tokens[0, :len(example.input_ids)] = example.input_ids
-  steps = heldout.DECODE_LENGTH['passkey']
-  # [1, length] inputs, [1, steps] decoder tokens -> [1, steps, vocab]; one compile for both taus.
+  steps = heldout.DECODE_LENGTH[train_data.FAMILY[task]]
+  # [1, length] inputs, [1, steps] decoder tokens -> [1, steps, vocab].
   apply = jax.jit(lambda dec, tau: model.apply(
       {'params': params}, jnp.asarray(tokens), dec, jnp.ones_like(dec), enable_dropout=False,
       temperature=tau))
-  for row, tau in (('tau=1', 1.0), ('pmax', schedule['tasks']['passkey']['pmax'][0]['tau'])):
-    path = demo.predictions_path(out, row, length, 'passkey')
-    if not os.path.exists(path):
-      continue
-    recorded = _read_predictions(out, row, length, 'passkey')[0]['prediction']
-    naive = _naive_greedy(apply, steps, vocab.eos_id, jnp.float32(tau))
-    assert vocab.decode(naive) == recorded, row
+  tau = 1.0 if row == 'tau=1' else schedule['tasks'][task][row][0]['tau']
+  recorded = _read_predictions(out, row, length, task)[0]['prediction']
+  naive = _naive_greedy(apply, steps, vocab.eos_id, jnp.float32(tau))
+  assert vocab.decode(naive) == recorded
+
+
+def test_decode_length_shorter_than_an_answer_is_refused():
+  model, params, _, vocab = _model()
+  with pytest.raises(ValueError, match=r"decode_length=8 is shorter than the 20 steps"):
+    heldout.retrieval_predictions(model, params, vocab, tasks=['passkey', 'lines'], length=256,
+                                  num_examples=1, decode_length=8)
 
 
 def test_demo_needs_no_seqio():
@@ -170,43 +188,246 @@ def test_demo_needs_no_seqio():
 
 def test_temperatures_equal_recomputation(shortened):
   out, _, reference_length, length = shortened
-  params, config, vocab = assets.load_shipped(MODEL_DIR)
-  config = dataclasses.replace(config, attention_impl='blockwise', dropout_rate=0.0)
+  _, params, config, vocab = _model()
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
-  tokens = demo.calibration_tokens(vocab, length, 1)
-  c = calibration.calibrate(params, config, tokens, 'pmax', reference_length=reference_length)
-  assert schedule['calibrations']['pmax'][0]['tau'] == pytest.approx(c.tau)
-  assert schedule['calibrations']['log_length'][0]['tau'] == pytest.approx(
-      math.log(reference_length) / math.log(length))
-  # Per task: the task's prompts at L_ex against the same task's at L_tr.
-  for task in train_data.TASKS:
-    [(long, short)] = demo.task_calibration_inputs(vocab, task, [length], reference_length, 1)
-    assert long.shape[1] == length and short.shape[1] == reference_length
+  tuned = demo.DEFAULT.tuned_tasks
+  # Per task: the task's prompts at L_ex against NUM_REFERENCES of the same task's at L_tr.
+  pairs = {}
+  for task in tuned:
+    [(long, short)] = demo.task_calibration_inputs(vocab, task, [length], reference_length, 1,
+                                                   num_references=NUM_REFERENCES)
+    assert long.shape == (1, length) and short.shape == (NUM_REFERENCES, reference_length)
+    pairs[task] = (long, short)
     c = calibration.calibrate(params, config, long, 'pmax', reference_tokens=short,
                               reference_length=reference_length)
     assert schedule['tasks'][task]['pmax'][0]['tau'] == pytest.approx(c.tau)
+  # Pooled: Algorithm 1 on the tasks' prompts together (the demo pools the per-task sweeps).
+  long = np.concatenate([pairs[t][0] for t in tuned])
+  short = np.concatenate([pairs[t][1] for t in tuned])
+  c = calibration.calibrate(params, config, long, 'pmax', reference_tokens=short,
+                            reference_length=reference_length)
+  assert schedule['calibrations']['pmax'][0]['tau'] == pytest.approx(c.tau)
+  assert schedule['calibrations']['pmax'][0]['achieved'] == pytest.approx(c.achieved, rel=1e-6)
+  assert schedule['calibrations']['log_length'][0]['tau'] == pytest.approx(
+      math.log(reference_length) / math.log(length))
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
   assert 'Per-task vs pooled temperatures' in report
-  # Dispersion row at tau = 1 equals the statistics of the same samples.
+  # Dispersion at tau = 1 equals the statistics of the same prompts.
   results = json.load(open(os.path.join(out, 'results.json'), encoding='utf-8'))
-  stats = calibration.encoder_attention_stats(params, config, tokens, [1.0])
+  stats = calibration.encoder_attention_stats(params, config, long, [1.0])
   np.testing.assert_allclose(results['dispersion'][str(length)]['pmax'], stats.pmax[0],
                              rtol=1e-5)
 
 
-def test_rerun_resumes_and_rejects_other_settings(shortened):
+def test_rerun_resumes_and_rejects_other_settings(shortened, tmp_path):
   out, results, _, length = shortened
-  again = demo.run(output_dir=out, model_dir=MODEL_DIR, lengths=[length], strategies=STRATEGIES,
-                   num_examples=NUM_EXAMPLES, num_samples=1, batch_size=NUM_EXAMPLES)
+  again = demo.run(_settings(out, length))
   assert again['accuracy'] == results['accuracy']
-  with pytest.raises(ValueError, match='holds a run with other settings'):
-    demo.run(output_dir=out, model_dir=MODEL_DIR, lengths=[length], strategies=STRATEGIES,
-             num_examples=NUM_EXAMPLES + 1, num_samples=1)
+  with pytest.raises(ValueError, match=r'holds a run with other settings \(num_examples: '
+                                       r'recorded 4, asked 5\)'):
+    demo.run(_settings(out, length, num_examples=NUM_EXAMPLES + 1))
+  # A schedule.json calibrated for other lengths or strategies is never reused (issue 23 #6).
+  other = tmp_path / 'other'
+  other.mkdir()
+  shutil.copy(os.path.join(out, 'schedule.json'), other / 'schedule.json')
+  with pytest.raises(ValueError, match=r'schedule.json was calibrated for other settings '
+                                       r"\(.*strategies: recorded \['pmax', 'log_length'\], "
+                                       r"asked \['pmax'\]"):
+    demo.run(_settings(str(other), length, strategies=('pmax',)))
+  with pytest.raises(ValueError, match=r"lengths: recorded \[512\], asked \[1024\]"):
+    demo.run(_settings(str(other), 1024))
+  assert not (other / 'results.json').exists()
 
 
-def test_eta_weights_the_work_done():
-  clock = iter([100.0, 130.0, 0.0, 10.0])
-  eta = demo.Eta([1, 3], clock=lambda: next(clock))
-  assert eta.update(1) == ', ETA 1m30s'  # 30 s for 1/4 of the work: 90 s to go.
-  steps = demo.Eta(clock=lambda: next(clock))
-  assert steps.update(1, 4) == ', ETA 0m30s'  # 10 s per step, 3 steps to go.
+def test_identity_differences_name_every_key():
+  assert demo.identity_differences({'a': 1, 'b': [2]}, {'a': 1, 'b': [3], 'c': 'x'}) == [
+      'b: recorded [2], asked [3]', "c: recorded None, asked 'x'"]
+  with pytest.raises(ValueError, match='does not record what it was calibrated for'):
+    demo.check_schedule_identity('s.json', {'provenance': {}}, {'a': 1})
+
+
+def test_bad_settings_name_the_flag():
+  for changes, message in (({'num_examples': 0}, '--num_examples=0'),
+                           ({'num_samples': -1}, '--num_samples=-1'),
+                           ({'calibration_seeds': -2}, '--calibration_seeds=-2'),
+                           ({'strategies': ('pmx',)}, '--strategies pmx')):
+    with pytest.raises(ValueError, match=re.escape(message)):
+      dataclasses.replace(demo.Settings(), **changes).check()
+  with pytest.raises(ValueError, match='--lengths 256: every length must exceed L_tr = 256'):
+    demo.make_plan(demo.Settings(lengths=(256, 512)), 256)
+
+
+def test_plan_of_each_mode():
+  plan = demo.make_plan(demo.Settings(), 256)
+  assert plan.lengths == (512, 1024, 2048, 4096) and plan.eval_lengths[0] == 256
+  assert plan.samples == {4096: 1, 2048: 2, 1024: 4, 512: 8}
+  assert plan.rows == ('tau=1', 'pmax', 'entropy', 'log_length', 'pmax_per_layer')
+  assert plan.row_tasks('tau=1') == train_data.TASKS and plan.row_tasks('pmax') == ('lines', 'kv')
+  assert plan.seeds == (demo.CALIBRATION_SEED,) and 'pmax_per_layer' not in plan.pooled
+  full = demo.make_plan(demo.Settings(full=True), 256)
+  assert full.strategies == demo.STRATEGIES and full.row_tasks('pmax') == train_data.TASKS
+  assert len(full.seeds) == 5 and 'prop1' not in full.rows and 'pmax_per_layer' in full.pooled
+
+
+def _results(cells: dict, trials: int = 50) -> dict:
+  """A results dict: {(row, task, length): accuracy}."""
+  accuracy = {}
+  for (row, task, length), value in cells.items():
+    accuracy.setdefault(row, {}).setdefault(task, {})[str(length)] = value
+  return {'settings': {'num_examples': trials}, 'accuracy': accuracy}
+
+
+def _plan(rows=('tau=1', 'pmax', 'entropy')) -> demo.Plan:
+  return demo.Plan(256, (1024, 4096), ('pmax', 'entropy'), rows, ('lines', 'kv'), (),
+                   {1024: 1, 4096: 1}, 1, (7,))
+
+
+def _toy_results() -> dict:
+  cells = {}
+  for task in train_data.TASKS:
+    for L in (256, 1024, 4096):
+      cells[('tau=1', task, L)] = 100.0
+  # The issue's cases: lines at 1024 78 [65-87] vs 92 [81-97], kv at 4096 0 [0-7] vs 12 [6-24]
+  # (intervals overlap: within noise); 0 vs 42 [29-56] (better); 96 [87-99] vs 70 [56-81]
+  # (worse).
+  cells.update({('tau=1', 'lines', 1024): 78.0, ('pmax', 'lines', 1024): 92.0,
+                ('entropy', 'lines', 1024): 80.0, ('tau=1', 'kv', 4096): 0.0,
+                ('pmax', 'kv', 4096): 42.0, ('entropy', 'kv', 4096): 12.0,
+                ('tau=1', 'lines', 4096): 96.0, ('pmax', 'lines', 4096): 70.0,
+                ('entropy', 'lines', 4096): 94.0, ('pmax', 'kv', 1024): 100.0,
+                ('entropy', 'kv', 1024): 100.0})
+  for row in ('pmax', 'entropy'):
+    for task in ('lines', 'kv'):
+      cells[(row, task, 256)] = cells[('tau=1', task, 256)]
+  return _results(cells)
+
+
+def test_observations_say_better_only_where_intervals_do_not_overlap():
+  notes = demo.observations(_toy_results(), _plan())
+  text = '\n'.join(notes)
+  lines_1024 = next(n for n in notes if n.startswith('  at 1024') and '78%' in n)
+  assert 'better' not in lines_1024 and 'within noise of tau = 1 (78%' in lines_1024
+  assert 'w/ P_max 92%' in lines_1024
+  kv_4096 = [n for n in notes if n.startswith('  at 4096')][1]
+  assert kv_4096 == ('  at 4096: better than tau = 1 (0%): w/ P_max 42%; within noise of tau = 1 '
+                     '(0%; 95% intervals overlap): w/ H 12%.')
+  lines_4096 = [n for n in notes if n.startswith('  at 4096')][0]
+  assert lines_4096.startswith('  at 4096: worse than tau = 1 (96%): w/ P_max 70%;')
+  assert 'passkey (control: evaluated at tau = 1 only)' in text
+
+
+def test_headline_table_lists_controls_apart():
+  table = demo.headline_table(_toy_results(), _plan()).splitlines()
+  assert table[0] == '| accuracy % (lines / kv) | 256 (L_tr) | 1024 | 4096 |'
+  assert table[3] == '| w/ P_max | 100/100 | 92/100 | 70/42 |'
+  assert table[-1] == ('| tau = 1: passkey / passkey_decoys (control) | 100/100 | 100/100 | '
+                       '100/100 |')
+
+
+def _captured_figure(monkeypatch, draw):
+  """The matplotlib figure `draw()` saves (closing it is made a no-op)."""
+  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  from t5align import fileio  # pylint: disable=g-import-not-at-top
+  saved = []
+  monkeypatch.setattr(fileio, 'save_figure', lambda fig, path, **kw: saved.append(fig))
+  monkeypatch.setattr(analysis.pyplot(), 'close', lambda fig: None)
+  draw()
+  [fig] = saved
+  return fig
+
+
+def test_accuracy_figure_intervals_marker_and_legend(monkeypatch, tmp_path):
+  results = _toy_results()
+  fig = _captured_figure(monkeypatch, lambda: demo.plot_accuracy(results, _plan(),
+                                                                 str(tmp_path / 'a.png')))
+  axes = fig.axes
+  assert [ax.get_title() for ax in axes] == [
+      'passkey (control, tau = 1)', 'passkey_decoys (control, tau = 1)', 'lines', 'kv']
+  # The legend is the figure's, below the panels, never inside one.
+  assert all(ax.get_legend() is None for ax in axes) and len(fig.legends) == 1
+  assert [t.get_text() for t in fig.legends[0].get_texts()] == ['tau = 1', 'w/ P_max', 'w/ H']
+  lines = axes[2]
+  # One error bar per row (3) and the L_tr line; kv at 4096, w/ P_max: 42 [29-56].
+  assert len(lines.containers) == 3
+  assert any(np.allclose(l.get_xdata(), 256) for l in lines.get_lines())
+  kv = axes[3].containers[1]
+  y = kv.lines[0].get_ydata()[-1]
+  segment = kv.lines[2][0].get_segments()[-1]
+  assert y == 42.0 and segment[0][1] == pytest.approx(29.4, abs=0.1) and segment[1][1] == (
+      pytest.approx(55.8, abs=0.1))
+  assert [t.get_text() for t in lines.get_xticklabels()] == ['256', '1024', '4096']
+
+
+# Seconds per evaluation cell measured in one default run (2-core machine, see README): a
+# compilation at each length's first cell, then a cost per cell; the Eta is checked against them
+# and against made-up splits between the L^2 and L parts of the cost.
+def _simulated_cells(compile_s: float, quadratic: float, linear: float, fixed: float):
+  lengths = [4096] * 12 + [2048] * 12 + [1024] * 12 + [512] * 12 + [256] * 4
+  cost = [fixed + 50 * (quadratic * L * L + linear * L) for L in lengths]
+  return [(L, c + (compile_s if i == 0 or lengths[i - 1] != L else 0.0))
+          for i, (L, c) in enumerate(zip(lengths, cost))]
+
+
+@pytest.mark.parametrize('compile_s,quadratic,linear,fixed', [
+    (3.0, 0.28 / 4096**2, 0.0, 0.3),  # attention only
+    (3.0, 0.20 / 4096**2, 0.08 / 4096, 0.3),  # a linear part as the prior assumes
+    (6.0, 0.14 / 4096**2, 0.14 / 4096, 1.0),  # half linear at 4096, slow compiles
+    (1.0, 0.30 / 4096**2, 0.0, 0.0),
+])
+def test_eta_within_2x_after_a_tenth_of_the_cells(compile_s, quadratic, linear, fixed):
+  cells = _simulated_cells(compile_s, quadratic, linear, fixed)
+  now = [0.0]
+  eta = demo.Eta({i: (L, 50) for i, (L, _) in enumerate(cells)}, clock=lambda: now[0])
+  for i, (_, seconds) in enumerate(cells):
+    now[0] += seconds
+    eta.advance(i)
+    truth = sum(s for _, s in cells[i + 1:])
+    if i + 1 >= math.ceil(len(cells) / 10):
+      # Within 2x; in the last seconds (the L_tr cells), within 5 s.
+      left = eta.seconds_left()
+      assert truth / 2 <= left <= 2 * truth or abs(left - truth) < 5, (i, left, truth)
+
+
+def test_eta_text_rate_and_compilations():
+  now = [100.0]
+  eta = demo.Eta({'a': (512, 0.0), 'b': (512, 1.0), 'c': (512, 3.0)}, clock=lambda: now[0])
+  assert eta.advance('a') == ''  # Nothing with a multiplier done: no estimate.
+  now[0] += 30.0
+  assert eta.advance('b') == ', ETA 1m30s'  # 30 s per unit, 3 units to go.
+  # 12 s for the first piece at 2048, 10 s for the next: 2 s of compiling; 1024 not reached
+  # yet: its units cost (1024 / 2048)^p of 2048's, p = 2 (the prior, one length measured).
+  eta = demo.Eta({0: (2048, 1.0), 1: (2048, 1.0), 2: (2048, 1.0), 3: (1024, 4.0)},
+                 clock=lambda: now[0], prior=lambda L: L * L)
+  now[0] += 12.0
+  eta.advance(0)
+  now[0] += 10.0
+  eta.advance(1)
+  assert eta.seconds_left() == pytest.approx(10.0 + 4 * 10.0 / 4 + 2.0)
+  # p fitted between two measured lengths: 8 s per unit at 4096, 2.83 at 2048 -> p = 1.5.
+  eta = demo.Eta({0: (4096, 1.0), 1: (4096, 1.0), 2: (2048, 1.0), 3: (2048, 1.0),
+                  4: (1024, 1.0)}, clock=lambda: now[0])
+  for key, seconds in enumerate((8.0, 8.0, 2.0 ** 1.5, 2.0 ** 1.5)):
+    now[0] += seconds
+    eta.advance(key)
+  assert eta.seconds_left() == pytest.approx(1.0)
+
+
+def test_calibration_passes_count_a_shared_sweep_once():
+  assert demo.calibration_passes(('pmax', 'entropy', 'log_length', 'pmax_per_layer')) == {
+      'pmax': 11, 'entropy': 0.0, 'log_length': 0.0, 'pmax_per_layer': 10}
+  assert demo.calibration_passes(('pmax', 'entropy'), done=('grid',)) == {'pmax': 0.0,
+                                                                         'entropy': 0.0}
+
+
+def test_spread_table_and_calibration_spread():
+  c = lambda s, L, tau: calibration.Calibration(s, L, 256, tau)
+  seeds = [{'lines': {'pmax': (c('pmax', 512, 0.9), c('pmax', 1024, 0.85)),
+                      'pmax_per_layer': (c('pmax_per_layer', 512, (0.90, 0.92)),)}},
+           {'lines': {'pmax': (c('pmax', 512, 0.9), c('pmax', 1024, 0.80)),
+                      'pmax_per_layer': (c('pmax_per_layer', 512, (0.91, 0.95)),)}}]
+  spread = demo.calibration_spread(seeds)
+  assert spread['lines']['pmax']['1024'] == {'taus': [0.85, 0.80], 'spread': pytest.approx(0.05)}
+  assert spread['lines']['pmax_per_layer']['512']['spread'] == pytest.approx(0.03)
+  table = demo.spread_table(spread, [7, 8], [512, 1024])
+  assert '0.850 [0.800-0.850]' in table and '0.900 [0.900-0.900]' in table
+  assert 'range 0.030' in table

@@ -29,3 +29,24 @@ def test_accuracy_cell():
     report.accuracy_cell(33.3, 50)
   with pytest.raises(ValueError, match='successes=11, trials=10'):
     report.binomial_interval(11, 10)
+
+
+@pytest.mark.parametrize('percent,baseline,verdict', [
+    # Issue 22's cases: lines at 1024, 92 [81-97] vs 78 [65-87]; kv at 4096, 12 [6-24] vs 0 [0-7]:
+    # the intervals overlap.
+    (92.0, 78.0, 'within noise'), (12.0, 0.0, 'within noise'),
+    (42.0, 0.0, 'better'),  # 42 [29-56] vs 0 [0-7]
+    (70.0, 96.0, 'worse'),  # 70 [56-81] vs 96 [87-99]
+    (100.0, 100.0, 'within noise'),
+    (16.0, 0.0, 'better'),  # 16 [8.34-28.5] vs 0 [0-7.13]: the first count that clears it
+    (14.0, 0.0, 'within noise'),  # 14 [6.95-26.2]: 6.95 < 7.13
+])
+def test_compare_accuracies_by_disjoint_intervals(percent, baseline, verdict):
+  assert report.compare_accuracies(percent, baseline, 50) == verdict
+
+
+def test_accuracy_interval_is_the_wilson_interval_in_percent():
+  assert report.accuracy_interval(90.0, 50) == pytest.approx(
+      tuple(100 * x for x in report.binomial_interval(45, 50)))
+  with pytest.raises(ValueError, match='not a whole number of 50'):
+    report.accuracy_interval(33.3, 50)
