@@ -470,11 +470,12 @@ class Memo:
     if not parts:
       raise ValueError('pooled_stats needs at least one token array.')
     rows = np.array([p.rows for p in parts], np.float64)  # [g]
-    # [g] x [g, t, n] -> [t, n]
-    pooled = [np.einsum('g,gtn->tn', rows, np.stack([getattr(p, key) for p in parts]))
-              / rows.sum() for key in ('layer_pmax', 'layer_entropy')]
-    stats = AttentionStats(pooled[0], pooled[1], pooled[0].mean(1), pooled[1].mean(1),
-                           int(rows.sum()))
+    # [g] x [g, t, n, h] -> [t, n, h]
+    head = [np.einsum('g,gtnh->tnh', rows, np.stack([getattr(p, key) for p in parts]))
+            / rows.sum() for key in ('head_pmax', 'head_entropy')]
+    layer = [x.mean(-1) for x in head]  # [t, n], as `encoder_attention_stats` averages heads
+    stats = AttentionStats(layer[0], layer[1], layer[0].mean(1), layer[1].mean(1),
+                           int(rows.sum()), head[0], head[1])
     if len({np.shape(g)[1] for g in groups}) == 1:
       tokens = np.concatenate([check_tokens(g) for g in groups])
       taus = validate.temperature_array(temperatures).astype(np.float32)

@@ -152,10 +152,11 @@ def layer_temperatures(temperature: Any, num_layers: int, batch: int, num_heads:
 
 def config_temperature(config: T5Config) -> np.ndarray:
   """The config's `encoder_attention_temperature` in `layer_temperatures`' forms: a scalar,
-  `[layers]`, or `[1, layers, heads]` for a `[layers][heads]` value (which would otherwise read
-  as `[batch, layers]`)."""
+  `[1, layers]` for one per layer, or `[1, layers, heads]` for a `[layers][heads]` value (never
+  read as one per example: a 1-D vector is ambiguous when batch == num_encoder_layers, and a
+  2-D one would read as `[batch, layers]`)."""
   tau = np.asarray(config.encoder_attention_temperature, np.float32)
-  return tau[None] if tau.ndim == 2 else tau
+  return tau if tau.ndim == 0 else tau[None]
 
 
 def _relpos(cfg: T5Config) -> layers.RelativePositionBiases:

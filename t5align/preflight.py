@@ -771,8 +771,8 @@ def settings_from_gin(target: tpu_chips.Target, length: int | None = None,
       tau_batch=args.get('tau_batch_size') or len(args.get('grid') or calibration.PAPER_GRID))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  """The CLI (module docstring); returns the exit status."""
+def flag_parser() -> Any:
+  """The CLI's own flags (an `argparse.ArgumentParser`); the others go to gin (`gin_cli`)."""
   import argparse  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(
       prog='python -m t5align.preflight', description=__doc__,
@@ -784,6 +784,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument('--program', choices=PROGRAMS,
                       help='default: the one the gin files configure')
   parser.add_argument('--json_output', help='also write the report as JSON there (atomically)')
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """The CLI (module docstring); returns the exit status."""
+  parser = flag_parser()
   args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
   try:
     target = tpu_chips.parse_target(args.topology)

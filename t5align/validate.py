@@ -141,22 +141,22 @@ def temperature_setting(value: Any, name: str, num_layers: int, model: str,
   lengths and values `temperatures` refuses raise. Returned as `constant_temperature` does."""
   number = lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
       v, bool)
-  heads = f'{num_heads}' if num_heads is not None else 'H'
-  forms = (f'give one temperature, {num_layers} numbers (one per encoder layer of {model}, '
-           f'which has {num_layers}), or {num_layers} tuples of {heads} (one per layer and head)')
-  if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
-    widths = {len(v) if isinstance(v, (list, tuple)) else None for v in value}
-    if (len(value) != num_layers or None in widths or len(widths) != 1
-        or (num_heads is not None and widths != {num_heads})
-        or not all(number(x) for v in value for x in v)):
-      raise ValueError(f'{name}={value!r}: {forms}.')
-  elif isinstance(value, (list, tuple)):
+  nested = isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value)
+  if isinstance(value, (list, tuple)) and not nested:
     if len(value) not in (1, num_layers) or not all(number(v) for v in value):
-      raise ValueError(f'{name}={tuple(value)!r}: {forms}; got {len(value)} values.')
-  elif not number(value):
+      raise ValueError(
+          f'{name}={tuple(value)!r}: give one temperature, or {num_layers} numbers (one per '
+          f'encoder layer of {model}, which has {num_layers}); got {len(value)} values.')
+  elif not nested and not number(value):
     raise ValueError(f'{name}={value!r} is not a temperature: give a number (e.g. {name}=0.8) '
                      f'or a tuple of {num_layers}, one per encoder layer of {model}.')
-  return constant_temperature(value, name)
+  out = constant_temperature(value, name)
+  shape = np.shape(out)
+  if len(shape) == 2 and shape != (num_layers, num_heads or shape[1]):
+    raise ValueError(
+        f'{name}: {shape[0]} tuples of {shape[1]} (one per layer and head), but {model} has '
+        f'{num_layers} encoder layers of {num_heads} heads.')
+  return out
 
 
 def vocabulary_fits(vocab_size: int, embedding_rows: int, *, vocabulary: str,

@@ -322,6 +322,17 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
   if name in GIN_CLIS:
     check_gin_cli(name, args, where)
     return
+  if name == 't5align.preflight':  # Its own flags, then those of the run it compiles.
+    from t5align import tpu_chips  # pylint: disable=g-import-not-at-top
+    try:
+      known, rest = module.flag_parser().parse_known_args(args)
+      tpu_chips.parse_target(known.topology)
+    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
+      raise AssertionError(f'{where}: {type(e).__name__}: {e}') from e
+    for run in ('t5align.calibrate', 't5align.eval'):  # Their configurables.
+      importlib.import_module(run)
+    check_gin_cli(name, rest, where, unset_required=True)
+    return
   source = inspect.getsource(module)
   for arg in args:
     flag = arg.split('=', 1)[0]
@@ -329,8 +340,9 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
       raise AssertionError(f'{where}: {name} defines no flag {flag}.')
 
 
-def check_gin_cli(name: str, args: list[str], where: str) -> None:
-  """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops."""
+def check_gin_cli(name: str, args: list[str], where: str, **kwargs) -> None:
+  """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops
+  (`kwargs`: more arguments of `gin_cli.configure`)."""
   import gin  # pylint: disable=g-import-not-at-top
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (its configurables)
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
@@ -339,7 +351,7 @@ def check_gin_cli(name: str, args: list[str], where: str) -> None:
   gin.clear_config()
   try:
     os.chdir(REPO_ROOT)
-    gin_cli.configure(args, prog=f'python -m {name}')
+    gin_cli.configure(args, prog=f'python -m {name}', **kwargs)
   except (Exception, SystemExit) as e:  # pylint: disable=broad-except
     raise AssertionError(f'{where}: {type(e).__name__}: {e}') from e
   finally:

@@ -99,17 +99,18 @@ def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypa
   np.testing.assert_array_equal(actual, expected)
 
 
-@pytest.mark.parametrize('impl', ['blockwise', 'pallas'])
-def test_per_head_temperatures_match_reference(impl):
+@pytest.mark.parametrize('impl,block', [('blockwise', 64), ('pallas_gpu', 64), ('pallas', 128)])
+def test_per_head_temperatures_match_reference(impl, block):
   """`[batch, layers, heads]` taus, every one different, through the whole encoder: blockwise
-  and pallas (interpret mode on CPU) equal the reference, outputs and per-head statistics."""
+  and both fused kernels (interpret mode on CPU; 'pallas' is the TPU kernel there) equal the
+  reference, outputs and per-head statistics."""
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
   n, h = config.num_encoder_layers, config.num_heads
   tau = np.random.default_rng(3).uniform(0.5, 1.0, (2, n, h)).astype(np.float32)
   expected, expected_stats = _encode(config, params, tokens, tau)
-  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=64,
-                                              attention_block_k=64), params, tokens, tau)
+  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
+                                              attention_block_k=block), params, tokens, tau)
   np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
   for name in ('pmax_sum', 'entropy_sum', 'rows'):
     np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
