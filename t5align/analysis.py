@@ -439,4 +439,3 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   plot_qq(numbers, paths['qq_layer0.png'])
   plot_head_dispersion(numbers, paths['head_dispersion.png'])
   return paths
-

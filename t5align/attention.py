@@ -8,7 +8,8 @@ Temperature semantics (the paper's, and the fixtures'):
   probs = softmax((q . k + relpos_bias + mask_bias) / tau), in float32.
 NOTE: T5 has no 1/sqrt(d) at run time (it is folded into the query kernel's initializer), so tau
 divides the raw sum, relative-position bias included. Masked keys carry -1e10 before the division,
-so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in t5x.
+so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in
+t5x.
 
 This module is the math only and imports nothing of t5align's: blockwise.py and
 pallas_attention.py build on it, and layers.py chooses among the three ('reference' here).

@@ -293,6 +293,7 @@ def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_vali
   acc_new = _rows(alpha, acc.shape[-1], repeated) * acc + pv
   return m_new, l_new, c_new, acc_new, v_sum + _value_sum(v, k_valid, dropout)
 
+
 def _value_sum(v: Array, k_valid: Array | None, dropout: Array | None) -> Array:
   """`[..., k, d]` values -> `[..., d]` sum over the real (`k_valid`; None: all) keys, dropout
   applied."""

@@ -35,7 +35,6 @@ if __name__ == '__main__':
   sys.modules.setdefault('t5align.calibrate', sys.modules[__name__])
 
 
-
 def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
                    eos_id: int) -> np.ndarray:
   """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS
@@ -543,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   if any('SEQIO_TASK' in arg or 'seqio_tasks.' in arg for arg in argv):
     # Registers the t5align_* tasks and the seqio_tasks.* configurables the flags may bind
     # (importing seqio costs seconds, so only when they are named).
-    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
+    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
   run()

@@ -215,4 +215,3 @@ def pallas_attention(
   if not with_stats:
     return out, None
   return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
-

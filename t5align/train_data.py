@@ -354,4 +354,3 @@ def vocabulary_corpus(seed: int = 0, num_prompts: int = 300) -> Iterator[str]:
   yield ' '.join(ID_FIRST + ID_SECOND)
   rng = data.rng_for(seed, len(TASKS), num_prompts)
   yield ' '.join(str(n) for n in rng.integers(1, LINES_MAX + 1, size=200))
-

@@ -1,4 +1,4 @@
-"""A small SentencePiece vocabulary: training from text and T5's special ids (pad 0, eos 1, unk 2)."""
+"""A small SentencePiece vocabulary: training from text, T5's special ids (pad 0, eos 1, unk 2)."""
 from __future__ import annotations
 
 import io

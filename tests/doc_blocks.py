@@ -332,7 +332,8 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
 def check_gin_cli(name: str, args: list[str], where: str) -> None:
   """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops."""
   import gin  # pylint: disable=g-import-not-at-top
-  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (its configurables)
+  # seqio_tasks registers its configurables.
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   importlib.import_module(name)
   cwd = os.getcwd()
@@ -409,4 +410,3 @@ def check_t5x_flags(args: list[str], where: str) -> None:
   if 'gin/t5x/schedule.gin' in files and 'TEMPERATURE' in values:
     raise AssertionError(f'{where}: TEMPERATURE together with gin/t5x/schedule.gin is refused '
                          '(t5x_gin.check_no_temperature).')
-

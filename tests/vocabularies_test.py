@@ -45,7 +45,8 @@ def test_bpe_round_trip_and_special_ids(bpe, form):
 
 def test_sentencepiece_vocabulary_reads_its_ids():
   import pathlib  # pylint: disable=g-import-not-at-top
-  path = pathlib.Path(__file__).resolve().parents[1] / 't5align/assets/retrieval_t5/sentencepiece.model'
+  root = pathlib.Path(__file__).resolve().parents[1]
+  path = root / 't5align/assets/retrieval_t5/sentencepiece.model'
   vocab = vocabularies.load_vocabulary(str(path))
   assert isinstance(vocab, vocabularies.SentencePieceVocabulary)
   assert (vocab.pad_id, vocab.eos_id, vocab.unk_id) == (0, 1, 2)
