@@ -23,7 +23,7 @@ import tempfile
 import time
 
 MODELS = {
-    # T5 1.1 base (REFERENCE sec. 4): 248 M parameters.
+    # T5 1.1 base (the released checkpoint's sizes): 248 M parameters.
     'base': dict(vocab_size=32128, emb_dim=768, num_heads=12, num_encoder_layers=12,
                  num_decoder_layers=12, head_dim=64, mlp_dim=2048,
                  mlp_activations=('gelu', 'linear'), logits_via_embedding=False),

@@ -244,9 +244,9 @@ def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_vali
 
   Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
   c = sum exp(s - m) (s - m), acc `[..., q, d]` = sum exp(s - m) v, and v_sum `[..., d]` = sum v
-  over all real keys (for fully masked rows). `c` is `w - m l` of REFERENCE sec. 2, kept relative
-  to the running max: H = log l - c / l does not cancel. m, l and c may instead be
-  `[..., q, lanes]`, each row repeated over lanes (`init_carry(..., lanes=)`).
+  over all real keys (for fully masked rows). `c` is `w - m l` (w of `attention`'s derivation of
+  the row statistics), kept relative to the running max: H = log l - c / l does not cancel. m, l
+  and c may instead be `[..., q, lanes]`, each row repeated over lanes (`init_carry(..., lanes=)`).
 
   NOTE: 'reference' adds -1e10 to masked logits. Whenever a row has an allowed key, exp underflows
   to exactly 0 on the masked ones (for any tau < ~1e8), and a row without one is uniform over all

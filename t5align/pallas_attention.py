@@ -3,7 +3,7 @@
 Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
 over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
 entropy. The bias never leaves the kernel: beyond `MAX_DISTANCE` every offset shares the last
-bucket of its side (REFERENCE sec. 3), so key tiles entirely left or right of the band
+bucket of its side (T5's bucketing), so key tiles entirely left or right of the band
 `|key - query| < MAX_DISTANCE` use one constant per head and side; tiles touching the band compute
 buckets from their offsets with `attention.relative_position_bucket`. Three loops (far left, band,
 far right) with bounds from the program id replace per-tile branching.

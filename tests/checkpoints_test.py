@@ -508,7 +508,8 @@ def _hf_dirs(tmp_path_factory):
   dirs.update(relu_safetensors=root / 'relu_safetensors', relu_bin=root / 'relu_bin')
   tensors['relu'] = ({k: v.numpy() for k, v in sd.items()}, None)
 
-  # transformers >= 5 always builds tied models; an untied one is written by hand (REFERENCE 8).
+  # transformers >= 5 always builds tied models (its T5Config forces tie_word_embeddings=True);
+  # an untied one is written by hand.
   gated = transformers.T5ForConditionalGeneration(
       transformers.T5Config(feed_forward_proj='gated-gelu', tie_word_embeddings=False,
                             **_HF_SIZES))

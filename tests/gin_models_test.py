@@ -28,7 +28,8 @@ SPM_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 
 
 class Arch(NamedTuple):
-  """Expected architecture, written independently of the gin files (REFERENCE sec. 4)."""
+  """Expected architecture, written independently of the gin files (the released checkpoints').
+  """
 
   emb: int
   heads: int
