@@ -286,9 +286,9 @@ def run(
     seed: sampling seed.
     config: a `network.T5Config` to check the checkpoint against; inferred if None.
     dtype: activation dtype ('float32' or 'bfloat16'), which must be the one evaluation
-      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE,
-      the macro every gin/models file binds `network.T5Config.dtype` to. None: `config`'s dtype,
-      else float32. Softmax and statistics stay float32 either way.
+      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE, the macro every gin/models
+      file binds `network.T5Config.dtype` to. None: `config`'s dtype, else float32. Softmax and
+      statistics stay float32 either way.
     params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
       default to float32): the layer-norm scales and the relative-position table are used
       unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
@@ -303,8 +303,8 @@ def run(
     tol: tolerance of the continuous searches.
     analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
       per task too when calibrated per task).
-    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
     check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
+    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
 
   Returns:
     The schedule written to `output_path`.
