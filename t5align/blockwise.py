@@ -72,7 +72,9 @@ def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
   return max(1, min(batch, CPU_TILE_ELEMENTS // (heads * block_q * block_k)))
 
 
-def _round_up(x: int, multiple: int) -> int:
+def round_up(x: int, multiple: int) -> int:
+  """The smallest multiple of `multiple` that is >= `x`: the kernels' own `batching.round_up`
+  (the attention modules import nothing of t5align but each other)."""
   return -(-x // multiple) * multiple
 
 
@@ -387,7 +389,7 @@ def blockwise_attention(
   lut = attention.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
   default_q, default_k = default_blocks(backend)
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
-  len_q, len_k = _round_up(length, bq), _round_up(length, bk)
+  len_q, len_k = round_up(length, bq), round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
   # [len_k]; keys added here are excluded entirely (t5x's own padding keys stay, masked).
   k_valid = np.arange(len_k) < length
@@ -489,7 +491,7 @@ def blockwise_attention(
     out, pmax, entropy = attend(query, key, value, segment_ids, tau, multiplier)
   else:
     # Chunks of `chunk` examples, one after another; the batch padded with masked examples.
-    padded = _round_up(batch, chunk)
+    padded = round_up(batch, chunk)
     split = lambda x: _pad_axis(x, padded, 0).reshape((padded // chunk, chunk) + x.shape[1:])
     args = [query, key, value, segment_ids, jnp.broadcast_to(tau, (batch, tau.shape[1])),
             multiplier]

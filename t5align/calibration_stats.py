@@ -235,7 +235,7 @@ def length_groups(tokens: np.ndarray, multiple: int = 1) -> list[np.ndarray]:
   validate.positive_int(multiple, 'multiple')
   nonpad = tokens > 0
   width = np.where(nonpad.any(1), tokens.shape[1] - np.argmax(nonpad[:, ::-1], axis=1), 0)
-  width = np.where(width > 0, np.minimum(-(-width // multiple) * multiple, tokens.shape[1]), 0)
+  width = np.where(width > 0, np.minimum(batching.round_up(width, multiple), tokens.shape[1]), 0)
   return [tokens[width == w, :w] for w in np.unique(width) if w > 0]
 
 

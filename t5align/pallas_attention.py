@@ -169,7 +169,7 @@ def pallas_attention(
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
-  padded = -(-length // max(block_q, block_k)) * max(block_q, block_k)
+  padded = blockwise.round_up(length, max(block_q, block_k))
   pad = lambda x: jnp.pad(x, [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2))
   query, key, value = pad(query), pad(key), pad(value)  # [b, padded, h, d]
   ids = pad(segment_ids.astype(jnp.int32))  # [b, padded]
