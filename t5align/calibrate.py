@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import gin
 import jax
@@ -28,6 +28,9 @@ from t5align import run_identity
 from t5align import schedule as schedule_lib
 from t5align import validate
 from t5align import vocabularies
+
+if TYPE_CHECKING:  # Annotations only: the model is imported where the run needs it.
+  from t5align import network
 
 if __name__ == '__main__':
   # `python -m t5align.calibrate`: gin files' `from t5align import calibrate` must find this
@@ -97,7 +100,7 @@ def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inpu
   return np.concatenate(pieces)
 
 
-def activation_dtype(config: Any, dtype: str | None) -> str:
+def activation_dtype(config: network.T5Config | None, dtype: str | None) -> str:
   """The dtype calibration computes in: `dtype`, else `config.dtype`, else 'float32'.
 
   The temperature found is for the logits the model computes in that dtype, so it must be the
@@ -244,7 +247,7 @@ def run(
     reference_length: int = 512,
     num_samples: int = 8,
     seed: int = 0,
-    config: Any = None,
+    config: network.T5Config | None = None,
     dtype: str | None = None,
     params_dtype: str = 'float32',
     attention_impl: str | None = None,
@@ -512,7 +515,8 @@ def _read_inputs(*, text_file: str | None, vocabulary_path: str | None, seqio_ta
                  identity={**identity, 'eos_id': source['eos_id']})
 
 
-def run_config(config: Any, dtype: str, attention_impl: str | None) -> Any:
+def run_config(config: network.T5Config, dtype: str,
+               attention_impl: str | None) -> network.T5Config:
   """The `network.T5Config` calibration computes with: `dtype` activations, no dropout, and
   `attention_impl` (None: the config's)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
