@@ -109,8 +109,8 @@ def matmul_peak(dtype: str, size: int) -> Callable[[], float]:
 
 def torch_available() -> bool:
   try:
-    import torch  # pylint: disable=g-import-not-at-top,unused-import
-    import transformers  # pylint: disable=g-import-not-at-top,unused-import
+    import torch  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+    import transformers  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   except ImportError:
     return False
   return True

@@ -56,7 +56,8 @@ import sys
 
 from benchmarks import attention_bench as common
 
-# Sizes: REFERENCE sec. 4 (emb, heads x head_dim, encoder layers, mlp); gated-gelu, vocab 32128.
+# Sizes: the released T5 1.1 / Flan-T5 checkpoints' (emb, heads x head_dim, encoder layers, mlp);
+# gated-gelu, vocab 32128.
 MODELS = {
     # T5 1.1 small (decode rows).
     'small': dict(vocab_size=32128, emb_dim=512, num_heads=6, head_dim=64, num_encoder_layers=8,

@@ -7,9 +7,9 @@ Writes a random-weight checkpoint in each format ('legacy': t5x msgpack + zarr, 
 'orbax': Orbax defaults, one chunk per array; 'orbax_8mib': chunks <= 8 MiB, as a sharded t5x
 save writes them), then loads each with `checkpoints.load_params(path, mesh=(1, 8))` in 8
 processes (`jax.distributed` on localhost, one CPU device each; fresh processes per format).
-Every process reports its peak RSS growth during the load (kernel high-water mark, reset just before); 'ratio' is the largest
-growth over the float32 size of the model. 'reference' is today's unsharded load
-(`load_params(path)`, no mesh) in one process, measured the same way.
+Every process reports its peak RSS growth during the load (kernel high-water mark, reset just
+before); 'ratio' is the largest growth over the float32 size of the model. 'reference' is today's
+unsharded load (`load_params(path)`, no mesh) in one process, measured the same way.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 
 MODELS = {
-    # T5 1.1 base (REFERENCE sec. 4): 248 M parameters.
+    # T5 1.1 base (the released checkpoint's sizes): 248 M parameters.
     'base': dict(vocab_size=32128, emb_dim=768, num_heads=12, num_encoder_layers=12,
                  num_decoder_layers=12, head_dim=64, mlp_dim=2048,
                  mlp_activations=('gelu', 'linear'), logits_via_embedding=False),
@@ -68,7 +68,8 @@ def write_checkpoints(root: str, model: dict, formats=FORMATS) -> dict[str, str]
 _LOAD_SCRIPT = r'''
 import gc, sys
 import jax, numpy as np
-model, port, pid, count, paths = eval(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+model, port, paths = eval(sys.argv[1]), sys.argv[2], sys.argv[5:]
+pid, count = int(sys.argv[3]), int(sys.argv[4])
 if count > 1:
   jax.distributed.initialize(f'localhost:{port}', count, pid)
 import orbax.checkpoint

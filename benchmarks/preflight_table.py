@@ -97,8 +97,8 @@ def estimate_ratio(row: dict) -> float:
   """`memory.estimate` over XLA's total for a row: the row's command's settings read back from
   gin (the same path as the CLI; no compile), estimated with today's `t5align.memory`."""
   import gin  # pylint: disable=g-import-not-at-top
-  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top,unused-import
+  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   flags = [f for f in row['command'][3:] if not f.startswith(('--topology', '--length'))]
   report = row['report']

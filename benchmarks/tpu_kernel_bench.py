@@ -73,7 +73,7 @@ def _attention_worker(spec: dict) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jax.sharding import Mesh, NamedSharding  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from t5align import blockwise, layers, pallas_tpu  # pylint: disable=g-import-not-at-top
+  from t5align import batching, blockwise, layers, pallas_tpu  # pylint: disable=g-import-not-at-top
   device = _topology_devices(spec['topology'])[0]
   mesh = Mesh(np.asarray([device]), ('data',))
   one = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P()))
@@ -93,7 +93,8 @@ def _attention_worker(spec: dict) -> dict:
          **_compiled_facts(compiled)}
   if spec['impl'] == 'blockwise':
     bq, bk = blocks or blockwise.default_blocks('tpu')
-    row['loops'] = {'query_blocks': -(-length // bq), 'key_blocks': -(-length // bk)}
+    row['loops'] = {'query_blocks': batching.ceil_div(length, bq),
+                    'key_blocks': batching.ceil_div(length, bk)}
   else:
     row['blocks'] = list(blocks or pallas_tpu.default_blocks(device.device_kind))
   return row

@@ -10,6 +10,8 @@ user files), `seqio_tasks.vocabulary_path.path`, `seqio_tasks.data.data_dir.path
 from seqio_tasks import data
 from seqio_tasks.catalog import options
 
+__all__ = ['data', 'options']
+
 try:
   import seqio  # pylint: disable=unused-import
 except ImportError:  # Readers and metrics do not need it.
@@ -19,3 +21,4 @@ if seqio is not None:
   from seqio_tasks import tasks  # pylint: disable=g-import-not-at-top
   from seqio_tasks import training  # pylint: disable=g-import-not-at-top
   from seqio_tasks.tasks import vocabulary_path  # pylint: disable=g-import-not-at-top
+  __all__ += ['tasks', 'training', 'vocabulary_path']

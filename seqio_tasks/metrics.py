@@ -5,7 +5,7 @@ Per task family, `score_example(family, target, prediction)` gives the example's
 `make_metric_fn(family)` wraps both as a seqio metric function `(targets, predictions)` (or
 `(targets, scores)` for perplexity); targets are the dicts that `postprocess` builds.
 
-Rules (upstream conventions, REFERENCE.md sec. 6):
+Rules (the upstream benchmarks' conventions):
   passkey, code_key  the first integer in the output equals the key.
   lines              the last integer in the output equals the expected number (LongEval).
   topics             deterministic stand-in for upstream's LLM judge: the SQuAD-normalized first

@@ -6,8 +6,9 @@ Two sources with one prompt:
   oracle    built here from nq-open-oracle (each question with its gold document only): the
             N - 1 distractors of question i are gold documents of other questions, drawn by a
             generator seeded (seed, N, i) and skipping any that contain one of question i's
-            answers (normalized, as whole words), then the gold document is put at position K. The distractors
-            and their order do not depend on K, so the positions compare like upstream's.
+            answers (normalized, as whole words), then the gold document is put at position K.
+            The distractors and their order do not depend on K, so the positions compare like
+            upstream's.
 Retrieved distractors are harder than other questions' gold passages, so the oracle variant
 scores higher than the paper's numbers; it is for relative comparisons (tau settings, positions).
 """

@@ -17,6 +17,7 @@ from t5align import attention
 from t5align import batching
 from t5align import calibration
 from t5align import fileio
+from t5align import network
 from t5align import outputs
 from t5align import partitioning
 from t5align import validate
@@ -56,7 +57,7 @@ def relpos_bias_row(rel_embedding: Any, length: int, query_position: int) -> np.
   return np.asarray(bias)[0, :, 0, :]  # [1, h, 1, l] -> [h, l]
 
 
-def collect(params: Any, config: Any, tokens: Any, lengths: Sequence[int], *,
+def collect(params: Any, config: network.T5Config, tokens: Any, lengths: Sequence[int], *,
             reference_length: int = 512, grid: Sequence[float] = calibration.PAPER_GRID,
             eos_id: int | None = 1, qq_size: int = 256, chunk: int = 128,
             memo: calibration.Memo | None = None,
@@ -205,7 +206,8 @@ def lmax_table(numbers: Mapping[str, Any]) -> str:
   return '\n'.join([head, f'{"l_max":<10}' + ''.join(f'{v:>10.4f}' for v in values)])
 
 
-def task_statistics(params: Any, config: Any, task_inputs: Mapping[str, tuple[Any, Any]], *,
+def task_statistics(params: Any, config: network.T5Config,
+                    task_inputs: Mapping[str, tuple[Any, Any]], *,
                     chunk: int = 128, memo: calibration.Memo | None = None,
                     **stats_kwargs) -> dict[str, dict[str, dict[str, float]]]:
   """Tables 1 and 7 per task: at tau = 1, mean P_max, mean entropy and layer 0's l_max of each
@@ -439,4 +441,3 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
   plot_qq(numbers, paths['qq_layer0.png'])
   plot_head_dispersion(numbers, paths['head_dispersion.png'])
   return paths
-

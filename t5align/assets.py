@@ -13,7 +13,7 @@ import warnings
 
 from t5align import checkpoints
 from t5align import network
-from t5align import vocab as vocab_lib
+from t5align import vocabularies
 
 ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assets', 'retrieval_t5')
 VOCAB_FILE = 'sentencepiece.model'
@@ -27,7 +27,7 @@ def checkpoint_dir(path: str = ASSET_DIR) -> str:
   return found[0]
 
 
-def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_lib.Vocabulary]:
+def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocabularies.Vocabulary]:
   """(float32 params, config, vocabulary) of a model directory holding one checkpoint_N/.
 
   The config's encoder attention is 'auto' (materialized up to its `blockwise_threshold`
@@ -36,7 +36,8 @@ def load_shipped(path: str = ASSET_DIR) -> tuple[dict, network.T5Config, vocab_l
   """
   params, config = checkpoints.load_params(checkpoint_dir(path))
   config = dataclasses.replace(config, attention_impl='auto')
-  return params, config, vocab_lib.Vocabulary(os.path.join(path, VOCAB_FILE))
+  vocab = vocabularies.SentencePieceVocabulary(os.path.join(path, VOCAB_FILE), t5_ids=True)
+  return params, config, vocab
 
 
 def training_length(path: str = ASSET_DIR) -> int:

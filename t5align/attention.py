@@ -8,13 +8,16 @@ Temperature semantics (the paper's, and the fixtures'):
   probs = softmax((q . k + relpos_bias + mask_bias) / tau), in float32.
 NOTE: T5 has no 1/sqrt(d) at run time (it is folded into the query kernel's initializer), so tau
 divides the raw sum, relative-position bias included. Masked keys carry -1e10 before the division,
-so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in t5x.
+so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in
+t5x.
 
 This module is the math only and imports nothing of t5align's: blockwise.py and
 pallas_attention.py build on it, and layers.py chooses among the three ('reference' here).
 
-Row statistics (flash-attention accumulators, REFERENCE sec. 2): with s = logits / tau, m = max s,
-l = sum exp(s - m), w = sum exp(s - m) * s over keys:  P_max = 1 / l  and  H = m + log l - w / l.
+Row statistics from flash-attention accumulators: with s = logits / tau, m = max s,
+l = sum exp(s - m), w = sum exp(s - m) * s over keys, each probability is p = exp(s - m) / l, so
+  P_max = exp(m - m) / l = 1 / l,
+  H = -sum p log p = -sum p (s - m - log l) = -w / l + m + log l    (sum p = 1).
 """
 from __future__ import annotations
 
@@ -97,8 +100,8 @@ def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
   """The bias of every clipped offset: `[heads, 2 * MAX_DISTANCE + 1]`, column `o + MAX_DISTANCE`
   holding offset `o = key - query` in `[-MAX_DISTANCE, MAX_DISTANCE]`.
 
-  Every offset with `|o| >= MAX_DISTANCE` falls in the last bucket of its side (REFERENCE sec. 3;
-  `test_bias_by_offset_covers_every_offset` checks it), so
+  Every offset with `|o| >= MAX_DISTANCE` falls in the last bucket of its side
+  (`relative_position_bucket`; `test_bias_by_offset_covers_every_offset` checks it), so
   `bias(o) = bias_by_offset[:, clip(o, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE]` exactly.
   """
   # [h, num_buckets] -> [h, 2 * MAX_DISTANCE + 1]

@@ -9,15 +9,18 @@ from typing import Sequence
 import numpy as np
 
 
-def ceil_div(n: int, d: int) -> int:
-  """`ceil(n / d)` for integers (exact, unlike float division); `d` must be positive."""
+def ceil_div(n: int | np.ndarray, d: int) -> int | np.ndarray:
+  """`ceil(n / d)` for an integer or an integer array, elementwise (exact, unlike float
+  division); `d` must be positive."""
   if d <= 0:
     raise ValueError(f'divisor must be positive; got {d}.')
+  if isinstance(n, np.ndarray):
+    return -(-n // int(d))
   return -(-int(n) // int(d))
 
 
-def round_up(n: int, multiple: int) -> int:
-  """The smallest multiple of `multiple` that is >= `n`."""
+def round_up(n: int | np.ndarray, multiple: int) -> int | np.ndarray:
+  """The smallest multiple of `multiple` that is >= `n` (elementwise for an array)."""
   return ceil_div(n, multiple) * int(multiple)
 
 

@@ -72,7 +72,9 @@ def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
   return max(1, min(batch, CPU_TILE_ELEMENTS // (heads * block_q * block_k)))
 
 
-def _round_up(x: int, multiple: int) -> int:
+def round_up(x: int, multiple: int) -> int:
+  """The smallest multiple of `multiple` that is >= `x`: the kernels' own `batching.round_up`
+  (the attention modules import nothing of t5align but each other)."""
   return -(-x // multiple) * multiple
 
 
@@ -244,9 +246,9 @@ def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_vali
 
   Accumulators (float32): m `[..., q]` max over allowed keys, l = sum exp(s - m),
   c = sum exp(s - m) (s - m), acc `[..., q, d]` = sum exp(s - m) v, and v_sum `[..., d]` = sum v
-  over all real keys (for fully masked rows). `c` is `w - m l` of REFERENCE sec. 2, kept relative
-  to the running max: H = log l - c / l does not cancel. m, l and c may instead be
-  `[..., q, lanes]`, each row repeated over lanes (`init_carry(..., lanes=)`).
+  over all real keys (for fully masked rows). `c` is `w - m l` (w of `attention`'s derivation of
+  the row statistics), kept relative to the running max: H = log l - c / l does not cancel. m, l
+  and c may instead be `[..., q, lanes]`, each row repeated over lanes (`init_carry(..., lanes=)`).
 
   NOTE: 'reference' adds -1e10 to masked logits. Whenever a row has an allowed key, exp underflows
   to exactly 0 on the masked ones (for any tau < ~1e8), and a row without one is uniform over all
@@ -292,6 +294,7 @@ def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_vali
                   preferred_element_type=jnp.float32)
   acc_new = _rows(alpha, acc.shape[-1], repeated) * acc + pv
   return m_new, l_new, c_new, acc_new, v_sum + _value_sum(v, k_valid, dropout)
+
 
 def _value_sum(v: Array, k_valid: Array | None, dropout: Array | None) -> Array:
   """`[..., k, d]` values -> `[..., d]` sum over the real (`k_valid`; None: all) keys, dropout
@@ -386,7 +389,7 @@ def blockwise_attention(
   lut = attention.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
   default_q, default_k = default_blocks(backend)
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
-  len_q, len_k = _round_up(length, bq), _round_up(length, bk)
+  len_q, len_k = round_up(length, bq), round_up(length, bk)
   nq, nk = len_q // bq, len_k // bk
   # [len_k]; keys added here are excluded entirely (t5x's own padding keys stay, masked).
   k_valid = np.arange(len_k) < length
@@ -488,7 +491,7 @@ def blockwise_attention(
     out, pmax, entropy = attend(query, key, value, segment_ids, tau, multiplier)
   else:
     # Chunks of `chunk` examples, one after another; the batch padded with masked examples.
-    padded = _round_up(batch, chunk)
+    padded = round_up(batch, chunk)
     split = lambda x: _pad_axis(x, padded, 0).reshape((padded // chunk, chunk) + x.shape[1:])
     args = [query, key, value, segment_ids, jnp.broadcast_to(tau, (batch, tau.shape[1])),
             multiplier]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import gin
 import jax
@@ -29,11 +29,13 @@ from t5align import schedule as schedule_lib
 from t5align import validate
 from t5align import vocabularies
 
+if TYPE_CHECKING:  # Annotations only: the model is imported where the run needs it.
+  from t5align import network
+
 if __name__ == '__main__':
   # `python -m t5align.calibrate`: gin files' `from t5align import calibrate` must find this
   # module, not import a second copy that would register `run` with gin twice.
   sys.modules.setdefault('t5align.calibrate', sys.modules[__name__])
-
 
 
 def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
@@ -98,7 +100,7 @@ def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inpu
   return np.concatenate(pieces)
 
 
-def activation_dtype(config: Any, dtype: str | None) -> str:
+def activation_dtype(config: network.T5Config | None, dtype: str | None) -> str:
   """The dtype calibration computes in: `dtype`, else `config.dtype`, else 'float32'.
 
   The temperature found is for the logits the model computes in that dtype, so it must be the
@@ -245,7 +247,7 @@ def run(
     reference_length: int = 512,
     num_samples: int = 8,
     seed: int = 0,
-    config: Any = None,
+    config: network.T5Config | None = None,
     dtype: str | None = None,
     params_dtype: str = 'float32',
     attention_impl: str | None = None,
@@ -287,9 +289,9 @@ def run(
     seed: sampling seed.
     config: a `network.T5Config` to check the checkpoint against; inferred if None.
     dtype: activation dtype ('float32' or 'bfloat16'), which must be the one evaluation
-      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE,
-      the macro every gin/models file binds `network.T5Config.dtype` to. None: `config`'s dtype,
-      else float32. Softmax and statistics stay float32 either way.
+      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE, the macro every gin/models
+      file binds `network.T5Config.dtype` to. None: `config`'s dtype, else float32. Softmax and
+      statistics stay float32 either way.
     params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
       default to float32): the layer-norm scales and the relative-position table are used
       unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
@@ -304,8 +306,8 @@ def run(
     tol: tolerance of the continuous searches.
     analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
       per task too when calibrated per task).
-    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
     check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
+    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
 
   Returns:
     The schedule written to `output_path`.
@@ -513,7 +515,8 @@ def _read_inputs(*, text_file: str | None, vocabulary_path: str | None, seqio_ta
                  identity={**identity, 'eos_id': source['eos_id']})
 
 
-def run_config(config: Any, dtype: str, attention_impl: str | None) -> Any:
+def run_config(config: network.T5Config, dtype: str,
+               attention_impl: str | None) -> network.T5Config:
   """The `network.T5Config` calibration computes with: `dtype` activations, no dropout, and
   `attention_impl` (None: the config's)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -543,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   if any('SEQIO_TASK' in arg or 'seqio_tasks.' in arg for arg in argv):
     # Registers the t5align_* tasks and the seqio_tasks.* configurables the flags may bind
     # (importing seqio costs seconds, so only when they are named).
-    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
+    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
   run()

@@ -1,4 +1,4 @@
-"""Attention alignment: choose encoder softmax temperatures for long inputs (paper Alg. 1, Props. 1-2).
+"""Attention alignment: encoder softmax temperatures for long inputs (paper Alg. 1, Props. 1-2).
 
 Strategies (`STRATEGIES`), each giving tau for a target length L_ex from a reference length L_tr:
   'pmax', 'entropy'        Algorithm 1: tau on the grid 1.0, 0.95, ..., 0.5 whose mean statistic at
@@ -57,6 +57,15 @@ from t5align.calibration_stats import layer0_sorted_logits
 from t5align.calibration_stats import length_groups
 from t5align.calibration_stats import Memo
 
+__all__ = [  # What `t5align.calibration` offers: `calibrate`, plus each level's API.
+    'align_heads', 'align_layers', 'AttentionStats', 'bisect_search', 'bisect_steps', 'calibrate',
+    'Calibration', 'check_lengths', 'check_sweep_memory', 'check_tokens', 'clamp_tau',
+    'closed_form_tau', 'cut_at_boundary', 'cut_to_length', 'encoder_attention_stats', 'grid_search',
+    'grid_steps', 'layer0_sorted_logits', 'length_groups', 'log_length_tau', 'LogitSummary', 'Memo',
+    'PAPER_GRID', 'parse_strategy', 'prop1_tau', 'prop2_tau', 'reference_pmax', 'run_lockstep',
+    'run_steps', 'SCOPES', 'STATISTICS', 'STRATEGIES', 'summarize_logit_vector', 'T5_EOS_ID', 'Tau',
+]
+
 # T5's SentencePiece EOS: the default of the library calls below; pass another vocabulary's
 # `eos_id` (e.g. 2 for CodeT5's BPE) where it differs.
 T5_EOS_ID = 1
@@ -83,7 +92,6 @@ class Calibration:
   clamped: bool = False  # the target lay outside the searched range, or tau was clamped to 1
   details: dict = dataclasses.field(default_factory=dict)
   note: str = ''  # why `clamped` is set, in words (shown under `TemperatureSchedule.table`)
-
 
 
 def parse_strategy(strategy: str) -> tuple[str, str, str]:

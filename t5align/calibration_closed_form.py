@@ -26,7 +26,7 @@ class LogitSummary(NamedTuple):
 def reference_pmax(reference_stats: AttentionStats) -> float:
   """Proposition 1's P_tr: layer 0's mean row P_max at L_tr, tau = 1.
 
-  REFERENCE.md sec. 1: "P_tr = layer-0 mean P_max at L_tr". In the paper P_max^tr is the
+  Proposition 1 (paper Sec. 6.2) aligns P_max^tr = P_max^ex; in the paper P_max^tr is the
   statistic of Sec. 4 (the mean over logit vectors of each vector's max probability), and for the
   propositions "we evaluate P_max^tr and sigma_tr at the training length ... considering only the
   0-th layer" (App. A.4): so the mean over layer 0's heads x non-pad query rows, as Algorithm 1

@@ -126,8 +126,8 @@ def bisect_search(evaluate: Callable[[np.ndarray], np.ndarray], target: float, *
   starts from the interval between them; with one side only, it looks beyond the nearest known
   tau around where the secant through it and its nearest known neighbour meets the target (or,
   without a usable secant, steps outwards by `step`, growing, up to the end of `bracket`).
-  Without any, the first call evaluates the bracket's ends. A target outside the bracket's values returns the
-  nearer end with details['clamped'] = True.
+  Without any, the first call evaluates the bracket's ends. A target outside the bracket's values
+  returns the nearer end with details['clamped'] = True.
 
   Returns:
     (tau, its statistic, details); details['calls'] counts the calls made, details['bracket']

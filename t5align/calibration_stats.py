@@ -235,7 +235,7 @@ def length_groups(tokens: np.ndarray, multiple: int = 1) -> list[np.ndarray]:
   validate.positive_int(multiple, 'multiple')
   nonpad = tokens > 0
   width = np.where(nonpad.any(1), tokens.shape[1] - np.argmax(nonpad[:, ::-1], axis=1), 0)
-  width = np.where(width > 0, np.minimum(-(-width // multiple) * multiple, tokens.shape[1]), 0)
+  width = np.where(width > 0, np.minimum(batching.round_up(width, multiple), tokens.shape[1]), 0)
   return [tokens[width == w, :w] for w in np.unique(width) if w > 0]
 
 
@@ -318,10 +318,19 @@ def encoder_attention_stats(
           # [t, b, n, h] x [b] -> [t, n, h]
           sums[i, t0:t0 + k] += np.einsum('tbnh,b->tnh', np.asarray(out[key][:k], np.float64),
                                           weight)
-  head = sums / rows  # [2, t, n, h]
-  layer = head.mean(-1)  # [2, t, n]
-  return AttentionStats(layer[0], layer[1], layer[0].mean(1), layer[1].mean(1), int(rows),
-                        head[0], head[1])
+  # [2, t, n, h] -> [t, n, 1, h]: the whole input as one example's sums over `rows` rows.
+  return _mean_stats(sums[0][:, :, None], sums[1][:, :, None], np.array([rows]))
+
+
+def _mean_stats(pmax_sum: np.ndarray, entropy_sum: np.ndarray,
+                rows: np.ndarray) -> AttentionStats:
+  """`AttentionStats` of `[t, n, g, h]` float64 sums over `[g]` row counts, averaged by
+  `network.mean_row_stats` (each row weighs the same)."""
+  means = network.mean_row_stats({'pmax_sum': pmax_sum, 'entropy_sum': entropy_sum,
+                                  'rows': rows})
+  return AttentionStats(means['layer_pmax'], means['layer_entropy'], means['pmax'],
+                        means['entropy'], int(rows.sum()), means['head_pmax'],
+                        means['head_entropy'])
 
 
 @functools.lru_cache(maxsize=16)
@@ -458,7 +467,7 @@ class Memo:
   def pooled_stats(self, params: Any, config: network.T5Config, groups: Sequence[Any],
                    temperatures: Any, mesh: Mesh | None = None, **kwargs) -> AttentionStats:
     """`attention_stats` of the rows of several token arrays together, from each array's own
-    (remembered or computed) result: each layer's mean weighted by the arrays' row counts.
+    (remembered or computed) result: each head's mean weighted by the arrays' row counts.
 
     Equal to one call on the arrays concatenated (to float64 rounding: the same per-row sums,
     added in another order); when the arrays have one width, that concatenation's result is
@@ -470,12 +479,10 @@ class Memo:
     if not parts:
       raise ValueError('pooled_stats needs at least one token array.')
     rows = np.array([p.rows for p in parts], np.float64)  # [g]
-    # [g] x [g, t, n, h] -> [t, n, h]
-    head = [np.einsum('g,gtnh->tnh', rows, np.stack([getattr(p, key) for p in parts]))
-            / rows.sum() for key in ('head_pmax', 'head_entropy')]
-    layer = [x.mean(-1) for x in head]  # [t, n], as `encoder_attention_stats` averages heads
-    stats = AttentionStats(layer[0], layer[1], layer[0].mean(1), layer[1].mean(1),
-                           int(rows.sum()), head[0], head[1])
+    # Each array's per-head sums (its means times its rows): [g, t, n, h] x [g] -> [t, n, g, h].
+    sums = [np.einsum('gtnh,g->tngh', np.stack([getattr(p, key) for p in parts]), rows)
+            for key in ('head_pmax', 'head_entropy')]
+    stats = _mean_stats(sums[0], sums[1], rows)
     if len({np.shape(g)[1] for g in groups}) == 1:
       tokens = np.concatenate([check_tokens(g) for g in groups])
       taus = validate.temperature_array(temperatures).astype(np.float32)

@@ -45,7 +45,6 @@ def block_path(stack: str, block: int, sublayer: int, module: list[str]) -> str 
   return None
 
 
-
 def _is_mesh_tf_optimizer_variable(name: str) -> bool:
   return name == 'global_step' or name.endswith(_MESH_TF_OPTIMIZER_SUFFIXES)
 
@@ -102,4 +101,3 @@ def read_mesh_tf_checkpoint(path: str) -> store.Params:
     raise store.CheckpointReadError(f'Cannot read Mesh-TF checkpoint {path} (its .index or .data '
                                     f'files): {type(e).__name__}: {str(e).strip()[:300]}') from e
   return params_from_mesh_tf(arrays)
-

@@ -389,4 +389,3 @@ def lazy_orbax_arrays(state_dir: str, item: Any) -> dict[str, LazyArray]:
     where[path] = {'kvstore': store.kvstore_spec(fileio.join(state_dir, metadata.name))}
   context = ts_utils.get_ts_context(use_ocdbt=use_ocdbt)
   return _lazy_ts_arrays(specs, where, context)
-

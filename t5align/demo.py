@@ -48,7 +48,6 @@ from t5align import partitioning
 from t5align import report
 from t5align import schedule as schedule_lib
 from t5align import train_data
-from t5align import validate
 
 # Strategies the full mode calibrates; all but `TABULATED` are also evaluated (report rows).
 STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer')

@@ -27,7 +27,8 @@ seqio is imported inside functions only; the library part is `t5align.evaluation
 from __future__ import annotations
 
 import dataclasses
-import importlib.util  # pylint: disable=unused-import  (gin's file reader needs it loaded)
+# gin's file reader (gin.resource_reader) uses importlib.util without importing it.
+import importlib.util  # pylint: disable=unused-import  # noqa: F401
 import os
 import sys
 import warnings
@@ -193,7 +194,7 @@ def evaluate(*,
                         num_examples=num_examples, max_decode_length=max_decode_length,
                         params_dtype=params_dtype, truncate_inputs=truncate_inputs)
   import seqio  # pylint: disable=g-import-not-at-top
-  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
   from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
 

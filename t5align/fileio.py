@@ -130,7 +130,8 @@ def read_bytes(path: PathLike) -> bytes:
 
 
 def _umask() -> int:
-  """The process umask (read from /proc where possible: setting it to read it is not thread-safe)."""
+  """The process umask (read from /proc where possible: setting it to read it is not
+  thread-safe)."""
   try:
     with builtins.open('/proc/self/status', encoding='ascii') as f:
       for line in f:

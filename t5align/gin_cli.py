@@ -77,8 +77,7 @@ _MACRO_BINDING = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=')
 
 def defined_macros() -> set[str]:
   """Names of the macros gin's current configuration defines."""
-  config = gin.config._CONFIG  # pylint: disable=protected-access  (gin has no public listing)
-  return {scope for scope, selector in config if selector == 'gin.macro'}
+  return {scope for (scope, selector), _ in _config_values() if selector == 'gin.macro'}
 
 
 def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str]) -> None:
@@ -100,7 +99,12 @@ def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str])
 
 
 def _config_values() -> dict[tuple[tuple[str, str], str], object]:
-  """{((scope, selector), parameter): value} of gin's current configuration."""
+  """{((scope, selector), parameter): value} of gin's current configuration.
+
+  The one read of gin's private `_CONFIG`: gin (0.5.0) has no public listing of what is bound.
+  `gin.query_parameter` and `gin.get_bindings` need the names first, and `gin.config_str()` is
+  a formatted dump whose layout is no documented contract.
+  """
   config = gin.config._CONFIG  # pylint: disable=protected-access  (gin has no public listing)
   return {(key, name): value for key, params in config.items() for name, value in params.items()}
 
@@ -161,8 +165,8 @@ def check_required(example_file: str | None = None) -> None:
   """Raises ValueError when a gin binding calls a configurable (`@X()`) whose required
   parameters nothing binds, naming them (instead of a TypeError from inside gin's call)."""
   import inspect  # pylint: disable=g-import-not-at-top
-  config = gin.config._CONFIG  # pylint: disable=protected-access
-  for key, value in _config_values().items():
+  values = _config_values()
+  for key, value in values.items():
     if not isinstance(value, gin.config.ConfigurableReference) or not value.evaluate:
       continue
     if value.configurable.name == 'macro':
@@ -173,8 +177,7 @@ def check_required(example_file: str | None = None) -> None:
       continue
     required = [n for n, p in signature.parameters.items()
                 if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    bound = {n for (scope, selector), params in config.items()
-             if selector == value.configurable.selector for n in params}
+    bound = {n for (_, selector), n in values if selector == value.configurable.selector}
     missing = [n for n in required if n not in bound]
     if missing:
       hint = f': {example_file}' if example_file else ''
@@ -186,9 +189,8 @@ def check_required(example_file: str | None = None) -> None:
 
 def _macro_values() -> dict[str, str]:
   """{macro: repr of its value} in gin's current configuration."""
-  config = gin.config._CONFIG  # pylint: disable=protected-access
-  return {scope: repr(params.get('value')) for (scope, selector), params in config.items()
-          if selector == 'gin.macro'}
+  return {scope: repr(value) for ((scope, selector), name), value in _config_values().items()
+          if selector == 'gin.macro' and name == 'value'}
 
 
 def parse_files(files: Sequence[str], bindings: Sequence[str] = ()) -> None:

@@ -151,7 +151,8 @@ def resolve(impl: str, length: int, threshold: int, platform: str | None = None)
     impl: one of `NAMES`.
     length: the (static) input length.
     threshold: T5Config.blockwise_threshold.
-    platform: 'cpu', 'gpu' or 'tpu'; None: `attention.target_platform()` (at trace time: the mesh's).
+    platform: 'cpu', 'gpu' or 'tpu'; None: `attention.target_platform()` (at trace time: the
+      mesh's).
   """
   if impl not in NAMES:
     raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(NAMES)}.')

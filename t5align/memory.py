@@ -164,7 +164,7 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
         (config.attention_block_q, config.attention_block_k), blockwise.default_blocks('tpu')))
     attention = 4 * b * h * (2 * length * config.head_dim + 3 * block_q * block_k)
   width = (2 * config.emb_dim + 2 * h * config.head_dim
-           + (len(config.mlp_activations) + 1) * -(-config.mlp_dim // model_shards))
+           + (len(config.mlp_activations) + 1) * batching.ceil_div(config.mlp_dim, model_shards))
   itemsize = np.dtype(config.dtype).itemsize
   hidden = b * length * width * itemsize + examples * length * 2 * config.emb_dim * 4
   cache = (2 * config.num_decoder_layers * examples * length * h * config.head_dim * itemsize

@@ -349,7 +349,8 @@ def process_rows(sharding: NamedSharding, num_rows: int) -> np.ndarray:
 
 
 def global_batch(local: np.ndarray, sharding: NamedSharding, num_rows: int) -> jax.Array:
-  """The `[num_rows, ...]` global array whose rows `process_rows(sharding, num_rows)` are `local`."""
+  """The `[num_rows, ...]` global array whose rows `process_rows(sharding, num_rows)` are
+  `local`."""
   shape = (num_rows, *local.shape[1:])
   if jax.process_count() == 1:
     return jax.device_put(local, sharding)

@@ -425,24 +425,33 @@ def encoder_row_stats(intermediates: dict[str, Any], num_layers: int) -> dict[st
 def mean_row_stats(stats: dict[str, Array]) -> dict[str, Array]:
   """Means over heads and every non-pad query row of the batch (each row weighs the same).
 
+  The one average of the row statistics: of one `encoder_row_stats` (jax arrays, traceable), and
+  of a calibration sweep's float64 sums accumulated across calls (numpy in, numpy out, with
+  leading `[t]` candidate axes: `calibration_stats.encoder_attention_stats`).
   A batch without any non-pad row has nothing to average: concrete stats raise ValueError; traced
   ones (inside jit, where nothing can be raised) give 0 rather than NaN (0/0).
 
+  Args:
+    stats: {'pmax_sum': `[..., n, b, h]`, 'entropy_sum': `[..., n, b, h]`, 'rows': `[..., b]`}
+      (`encoder_row_stats`' sums over each example's non-pad query rows, and their counts).
+
   Returns:
-    {'layer_pmax': `[n]`, 'layer_entropy': `[n]`, 'pmax': `[]`, 'entropy': `[]`,
-    'head_pmax': `[n, h]`, 'head_entropy': `[n, h]`} (per head: means over the same rows).
+    {'layer_pmax': `[..., n]`, 'layer_entropy': `[..., n]`, 'pmax': `[...]`, 'entropy': `[...]`,
+    'head_pmax': `[..., n, h]`, 'head_entropy': `[..., n, h]`} (per head: means over the same
+    rows).
   """
+  xp = np if isinstance(stats['pmax_sum'], np.ndarray) else jnp
   heads = stats['pmax_sum'].shape[-1]
-  rows = jnp.sum(stats['rows'])
-  if not isinstance(rows, jax.core.Tracer) and int(rows) == 0:
+  rows = xp.sum(stats['rows'], axis=-1)  # [..., b] -> [...]
+  if not isinstance(rows, jax.core.Tracer) and np.any(np.asarray(rows) == 0):
     raise ValueError('mean_row_stats: the batch has no non-pad query row (every input token is '
                      'padding); there is no attention row to average.')
-  denom = jnp.maximum(rows, 1) * heads
-  layer_pmax = jnp.sum(stats['pmax_sum'], axis=(1, 2)) / denom
-  layer_entropy = jnp.sum(stats['entropy_sum'], axis=(1, 2)) / denom
-  # [n, b, h] -> [n, h]
-  head_pmax = jnp.sum(stats['pmax_sum'], axis=1) / jnp.maximum(rows, 1)
-  head_entropy = jnp.sum(stats['entropy_sum'], axis=1) / jnp.maximum(rows, 1)
-  return {'layer_pmax': layer_pmax, 'layer_entropy': layer_entropy,
-          'pmax': jnp.mean(layer_pmax), 'entropy': jnp.mean(layer_entropy),
-          'head_pmax': head_pmax, 'head_entropy': head_entropy}
+  rows = xp.maximum(rows, 1)[..., None]  # [..., 1]
+  means = {}
+  for name in ('pmax', 'entropy'):
+    sums = stats[f'{name}_sum']
+    means[f'layer_{name}'] = xp.sum(sums, axis=(-2, -1)) / (rows * heads)  # -> [..., n]
+    means[name] = xp.mean(means[f'layer_{name}'], axis=-1)  # -> [...]
+    means[f'head_{name}'] = xp.sum(sums, axis=-2) / rows[..., None]  # -> [..., n, h]
+  return {k: means[k] for k in ('layer_pmax', 'layer_entropy', 'pmax', 'entropy', 'head_pmax',
+                                'head_entropy')}

@@ -3,7 +3,7 @@
 Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
 over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
 entropy. The bias never leaves the kernel: beyond `MAX_DISTANCE` every offset shares the last
-bucket of its side (REFERENCE sec. 3), so key tiles entirely left or right of the band
+bucket of its side (T5's bucketing), so key tiles entirely left or right of the band
 `|key - query| < MAX_DISTANCE` use one constant per head and side; tiles touching the band compute
 buckets from their offsets with `attention.relative_position_bucket`. Three loops (far left, band,
 far right) with bounds from the program id replace per-tile branching.
@@ -169,7 +169,7 @@ def pallas_attention(
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
-  padded = -(-length // max(block_q, block_k)) * max(block_q, block_k)
+  padded = blockwise.round_up(length, max(block_q, block_k))
   pad = lambda x: jnp.pad(x, [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2))
   query, key, value = pad(query), pad(key), pad(value)  # [b, padded, h, d]
   ids = pad(segment_ids.astype(jnp.int32))  # [b, padded]
@@ -215,4 +215,3 @@ def pallas_attention(
   if not with_stats:
     return out, None
   return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
-

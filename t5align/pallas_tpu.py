@@ -17,7 +17,7 @@ it over its two cores), the other two 'arbitrary', so one core visits every tile
 
 Relative bias, never `[L, L]` in HBM. The kernel takes the `[heads, 32]` bucket table (in SMEM:
 32 scalars a head). Every offset with `|key - query| >= MAX_DISTANCE` shares its side's last
-bucket (REFERENCE sec. 3), so a tile wholly beyond the band adds one scalar per head and side.
+bucket (T5's bucketing), so a tile wholly beyond the band adds one scalar per head and side.
 With aligned blocks the bias of a tile depends only on `k_start - q_start` (T5's bias is
 Toeplitz), so the few tiles that touch the band (3 for 512 x 512 blocks) are built once per
 (example, head) into VMEM scratch, at the first tile, and reused by every query block. They are

@@ -797,8 +797,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.error(str(e))
   compile_only_environment(target)  # Before anything starts a JAX backend.
   # The run modules register their gin configurables before the configuration is locked.
-  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top,unused-import
+  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from t5align import fileio  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   gin_cli.configure(rest, prog='python -m t5align.preflight', unset_required=True,

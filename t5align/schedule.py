@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import os
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import gin
 import jax
@@ -34,6 +34,9 @@ from t5align import partitioning
 from t5align import predictions
 from t5align import run_identity
 from t5align import validate
+
+if TYPE_CHECKING:  # Annotations only: the schedule's data needs no model at run time.
+  from t5align import network
 
 FORMAT = 't5align.temperature_schedule.v1'
 
@@ -324,7 +327,7 @@ def _sweep_order(strategies: Sequence[str]) -> list[str]:
 
 def build_schedule(
     params: Any,
-    config: Any,
+    config: network.T5Config,
     tokens: Any,
     lengths: Sequence[int],
     strategies: Sequence[str],
@@ -406,7 +409,7 @@ def build_schedule(
 
 def calibrate_tasks(
     params: Any,
-    config: Any,
+    config: network.T5Config,
     task_inputs: Mapping[str, tuple[Any, Any]],
     strategies: Sequence[str],
     *,

@@ -50,7 +50,7 @@ from t5align import predictions
 from t5align import run_identity
 from t5align import train_data
 from t5align import validate
-from t5align import vocab as vocab_lib
+from t5align import vocabularies
 
 Array = jax.Array
 
@@ -357,8 +357,8 @@ def train(*,
   start = time.time()
   vocab_path = os.path.join(model_dir, assets.VOCAB_FILE)
   if not os.path.exists(vocab_path):
-    vocab_lib.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
-  vocab = vocab_lib.Vocabulary(vocab_path)
+    vocabularies.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
+  vocab = vocabularies.SentencePieceVocabulary(vocab_path, t5_ids=True)
   validate.vocabulary_fits(vocab.vocab_size, cfg.vocab_size, vocabulary=f'vocabulary {vocab_path}',
                            model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
   task_mix = train_data.Mix(weights=dict(mix or {t: 1.0 for t in train_data.TASKS}),

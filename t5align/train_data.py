@@ -26,7 +26,7 @@ import numpy as np
 from seqio_tasks import data
 from seqio_tasks import retrieval
 from t5align import batching
-from t5align import vocab as vocab_lib
+from t5align import vocabularies
 
 TASKS = ('passkey', 'passkey_decoys', 'lines', 'kv')
 # Tasks for training only (never evaluated or reported): 'lines_near' is line retrieval with each
@@ -188,11 +188,11 @@ class Example:
     return self.meta.get('answer', self.targets)
 
 
-def _tokenize(vocab: vocab_lib.Vocabulary, text: str) -> list[int]:
+def _tokenize(vocab: vocabularies.Vocabulary, text: str) -> list[int]:
   return list(vocab.encode(text)) + [vocab.eos_id]
 
 
-def fill(d: Draft, vocab: vocab_lib.Vocabulary, budget: int) -> Example:
+def fill(d: Draft, vocab: vocabularies.Vocabulary, budget: int) -> Example:
   """The example with the most units whose input (with EOS) has at most `budget` tokens.
 
   Raises:
@@ -231,7 +231,7 @@ def fill(d: Draft, vocab: vocab_lib.Vocabulary, budget: int) -> Example:
   return Example(d.task, inputs, targets, meta, tuple(ids), tuple(_tokenize(vocab, targets)))
 
 
-def eval_examples(task: str, vocab: vocab_lib.Vocabulary, length: int, num_examples: int,
+def eval_examples(task: str, vocab: vocabularies.Vocabulary, length: int, num_examples: int,
                   seed: int) -> list[Example]:
   """Held-out examples filled to `length` input tokens; example i uses rng (seed, task, length,
   i)."""
@@ -275,7 +275,7 @@ class Mix:
         raise ValueError(f'min_units[{task!r}] must be a positive integer; got {units!r}.')
 
 
-def train_example(vocab: vocab_lib.Vocabulary, mix: Mix, seed: int, index: int) -> Example:
+def train_example(vocab: vocabularies.Vocabulary, mix: Mix, seed: int, index: int) -> Example:
   """Training example `index`: task by `mix`, then its content, then its input budget (see
   `Mix`)."""
   rng = data.rng_for(seed, index)
@@ -313,7 +313,7 @@ def batch_arrays(examples: Sequence[Example], input_length: int,
           'decoder_target_tokens': tgt}
 
 
-def train_batches(vocab: vocab_lib.Vocabulary, mix: Mix, *, seed: int, batch_size: int,
+def train_batches(vocab: vocabularies.Vocabulary, mix: Mix, *, seed: int, batch_size: int,
                   target_length: int, start_step: int = 0, group: int = 8,
                   input_multiple: int = 64, short_target: int = 8
                   ) -> Iterator[dict[str, np.ndarray]]:
@@ -354,4 +354,3 @@ def vocabulary_corpus(seed: int = 0, num_prompts: int = 300) -> Iterator[str]:
   yield ' '.join(ID_FIRST + ID_SECOND)
   rng = data.rng_for(seed, len(TASKS), num_prompts)
   yield ' '.join(str(n) for n in rng.integers(1, LINES_MAX + 1, size=200))
-

@@ -39,7 +39,6 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
   return taus
 
 
-
 def temperature_array(values: Any, name: str = 'temperatures') -> np.ndarray:
   """float64 `[t]`, `[t, layers]` or `[t, layers, heads]` candidate temperatures (a scalar
   becomes `[1]`); ValueError unless non-empty, at most 3-D and valid per `temperatures`."""

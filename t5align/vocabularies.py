@@ -6,15 +6,23 @@
     vocab = load_vocabulary('/path/codet5p-770m')                 # folder: tokenizer.json, or
                                                                   # vocab.json + merges.txt
     ids = vocab.encode('def f():')        # no EOS; callers append vocab.eos_id
-    text = vocab.decode(ids)
+    text = vocab.decode(ids)                # up to the first EOS, padding dropped
 
 `as_seqio(vocab)` wraps one as a `seqio.Vocabulary`, so seqio tasks and t5x can use it (seqio is
-imported there only).
+imported there only). `train_sentencepiece` trains the shipped model's vocabulary.
 """
 from __future__ import annotations
 
+import io
 import os
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+
+from t5align import fileio
+
+# T5's SentencePiece ids (`SentencePieceVocabulary(path, t5_ids=True)` checks a model has them).
+PAD_ID = 0
+EOS_ID = 1
+UNK_ID = 2
 
 # CodeT5's special tokens (RoBERTa-style byte-level BPE): <s> = 1, </s> = 2, <pad> = 0, <unk> = 3.
 HF_EOS_TOKENS = ('</s>', '<|endoftext|>', '<eos>')
@@ -23,7 +31,9 @@ HF_UNK_TOKENS = ('<unk>',)
 
 
 class Vocabulary:
-  """What t5align needs from a tokenizer. Ids of `encode` never include EOS."""
+  """What t5align needs from a tokenizer. Ids of `encode` never include EOS; `decode` reads ids
+  as a model writes them (up to EOS, padded, from embedding rows rounded up past the vocabulary).
+  """
 
   path: str
   eos_id: int
@@ -35,6 +45,29 @@ class Vocabulary:
     raise NotImplementedError
 
   def decode(self, ids: Sequence[int]) -> str:
+    """The text of `ids` up to the first EOS; padding is dropped, and ids past the vocabulary (a
+    model's embedding rows are rounded up, e.g. to 1024) read as unk.
+
+    Raises:
+      ValueError: an id past the vocabulary, and the vocabulary has no unk piece.
+    """
+    out = []
+    for i in ids:
+      i = int(i)
+      if i == self.eos_id:
+        break
+      if i == self.pad_id:
+        continue
+      if i >= self.vocab_size:
+        if self.unk_id is None:
+          raise ValueError(f'id {i} is past the {self.vocab_size} pieces of {self.path}, which '
+                           'has no unk piece to read it as.')
+        i = self.unk_id
+      out.append(i)
+    return self._decode(out)
+
+  def _decode(self, ids: list[int]) -> str:
+    """The text of `ids`, all within the vocabulary, with no EOS or padding."""
     raise NotImplementedError
 
   def __repr__(self) -> str:
@@ -43,9 +76,9 @@ class Vocabulary:
 
 
 class SentencePieceVocabulary(Vocabulary):
-  """A SentencePiece model file (T5's: pad 0, EOS 1, UNK 2)."""
+  """A SentencePiece model file (T5's: pad 0, EOS 1, UNK 2; `t5_ids=True` refuses others)."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, *, t5_ids: bool = False):
     import sentencepiece as spm  # pylint: disable=g-import-not-at-top
     if not os.path.isfile(path):
       raise FileNotFoundError(f'SentencePiece model {path} does not exist.')
@@ -59,12 +92,16 @@ class SentencePieceVocabulary(Vocabulary):
     unk = int(self._sp.unk_id())
     self.unk_id = unk if unk >= 0 else None
     self.vocab_size = int(self._sp.get_piece_size())
+    ids = (int(self._sp.pad_id()), self.eos_id, unk)
+    if t5_ids and ids != (PAD_ID, EOS_ID, UNK_ID):
+      raise ValueError(f'{self.path}: (pad, eos, unk) ids are {ids}; T5 needs '
+                       f'{(PAD_ID, EOS_ID, UNK_ID)}.')
 
   def encode(self, text: str) -> list[int]:
     return list(self._sp.encode(text))
 
-  def decode(self, ids: Sequence[int]) -> str:
-    return self._sp.decode([int(i) for i in ids])
+  def _decode(self, ids: list[int]) -> str:
+    return self._sp.decode(ids)
 
 
 class HuggingFaceVocabulary(Vocabulary):
@@ -115,8 +152,8 @@ class HuggingFaceVocabulary(Vocabulary):
   def encode(self, text: str) -> list[int]:
     return list(self._tok.encode(text, add_special_tokens=False).ids)
 
-  def decode(self, ids: Sequence[int]) -> str:
-    return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+  def _decode(self, ids: list[int]) -> str:
+    return self._tok.decode(ids, skip_special_tokens=True)
 
 
 def load_vocabulary(path: str) -> Vocabulary:
@@ -141,6 +178,37 @@ def load_vocabulary(path: str) -> Vocabulary:
   if path.endswith('.json'):
     return HuggingFaceVocabulary(path)
   return SentencePieceVocabulary(path)
+
+
+def train_sentencepiece(texts: Iterable[str], path: str,
+                        vocab_size: int) -> SentencePieceVocabulary:
+  """Trains a BPE SentencePiece model on `texts` and writes it to `path` atomically.
+
+  Digits are split (`split_digits=True`) so a model copies numbers digit by digit; every character
+  of `texts` is covered. Training is deterministic for the same texts (one thread, no sampling).
+  NOTE: BPE, not T5's unigram: on prompt text dominated by filler and hex digits, unigram keeps
+  the rarer instruction words in pieces (227 vs 129 tokens for the smallest line-retrieval
+  prompt), which would leave little of a 256-token budget for the retrieval content.
+
+  Args:
+    texts: training sentences (each is one line of the trainer's input; newlines become spaces,
+      as SentencePiece's default normalization does to any input).
+    path: where to write the `.model` file.
+    vocab_size: upper bound on the number of pieces (fewer if the text has fewer).
+
+  Returns:
+    The trained vocabulary (T5's ids: pad 0, EOS 1, UNK 2).
+  """
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=(t.replace('\n', ' ') for t in texts), model_writer=model,
+      vocab_size=vocab_size, hard_vocab_limit=False, model_type='bpe',
+      character_coverage=1.0, split_digits=True, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+      bos_id=-1, num_threads=1, input_sentence_size=0, shuffle_input_sentence=False,
+      max_sentence_length=1 << 16, minloglevel=2)
+  fileio.write_atomic(path, model.getvalue())
+  return SentencePieceVocabulary(path, t5_ids=True)
 
 
 def as_seqio(vocab: Vocabulary) -> Any:

@@ -350,7 +350,8 @@ def test_blockwise_memory_is_linear_in_length():
 
 
 @pytest.mark.parametrize('bidirectional,dtype,blocks', [
-    (True, jnp.bfloat16, (64, 64)), (True, jnp.float32, (128, 64)), (False, jnp.bfloat16, (64, 32))])
+    (True, jnp.bfloat16, (64, 64)), (True, jnp.float32, (128, 64)),
+    (False, jnp.bfloat16, (64, 32))])
 def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
   """The real kernel (not interpret mode) lowers through Pallas' Triton backend, without a GPU.
 

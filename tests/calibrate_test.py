@@ -133,7 +133,8 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.JSONL_FILE={jsonl}',
       f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128,)',
       f'--gin.ANALYSIS_DIR={tmp_path / "analysis"}', '--gin.RELPOS_HEADS=(2, 0)',
-      '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2', "--gin.STRATEGIES=('pmax', 'log_length')"])
+      '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2',
+      "--gin.STRATEGIES=('pmax', 'log_length')"])
   printed = capsys.readouterr().out
   loaded = schedule.load_schedule(str(out))
   assert sorted(loaded.tasks) == ['lines', 'passkey']
@@ -176,7 +177,7 @@ def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
   # passkey at 5k characters (1 example, ~1.5k tokens with the shipped vocabulary) against its
   # setting nearest L_tr = 600: passkey at 2k characters (599 tokens), as in the paper.
   import seqio  # pylint: disable=g-import-not-at-top
-  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (registers the tasks)
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401  (registers the tasks)
   monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
   out = tmp_path / 'schedule.json'
   calibrate.main([

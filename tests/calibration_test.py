@@ -32,7 +32,8 @@ def test_stats_match_t5x_fixtures(load_t5x_fixture, name):
       params, config, ref['encoder_input_tokens'], [float(t) for t in TAUS])
   for i, tau in enumerate(TAUS):
     np.testing.assert_allclose(stats.layer_pmax[i], ref[f'layer_pmax_tau{tau}'], rtol=STATS_RTOL)
-    np.testing.assert_allclose(stats.layer_entropy[i], ref[f'layer_entropy_tau{tau}'], rtol=STATS_RTOL)
+    np.testing.assert_allclose(stats.layer_entropy[i], ref[f'layer_entropy_tau{tau}'],
+                               rtol=STATS_RTOL)
     np.testing.assert_allclose(stats.pmax[i], ref[f'mean_pmax_tau{tau}'], rtol=STATS_RTOL)
     np.testing.assert_allclose(stats.entropy[i], ref[f'mean_entropy_tau{tau}'], rtol=STATS_RTOL)
   assert stats.rows == int(np.sum(ref['encoder_input_tokens'] > 0))
@@ -289,7 +290,8 @@ def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny, numpy_layer0_so
 def test_cut_to_length_keeps_eos():
   tokens = np.array([[5, 6, 7, 8, 1], [5, 6, 1, 0, 0]])
   np.testing.assert_array_equal(calibration.cut_to_length(tokens, 3, 1), [[5, 6, 1], [5, 6, 1]])
-  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 4, 1), [[5, 6, 7, 1], [5, 6, 1, 0]])
+  np.testing.assert_array_equal(calibration.cut_to_length(tokens, 4, 1),
+                                [[5, 6, 7, 1], [5, 6, 1, 0]])
   np.testing.assert_array_equal(calibration.length_groups(tokens)[0], [[5, 6, 1]])
   groups = calibration.length_groups(tokens, multiple=4)  # Widths 3 -> 4 and 5 -> 5 (at most l).
   np.testing.assert_array_equal(groups[0], [[5, 6, 1, 0]])

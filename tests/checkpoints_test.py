@@ -107,7 +107,8 @@ def test_optimizer_state_arrays_are_never_opened(tmp_path):
     if entry.name.startswith('state.'):
       shutil.rmtree(entry)
 
-  _assert_trees_equal(checkpoints.read_params(ckpt), checkpoints.read_params(_legacy('t5_1_0_tiny')))
+  _assert_trees_equal(checkpoints.read_params(ckpt),
+                      checkpoints.read_params(_legacy('t5_1_0_tiny')))
 
 
 # ---------------------------------------------------------------- writer
@@ -411,7 +412,7 @@ def test_mesh_tf_unknown_variable_is_reported_by_the_strict_check():
 
 def test_read_mesh_tf_without_tensorflow_says_so():
   try:
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
     pytest.skip('tensorflow is installed')
   except ImportError:
     pass
@@ -507,7 +508,8 @@ def _hf_dirs(tmp_path_factory):
   dirs.update(relu_safetensors=root / 'relu_safetensors', relu_bin=root / 'relu_bin')
   tensors['relu'] = ({k: v.numpy() for k, v in sd.items()}, None)
 
-  # transformers >= 5 always builds tied models; an untied one is written by hand (REFERENCE 8).
+  # transformers >= 5 always builds tied models (its T5Config forces tie_word_embeddings=True);
+  # an untied one is written by hand.
   gated = transformers.T5ForConditionalGeneration(
       transformers.T5Config(feed_forward_proj='gated-gelu', tie_word_embeddings=False,
                             **_HF_SIZES))

@@ -344,7 +344,8 @@ def check_gin_cli(name: str, args: list[str], where: str, **kwargs) -> None:
   """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops
   (`kwargs`: more arguments of `gin_cli.configure`)."""
   import gin  # pylint: disable=g-import-not-at-top
-  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (its configurables)
+  # seqio_tasks registers its configurables.
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   importlib.import_module(name)
   cwd = os.getcwd()
@@ -421,4 +422,3 @@ def check_t5x_flags(args: list[str], where: str) -> None:
   if 'gin/t5x/schedule.gin' in files and 'TEMPERATURE' in values:
     raise AssertionError(f'{where}: TEMPERATURE together with gin/t5x/schedule.gin is refused '
                          '(t5x_gin.check_no_temperature).')
-

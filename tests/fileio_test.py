@@ -1,4 +1,5 @@
-"""t5align/fileio.py: URLs go through etils.epath (never a local 'gs:' folder); local writes atomic."""
+"""t5align/fileio.py: URLs go through etils.epath (never a local 'gs:' folder); local writes
+atomic."""
 from __future__ import annotations
 
 import builtins
@@ -29,7 +30,8 @@ def fake_bucket(tmp_path, monkeypatch):
 
   monkeypatch.setattr(gpath, 'open', redirect('open', builtins.open))
   monkeypatch.setattr(gpath, 'exists', redirect('exists', os.path.exists))
-  monkeypatch.setattr(gpath, 'mkdir', redirect('mkdir', lambda p, **k: os.makedirs(p, exist_ok=True)))
+  monkeypatch.setattr(gpath, 'mkdir',
+                      redirect('mkdir', lambda p, **k: os.makedirs(p, exist_ok=True)))
   yield root, calls
   assert not (tmp_path / 'gs:').exists()
 
@@ -77,7 +79,6 @@ def test_gs_without_the_mock_uses_the_library_not_a_local_folder(tmp_path, monke
 def test_local_write_atomic_keeps_the_old_file_on_failure(tmp_path):
   path = tmp_path / 'sub' / 'f.txt'
   fileio.write_atomic(path, 'old')
-
 
   with pytest.raises(TypeError):
     fileio.write_atomic(path, 123)  # type: ignore[arg-type]

@@ -28,7 +28,8 @@ SPM_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 
 
 class Arch(NamedTuple):
-  """Expected architecture, written independently of the gin files (REFERENCE sec. 4)."""
+  """Expected architecture, written independently of the gin files (the released checkpoints').
+  """
 
   emb: int
   heads: int
@@ -294,7 +295,8 @@ def test_per_layer_temperature_tuple():
   taus = tuple(0.5 + 0.05 * i for i in range(24))
   cfg = build_config('flan_t5/xl.gin', (f'ENCODER_TEMPERATURE = {taus}',))
   assert cfg.encoder_attention_temperature == taus
-  cfg = build_config('flan_t5/xl.gin', (f'network.T5Config.encoder_attention_temperature = {taus}',))
+  cfg = build_config('flan_t5/xl.gin',
+                     (f'network.T5Config.encoder_attention_temperature = {taus}',))
   assert cfg.encoder_attention_temperature == taus
   with pytest.raises(ValueError, match='expected one float, num_encoder_layers=24 values, or'):
     build_config('flan_t5/xl.gin', ('ENCODER_TEMPERATURE = (0.9, 0.9)',))

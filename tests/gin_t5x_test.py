@@ -39,7 +39,7 @@ PARTS = ('eval.gin', 'finetune.gin', 'schedule.gin', 'vocabulary.gin')
 T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 
 
-# ------------------------------------------------------------------ the stub t5x (signatures as t5x's)
+# -------------------------------------------------------------- the stub t5x (signatures as t5x's)
 
 
 class EncoderDecoderModel:

@@ -102,7 +102,8 @@ def test_eval_cli_refuses_before_running(tmp_path, monkeypatch):
                              r'\(now 100000\) lower'):
       t5align_eval.main([
           '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
-          f'--gin.CHECKPOINT_PATH={assets.checkpoint_dir(str(model))}', f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
+          f'--gin.CHECKPOINT_PATH={assets.checkpoint_dir(str(model))}',
+          f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
           '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
           '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
           '--gin.BATCH_SIZE=100000'])  # 10^5 rows of ~2k tokens: terabytes of activations.

@@ -1,4 +1,5 @@
-"""Tiny t5x encoder with attention_impl blockwise / the Pallas kernels equals the reference encoder."""
+"""Tiny t5x encoder with attention_impl blockwise / the Pallas kernels equals the reference
+encoder."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
-"""Network tests: t5x fixtures (outputs, logits, statistics, greedy), parameter tree, temperature forms."""
+"""Network tests: t5x fixtures (outputs, logits, statistics, greedy), parameter tree, temperature
+forms."""
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +48,8 @@ def test_encoder_and_logits_match_t5x(fixture, tau):
   stats = network.mean_row_stats(
       network.encoder_row_stats(variables['intermediates'], config.num_encoder_layers))
   np.testing.assert_allclose(stats['layer_pmax'], ref[f'layer_pmax_tau{tau}'], rtol=STATS_RTOL)
-  np.testing.assert_allclose(stats['layer_entropy'], ref[f'layer_entropy_tau{tau}'], rtol=STATS_RTOL)
+  np.testing.assert_allclose(stats['layer_entropy'], ref[f'layer_entropy_tau{tau}'],
+                             rtol=STATS_RTOL)
   np.testing.assert_allclose(stats['pmax'], ref[f'mean_pmax_tau{tau}'], rtol=STATS_RTOL)
   np.testing.assert_allclose(stats['entropy'], ref[f'mean_entropy_tau{tau}'], rtol=STATS_RTOL)
 
@@ -184,7 +186,8 @@ def test_bad_temperature_in_config(bad):
 @pytest.mark.parametrize('bad', [0.0, -1.0, float('nan')])
 def test_bad_temperature_in_call(fixture, bad):
   config, params, ref = fixture
-  with pytest.raises(ValueError, match=r'temperature must be finite and > 0.*; got \[(0.0|-1.0|nan)'):
+  with pytest.raises(ValueError,
+                     match=r'temperature must be finite and > 0.*; got \[(0.0|-1.0|nan)'):
     _encode(config, params, ref['encoder_input_tokens'], temperature=bad)
 
 

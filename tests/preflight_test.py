@@ -285,8 +285,8 @@ def test_eval_settings_come_from_the_eval_gin_files():
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   # Registered with gin before it is configured, as `preflight.main` does.
-  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top,unused-import
+  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   gin.clear_config()
   try:
     gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xxl.gin',

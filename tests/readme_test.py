@@ -4,8 +4,6 @@ The shell blocks that run write below $OUT, set here to a temporary folder.
 """
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 import doc_blocks

@@ -344,7 +344,7 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
   def stop(*unused_args, **unused_kwargs):
     raise Started()
 
-  monkeypatch.setattr(train.vocab_lib, 'train_sentencepiece', stop)  # Just after the repairs.
+  monkeypatch.setattr(train.vocabularies, 'train_sentencepiece', stop)  # Just after the repairs.
   with pytest.raises(Started):
     train.train(model=network.Transformer(network.T5Config(vocab_size=1024)),
                 model_dir=str(tmp_path))

@@ -275,7 +275,7 @@ def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkey
   def stop(*unused_args, **unused_kwargs):
     raise Started()
 
-  monkeypatch.setattr(train.vocab_lib, 'train_sentencepiece', stop)  # Just after the checks.
+  monkeypatch.setattr(train.vocabularies, 'train_sentencepiece', stop)  # Just after the checks.
   model = network.Transformer(network.T5Config(vocab_size=1024))
   with pytest.raises(Started):
     train.train(model=model, model_dir=str(tmp_path), learning_rate=1e-3)

@@ -156,8 +156,8 @@ def _train_sentencepiece(tmp_path) -> tuple[str, str]:
   text = tmp_path / 'corpus.txt'
   text.write_text('\n'.join(lines) + '\n')
   spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'spm'), vocab_size=40, hard_vocab_limit=False,
-      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'spm'), vocab_size=40,
+      hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
   return str(text), str(tmp_path / 'spm.model')
 
 

@@ -128,10 +128,10 @@ def test_passkey_examples_seeded_per_index():
 LINES_RECORD = {
     'random_idx': ['torpid-kid', 1], 'expected_number': 2416, 'num_lines': 2, 'token_size': 50,
     'correct_line': 'line torpid-kid: REGISTER_CONTENT is <2416>\n',
-    'prompt': ('Below is a record of lines I want you to remember. ...\n\nline grotesque-classmate: '
-               'REGISTER_CONTENT is <42527>\nline torpid-kid: REGISTER_CONTENT is <2416>\n\nNow the '
-               'record is over. Tell me what is the <REGISTER_CONTENT> in line torpid-kid? I need '
-               'the number. ')}
+    'prompt': ('Below is a record of lines I want you to remember. ...\n\n'
+               'line grotesque-classmate: REGISTER_CONTENT is <42527>\n'
+               'line torpid-kid: REGISTER_CONTENT is <2416>\n\nNow the record is over. '
+               'Tell me what is the <REGISTER_CONTENT> in line torpid-kid? I need the number. ')}
 TOPICS_RECORD = {'test_id': 0, 'prompt': 'Below is a record of our previous conversation ...',
                  'topics': ['The psychology of creativity', 'The impact of social media']}
 

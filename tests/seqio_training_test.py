@@ -15,7 +15,7 @@ from seqio_tasks import training  # pylint: disable=g-import-not-at-top,wrong-im
 from t5align import assets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5align import vocab as vocab_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import vocabularies  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 LENGTHS = {'inputs': 256, 'targets': 80}  # gin/t5x/finetune.gin's TASK_FEATURE_LENGTHS
 
@@ -41,7 +41,7 @@ def test_train_split_is_the_shipped_model_s_training_stream():
   assert task.shuffle_buffer_size == training.SHUFFLE_BUFFER_SIZE
   examples = _take('t5align_train_retrieval', 'train', 4, shuffle=False, seed=None)
   # Unshuffled from seed None: examples 0..3 of train_data's stream (seed 0), same tokens.
-  vocab = vocab_lib.Vocabulary(t5x_gin.shipped_vocabulary())
+  vocab = vocabularies.SentencePieceVocabulary(t5x_gin.shipped_vocabulary(), t5_ids=True)
   mix = train_data.Mix(training.MIXES['train_retrieval'], max_length=256, length_power=2.0,
                        min_units=training.MIN_UNITS)
   for i, ex in enumerate(examples):

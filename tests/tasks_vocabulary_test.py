@@ -1,4 +1,5 @@
-"""seqio_tasks.tasks.ConfiguredVocabulary: equal vocabularies hash equal (Python's hash/eq contract)."""
+"""seqio_tasks.tasks.ConfiguredVocabulary: equal vocabularies hash equal (Python's hash/eq
+contract)."""
 from __future__ import annotations
 
 import pytest

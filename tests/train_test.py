@@ -1,4 +1,5 @@
-"""Tests for t5align/train.py, train_data.py, vocab.py, heldout.py and the shipped model."""
+"""Tests for t5align/train.py, train_data.py, heldout.py, the vocabulary training and the shipped
+model."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from t5align import heldout
 from t5align import network
 from t5align import train
 from t5align import train_data
-from t5align import vocab as vocab_lib
+from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 L_TR = 256
@@ -273,8 +274,8 @@ def test_passkey_decoys_examples(shipped):
 
 def test_vocabulary_is_deterministic_and_splits_digits(tmp_path, shipped):
   corpus = list(train_data.vocabulary_corpus(seed=0, num_prompts=30))
-  a = vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'a.model'), 300)
-  vocab_lib.train_sentencepiece(corpus, str(tmp_path / 'b.model'), 300)
+  a = vocabularies.train_sentencepiece(corpus, str(tmp_path / 'a.model'), 300)
+  vocabularies.train_sentencepiece(corpus, str(tmp_path / 'b.model'), 300)
   assert (tmp_path / 'a.model').read_bytes() == (tmp_path / 'b.model').read_bytes()
   for v in (a, shipped[2]):
     assert (v.pad_id, v.eos_id, v.unk_id) == (0, 1, 2)

@@ -1,6 +1,8 @@
 """Tokenizers: SentencePiece and a byte-level BPE (CodeT5's kind) trained here with `tokenizers`."""
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -45,7 +47,8 @@ def test_bpe_round_trip_and_special_ids(bpe, form):
 
 def test_sentencepiece_vocabulary_reads_its_ids():
   import pathlib  # pylint: disable=g-import-not-at-top
-  path = pathlib.Path(__file__).resolve().parents[1] / 't5align/assets/retrieval_t5/sentencepiece.model'
+  root = pathlib.Path(__file__).resolve().parents[1]
+  path = root / 't5align/assets/retrieval_t5/sentencepiece.model'
   vocab = vocabularies.load_vocabulary(str(path))
   assert isinstance(vocab, vocabularies.SentencePieceVocabulary)
   assert (vocab.pad_id, vocab.eos_id, vocab.unk_id) == (0, 1, 2)
@@ -76,3 +79,41 @@ def test_seqio_wrapper_and_task_vocabulary(bpe, monkeypatch):
   monkeypatch.setenv(tasks.ENV_VOCABULARY, bpe['folder'])
   assert tasks.VOCABULARY.eos_id == 2 and tasks.VOCABULARY.encode(text) == ids
   assert tasks.VOCABULARY.decode(ids) == text
+
+
+SHIPPED = str(pathlib.Path(__file__).resolve().parents[1] /
+              't5align/assets/retrieval_t5/sentencepiece.model')
+
+
+def test_decode_reads_ids_as_a_model_writes_them(bpe):
+  """One `decode` for every tokenizer: up to the first EOS, padding dropped, ids past the
+  vocabulary (a model's embedding rows are rounded up) read as unk."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  hf = vocabularies.load_vocabulary(bpe['json'])
+  sp = vocabularies.load_vocabulary(SHIPPED)
+  references = [  # the libraries' own decoders on the ids a model's output means
+      (hf, lambda ids: Tokenizer.from_file(bpe['json']).decode(ids, skip_special_tokens=True)),
+      (sp, spm.SentencePieceProcessor(model_file=SHIPPED).decode)]
+  for vocab, reference in references:
+    ids = vocab.encode('a + b = 12')
+    written = [*ids, vocab.vocab_size + 3, vocab.pad_id, vocab.eos_id, *ids, vocab.pad_id]
+    assert vocab.decode(written) == reference([*ids, vocab.unk_id])
+  sp.unk_id = None
+  with pytest.raises(ValueError, match=rf'id {sp.vocab_size} is past the .*sentencepiece.model'):
+    sp.decode([sp.vocab_size])
+
+
+def test_t5_ids_are_checked_where_asked(tmp_path):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from t5align import vocab as former  # pylint: disable=g-import-not-at-top
+  shipped = former.Vocabulary(SHIPPED)  # the former name: the same class and decode
+  assert isinstance(shipped, vocabularies.SentencePieceVocabulary)
+  assert shipped.decode([5, 1, 6]) == vocabularies.load_vocabulary(SHIPPED).decode([5])
+  # SentencePiece's own default ids: unk 0, bos 1, eos 2 (no pad).
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(CODE * 5), model_prefix=str(tmp_path / 'd'),
+                                 vocab_size=60, hard_vocab_limit=False, minloglevel=2)
+  path = str(tmp_path / 'd.model')
+  assert vocabularies.SentencePieceVocabulary(path).eos_id == 2
+  with pytest.raises(ValueError, match=r'd\.model: \(pad, eos, unk\) ids are \(-1, 2, 0\); T5'):
+    vocabularies.SentencePieceVocabulary(path, t5_ids=True)
