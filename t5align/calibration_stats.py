@@ -470,11 +470,12 @@ class Memo:
     if not parts:
       raise ValueError('pooled_stats needs at least one token array.')
     rows = np.array([p.rows for p in parts], np.float64)  # [g]
-    # [g] x [g, t, n] -> [t, n]
-    pooled = [np.einsum('g,gtn->tn', rows, np.stack([getattr(p, key) for p in parts]))
-              / rows.sum() for key in ('layer_pmax', 'layer_entropy')]
+    # [g] x [g, t, n(, h)] -> [t, n(, h)]: layers' and heads' means over rows, row-weighted.
+    pooled = [np.einsum('g,g...->...', rows, np.stack([getattr(p, key) for p in parts]))
+              / rows.sum() for key in ('layer_pmax', 'layer_entropy', 'head_pmax',
+                                       'head_entropy')]
     stats = AttentionStats(pooled[0], pooled[1], pooled[0].mean(1), pooled[1].mean(1),
-                           int(rows.sum()))
+                           int(rows.sum()), pooled[2], pooled[3])
     if len({np.shape(g)[1] for g in groups}) == 1:
       tokens = np.concatenate([check_tokens(g) for g in groups])
       taus = validate.temperature_array(temperatures).astype(np.float32)
