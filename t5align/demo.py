@@ -11,8 +11,9 @@ layer); the pooled P_max / entropy / log-length temperatures come from the same 
 measure the attention's dispersion and evaluate lines and key-value retrieval at L_tr and each
 L_ex with tau = 1 and each strategy, and passkey (plain and with decoys) at tau = 1 as a
 control (this model does not lose it), 50 held-out examples per cell.
---full: every task calibrated and evaluated with every row, Propositions 1-2 and the pooled
-per-layer calibration too, and the temperatures of 5 calibration seeds (their spread reported).
+--full: every task calibrated and evaluated with every row, P_max per head (a row beside P_max
+per layer), Propositions 1-2 and the pooled per-layer and per-head calibrations too, and the
+temperatures of 5 calibration seeds (their spread reported).
 Writes a report folder (report.md, results.json, schedule.json, PNGs, and per evaluated cell
 predictions/<row>_<length>_<task>.jsonl with each example's answer and score). Results are
 saved cell by cell (atomically); rerunning the same command resumes where it stopped, and a
@@ -930,8 +931,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--output_dir', default=defaults.output_dir)
   parser.add_argument('--model_dir', default=defaults.model_dir)
   parser.add_argument('--full', action='store_true',
-                      help='every task with every strategy, Props. 1-2, the pooled per-layer '
-                      'calibration and 5 calibration seeds (see README for its time)')
+                      help='every task with every strategy (P_max per head too), Props. 1-2, '
+                      'the pooled per-layer and per-head calibrations and 5 calibration seeds '
+                      '(see README for its time)')
   parser.add_argument('--lengths', type=int, nargs='+', default=[],
                       help='L_ex (default: 2x, 4x, 8x, 16x L_tr)')
   parser.add_argument('--strategies', nargs='+', default=[],
