@@ -570,10 +570,10 @@ def calibration_spread(per_seed: Sequence[Mapping[str, Mapping[str, Sequence[Any
 
 def spread_table(spread: Mapping[str, Any], seeds: Sequence[int], lengths: Sequence[int]) -> str:
   """Plain text: per task and strategy, the first seed's tau [the range over every seed] at each
-  length (per-layer strategies: their largest spread over layers)."""
+  length (per-layer and per-head strategies: their largest spread over layers and heads)."""
   head = f'{"task":<16}{"strategy":<24}' + ''.join(f'{L:>20}' for L in lengths)
-  lines = [f'Calibrated tau [range over seeds {", ".join(map(str, seeds))}]; per layer: the '
-           'largest range over seeds of a layer\'s tau', head, '-' * len(head)]
+  lines = [f'Calibrated tau [range over seeds {", ".join(map(str, seeds))}]; per layer (head): '
+           'the largest range over seeds of one layer\'s (head\'s) tau', head, '-' * len(head)]
   for task, by_strategy in spread.items():
     for s, by_length in by_strategy.items():
       cells = []
