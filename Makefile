@@ -1,8 +1,8 @@
 # Set-up and entry points. Each target creates its virtual environment on first use:
 #   make demo       .venv-demo: the runtime requirements only (no torch, transformers, seqio,
 #                   TensorFlow), then the demo's default run -> demo_output/
-#   make demo-full  the same venv, every task x every strategy and 5 calibration seeds
-#                   -> demo_output_full/
+#   make demo-full  the same venv, every task x every strategy (P_max per head too) and 5
+#                   calibration seeds -> demo_output_full/
 #   make test       .venv: the runtime requirements and the test extras, then pytest
 PYTHON ?= python3
 VENV := .venv

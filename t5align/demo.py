@@ -11,8 +11,9 @@ layer); the pooled P_max / entropy / log-length temperatures come from the same 
 measure the attention's dispersion and evaluate lines and key-value retrieval at L_tr and each
 L_ex with tau = 1 and each strategy, and passkey (plain and with decoys) at tau = 1 as a
 control (this model does not lose it), 50 held-out examples per cell.
---full: every task calibrated and evaluated with every row, Propositions 1-2 and the pooled
-per-layer calibration too, and the temperatures of 5 calibration seeds (their spread reported).
+--full: every task calibrated and evaluated with every row, P_max per head (a row beside P_max
+per layer), Propositions 1-2 and the pooled per-layer and per-head calibrations too, and the
+temperatures of 5 calibration seeds (their spread reported).
 Writes a report folder (report.md, results.json, schedule.json, PNGs, and per evaluated cell
 predictions/<row>_<length>_<task>.jsonl with each example's answer and score). Results are
 saved cell by cell (atomically); rerunning the same command resumes where it stopped, and a
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -37,7 +37,7 @@ import numpy as np
 from t5align import assets
 from t5align import batching
 from t5align import calibration
-from t5align import calibration_stats
+from t5align import checkpoints
 from t5align import fileio
 from t5align import heldout
 from t5align import labels
@@ -46,13 +46,18 @@ from t5align import network
 from t5align import outputs
 from t5align import partitioning
 from t5align import report
+from t5align import run_identity
 from t5align import schedule as schedule_lib
 from t5align import train_data
+from t5align import validate
+from t5align import vocabularies
 
 # Strategies the full mode calibrates; all but `TABULATED` are also evaluated (report rows).
-STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer')
+STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer',
+              'pmax_per_head')
 TABULATED = ('prop1', 'prop2')  # Calibrated and tabulated, not evaluated.
 EVALUATED = tuple(s for s in STRATEGIES if s not in TABULATED)
+FULL_ONLY = ('pmax_per_head',)  # Evaluated in the full mode only (its search costs ~2x per layer).
 # Report rows: 'tau=1' and the strategies, named as every other table names them.
 ROW_LABELS = {'tau=1': labels.TAU_ONE, **labels.STRATEGY_LABELS}
 CALIBRATION_SEED = 7  # Calibration samples and evaluation examples never share a seed.
@@ -73,7 +78,8 @@ class Mode:
 # The default: the tasks where tau matters for this model (passkey stays at 96-100% with tau = 1
 # up to 16x L_tr, so its cells are controls), pooled only where the per-task sweeps give it
 # for free (Algorithm 1's grid, log-length).
-DEFAULT = Mode('default', EVALUATED, ('lines', 'kv'), ('pmax', 'entropy', 'log_length'), 1)
+DEFAULT = Mode('default', tuple(s for s in EVALUATED if s not in FULL_ONLY), ('lines', 'kv'),
+               ('pmax', 'entropy', 'log_length'), 1)
 FULL = Mode('full', STRATEGIES, train_data.TASKS, STRATEGIES, 5)
 
 
@@ -274,6 +280,9 @@ EVAL_LINEAR = 1024
 # sorted logits (shared by the closed forms) in passes' worth of time; log-length computes
 # nothing.
 SWEEP_PASSES = {'grid': len(calibration.PAPER_GRID), 'bisect': 10, 'closed_form': 8}
+# A search's rounds relative to a per-layer one's (gin/calibrate.gin: per head, 6-21 calls
+# where per layer makes 5-9, on the shipped model).
+SEARCH_SCOPE_PASSES = {'encoder': 0.6, 'layer': 1.0, 'head': 2.0}
 
 
 def calibration_passes(strategies: Sequence[str], done: Sequence[str] = ()) -> dict[str, float]:
@@ -282,10 +291,10 @@ def calibration_passes(strategies: Sequence[str], done: Sequence[str] = ()) -> d
   strategies is counted once, on the first of them."""
   passes, made = {}, set(done)
   for s in strategies:
-    _, search, per_layer = calibration.parse_strategy(s)
+    _, search, scope = calibration.parse_strategy(s)
     n = 0.0
     if s != 'log_length' and (search == 'bisect' or search not in made):
-      n = SWEEP_PASSES[search] * (0.6 if search == 'bisect' and not per_layer else 1.0)
+      n = SWEEP_PASSES[search] * (SEARCH_SCOPE_PASSES[scope] if search == 'bisect' else 1.0)
     made.add(search)
     passes[s] = n
   return passes
@@ -344,31 +353,31 @@ def encoder_temperature(tau: Any, layers: int) -> np.ndarray:
   return tau if tau.ndim == 3 else np.broadcast_to(tau.reshape(1, -1), (1, layers)).copy()
 
 
-def file_sha256(path: str) -> str:
-  return hashlib.sha256(fileio.read_bytes(path)).hexdigest()
+def check_vocabulary(model_dir: str) -> None:
+  """Refuses, before any weight is read, a model directory whose vocabulary has more pieces than
+  its checkpoint embeds (those ids would have no embedding row)."""
+  checkpoint = assets.checkpoint_dir(model_dir)
+  path = os.path.join(model_dir, assets.VOCAB_FILE)
+  validate.vocabulary_fits(vocabularies.SentencePieceVocabulary(path, t5_ids=True).vocab_size,
+                           checkpoints.embedding_rows(checkpoint),
+                           vocabulary=f'--model_dir vocabulary {path}',
+                           model=f'checkpoint {checkpoint}')
 
 
-def identity_differences(recorded: Mapping[str, Any], asked: Mapping[str, Any]) -> list[str]:
-  """'key: recorded X, asked Y' for every key whose values differ (either side missing too)."""
-  return [f'{k}: recorded {recorded.get(k)!r}, asked {asked.get(k)!r}'
-          for k in sorted(set(recorded) | set(asked)) if recorded.get(k) != asked.get(k)]
-
-
-def check_schedule_identity(path: str, saved: Mapping[str, Any], asked: Mapping[str, Any]
-                            ) -> None:
-  """Raises ValueError, naming each difference, unless the schedule saved at `path` records the
-  calibration `asked` (provenance 'demo_identity': model, vocabulary, lengths, strategies,
-  tasks, prompts and seeds)."""
-  recorded = saved.get('provenance', {}).get('demo_identity')
-  if recorded is None:
-    raise ValueError(f'{path} does not record what it was calibrated for (no "demo_identity" '
-                     'in its provenance); delete it to recalibrate, or use another --output_dir.')
-  recorded = json.loads(json.dumps(recorded))
-  asked = json.loads(json.dumps(asked))
-  differences = identity_differences(recorded, asked)
-  if differences:
-    raise ValueError(f'{path} was calibrated for other settings ({"; ".join(differences)}); '
-                     'delete it to recalibrate, or use another --output_dir.')
+def reusable_schedule(path: str, saved: Mapping[str, Any], identity: Mapping[str, Any],
+                      log: Callable[[str], None]) -> schedule_lib.TemperatureSchedule | None:
+  """The schedule saved at `path` if its provenance's run identity ('identity') is `identity`
+  (`run_identity.check_same`: checkpoint and vocabulary content, lengths, strategies, tasks,
+  prompts, seeds, dtypes, attention); else None, after logging each differing field (the caller
+  recalibrates and replaces it)."""
+  recorded = (saved.get('provenance') or {}).get('identity')
+  try:
+    run_identity.check_same(recorded, identity, what=f'temperature schedule {path}',
+                            hint='Recalibrating; the new calibration replaces it.')
+  except run_identity.RunMismatchError as e:
+    log(str(e))
+    return None
+  return schedule_lib.TemperatureSchedule.from_dict(saved, source=path)
 
 
 class Results:
@@ -386,10 +395,10 @@ class Results:
     if not isinstance(old, dict) or not isinstance(old.get('accuracy'), dict):
       raise ValueError(f'demo results {self.path} lack an "accuracy" object; delete the file to '
                        'start over.')
-    if old.get('settings') != settings:
-      differences = identity_differences(old.get('settings') or {}, settings)
-      raise ValueError(f'{self.path} holds a run with other settings ({"; ".join(differences)});'
-                       ' use another --output_dir or delete it.')
+    # The settings hold the run identity: the model's and vocabulary's content, not their paths.
+    run_identity.check_same(old.get('settings'), settings, what=f'demo results {self.path}',
+                            hint='Use another --output_dir, or delete it to start over.',
+                            ignore=(*run_identity.INFORMATIONAL, 'model_dir'))
     return old
 
   def _save(self) -> None:
@@ -519,18 +528,24 @@ def plot_accuracy(results: Mapping[str, Any], plan: Plan, path: str) -> None:
   plt.close(fig)
 
 
+def _layer_taus(tau: Any) -> np.ndarray:
+  """A tau's values per layer: a per-head `[layers, heads]` tau's mean over heads `[layers]`."""
+  tau = np.asarray(tau, np.float64)
+  return tau.mean(-1) if tau.ndim == 2 else tau.ravel()
+
+
 def temperature_table(tasks: Mapping[str, Mapping[str, Sequence[calibration.Calibration]]],
                       strategies: Sequence[str], lengths: Sequence[int]) -> str:
   """Plain text: per task and strategy, the calibrated tau at each length (per-layer taus
-  joined by '/')."""
+  joined by '/'; per-head ones as each layer's mean over its heads, joined by '/')."""
   head = f'{"task":<16}{"strategy":<24}' + ''.join(f'{L:>18}' for L in lengths)
   lines = [head, '-' * len(head)]
   for task, cals in tasks.items():
     for s in strategies:
       by_length = {c.length: c for c in cals.get(s, ())}
       cells = ['-' if L not in by_length else '/'.join(
-          f'{t:.3f}' for t in np.ravel(by_length[L].tau)) + ('*' if by_length[L].clamped else '')
-               for L in lengths]
+          f'{t:.3f}' for t in _layer_taus(by_length[L].tau)) + ('*' if by_length[L].clamped
+                                                                 else '') for L in lengths]
       lines.append(f'{task:<16}{labels.strategy_label(s):<24}' + ''.join(f'{c:>18}'
                                                                           for c in cells))
   return '\n'.join(lines)
@@ -555,10 +570,10 @@ def calibration_spread(per_seed: Sequence[Mapping[str, Mapping[str, Sequence[Any
 
 def spread_table(spread: Mapping[str, Any], seeds: Sequence[int], lengths: Sequence[int]) -> str:
   """Plain text: per task and strategy, the first seed's tau [the range over every seed] at each
-  length (per-layer strategies: their largest spread over layers)."""
+  length (per-layer and per-head strategies: their largest spread over layers and heads)."""
   head = f'{"task":<16}{"strategy":<24}' + ''.join(f'{L:>20}' for L in lengths)
-  lines = [f'Calibrated tau [range over seeds {", ".join(map(str, seeds))}]; per layer: the '
-           'largest range over seeds of a layer\'s tau', head, '-' * len(head)]
+  lines = [f'Calibrated tau [range over seeds {", ".join(map(str, seeds))}]; per layer (head): '
+           'the largest range over seeds of one layer\'s (head\'s) tau', head, '-' * len(head)]
   for task, by_strategy in spread.items():
     for s, by_length in by_strategy.items():
       cells = []
@@ -598,8 +613,17 @@ def calibrate_per_task(params, config, prompts: Mapping[str, Mapping[int, np.nda
 def run(settings: Settings) -> dict[str, Any]:
   """Runs (or resumes) the demo; returns the results dict also written to results.json."""
   settings.check()
-  with outputs.claim(settings.output_dir, '--output_dir'):
+  with claim_outputs(settings.output_dir):
     return _execute(settings)
+
+
+@contextlib.contextmanager
+def claim_outputs(output_dir: str):
+  """Locks the output folder and its schedule.json with the per-file lock calibrate takes on
+  its OUTPUT_PATH, so a calibration writing the same file and the demo exclude each other."""
+  with outputs.claim(output_dir, '--output_dir'), outputs.claim(
+      os.path.join(output_dir, 'schedule.json'), '--output_dir schedule.json', is_file=True):
+    yield
 
 
 def _execute(settings: Settings) -> dict[str, Any]:
@@ -608,6 +632,7 @@ def _execute(settings: Settings) -> dict[str, Any]:
   phases = Phases()
   output_dir = settings.output_dir
   with phases('setup'):
+    check_vocabulary(settings.model_dir)
     params, config, vocab = assets.load_shipped(settings.model_dir)
     config = dataclasses.replace(config, attention_impl=settings.attention_impl,
                                  dropout_rate=0.0)
@@ -627,7 +652,7 @@ def _execute(settings: Settings) -> dict[str, Any]:
                for seed in plan.seeds]
     references = [{task: task_prompts(vocab, task, plan.reference_length, plan.num_references,
                                       seed) for task in plan.tuned_tasks} for seed in plan.seeds]
-    identity = calibration_identity(settings, plan, params, prompts, references)
+    identity = calibration_identity(settings, plan, config, prompts, references)
     results = Results(os.path.join(output_dir, 'results.json'), {
         'model_dir': os.path.abspath(settings.model_dir), 'mode': settings.mode.name,
         **identity, 'rows': list(plan.rows), 'num_examples': settings.num_examples,
@@ -638,10 +663,10 @@ def _execute(settings: Settings) -> dict[str, Any]:
         if fileio.exists(schedule_path) else None, f'reading {schedule_path}')
 
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
-  if saved is not None:
-    check_schedule_identity(schedule_path, saved, identity)
-    schedule = schedule_lib.TemperatureSchedule.from_dict(saved, source=schedule_path)
-    _log(f'reusing {schedule_path} (calibrated for these settings)', start)
+  schedule = None if saved is None else reusable_schedule(
+      schedule_path, saved, identity, lambda message: _log(message, start))
+  if schedule is not None:
+    _log(f'reusing {schedule_path} (its run identity is this calibration\'s)', start)
   else:
     with phases('calibration'):
       schedule = _calibrate(params, config, plan, prompts, references, identity, memo, mesh,
@@ -692,24 +717,24 @@ def _execute(settings: Settings) -> dict[str, Any]:
   return results.data
 
 
-def calibration_identity(settings: Settings, plan: Plan, params: Any, prompts, references
-                         ) -> dict[str, Any]:
-  """What a calibration depends on: model and vocabulary (content hashes), lengths, strategies,
-  tasks, the prompts (counts, seeds and a hash of their tokens) and the attention."""
-  digest = hashlib.sha256()
-  for p, r in zip(prompts, references):
-    for task in plan.tuned_tasks:
-      for x in (*p[task].values(), r[task]):
-        digest.update(np.ascontiguousarray(x, np.int32).tobytes())
-  return {
-      'model_params_sha256': calibration_stats.params_fingerprint(params),
-      'vocabulary_sha256': file_sha256(os.path.join(settings.model_dir, assets.VOCAB_FILE)),
-      'reference_length': plan.reference_length, 'lengths': list(plan.lengths),
-      'strategies': list(plan.strategies), 'tasks': list(plan.tuned_tasks),
-      'pooled_strategies': list(plan.pooled),
-      'prompts_per_length': {str(L): n for L, n in plan.samples.items()},
-      'num_references': plan.num_references, 'seeds': list(plan.seeds),
-      'prompts_sha256': digest.hexdigest(), 'attention_impl': settings.attention_impl}
+def calibration_identity(settings: Settings, plan: Plan, config: network.T5Config, prompts,
+                         references) -> dict[str, Any]:
+  """The run identity of a calibration (`run_identity.make`): the checkpoint's and vocabulary's
+  content fingerprints, lengths, strategies, tasks, the prompts (counts, seeds and a fingerprint
+  of their tokens), dtypes and the attention implementation."""
+  tokens = [x for p, r in zip(prompts, references) for task in plan.tuned_tasks
+            for x in (*p[task].values(), r[task])]
+  return run_identity.make(
+      checkpoint=assets.checkpoint_dir(settings.model_dir),
+      vocabulary=os.path.join(settings.model_dir, assets.VOCAB_FILE), gin=False, settings={
+          'reference_length': plan.reference_length, 'lengths': list(plan.lengths),
+          'strategies': list(plan.strategies), 'tasks': list(plan.tuned_tasks),
+          'pooled_strategies': list(plan.pooled),
+          'prompts_per_length': {str(L): n for L, n in plan.samples.items()},
+          'num_references': plan.num_references, 'seeds': list(plan.seeds),
+          'prompts_sha256': run_identity.array_fingerprint(tokens),
+          'dtype': np.dtype(config.dtype).name, 'params_dtype': 'float32',
+          'attention_impl': settings.attention_impl})
 
 
 def _calibrate(params, config, plan: Plan, prompts, references, identity, memo, mesh,
@@ -754,7 +779,7 @@ def _calibrate(params, config, plan: Plan, prompts, references, identity, memo, 
       reference_length=plan.reference_length, mesh=mesh, memo=memo, tau_batch_size=1,
       progress=lambda d, t, c: progress(c, 'pooled', 0))['pooled']
   provenance = {
-      'demo_identity': identity, 'source': 'held-out prompts of ' + ', '.join(plan.tuned_tasks),
+      'identity': identity, 'source': 'held-out prompts of ' + ', '.join(plan.tuned_tasks),
       'calibration': 'per task (tasks); pooled over the tasks (calibrations)'}
   if len(plan.seeds) > 1:
     provenance['calibration_spread'] = {'seeds': list(plan.seeds),
@@ -836,20 +861,37 @@ def timing_summary(timing: Mapping[str, Any]) -> str:
           f'{timing.get("total_cpu_s", 0):.0f} CPU s)')
 
 
+def _count(n: int, noun: str) -> str:
+  return f'{n} {noun}' + ('' if n == 1 else 's')
+
+
+def calibration_sample(plan: Plan) -> str:
+  """What the temperatures were calibrated on, e.g. 'Temperatures calibrated per task (lines,
+  kv) on 1 prompt of the task at 4096 tokens, 2 prompts at 2048, ... against 64 of its prompts
+  at L_tr = 256 (sampling seed 7).'"""
+  counts = [f'{_count(n, "prompt")} at {L}' for L, n in sorted(plan.samples.items(),
+                                                                 reverse=True)]
+  counts[0] = counts[0].replace(' at ', ' of the task at ', 1) + ' tokens'
+  seeds = plan.seeds
+  seed = (f'sampling seed {seeds[0]}' if len(seeds) == 1 else
+          f'sampling seed {seeds[0]}; the calibration repeated with seeds '
+          f'{", ".join(map(str, seeds[1:]))} for the spread below')
+  return (f'Temperatures calibrated per task ({", ".join(plan.tuned_tasks)}) on '
+          f'{", ".join(counts)} against {plan.num_references} of its prompts at L_tr = '
+          f'{plan.reference_length} ({seed}).')
+
+
 def write_report(output_dir: str, results: Mapping[str, Any], plan: Plan, temperatures: str,
                  spread: Mapping[str, Any] | None, dispersion: str, notes: Sequence[str],
                  timing: Mapping[str, Any]) -> None:
   """report.md: what was run, the numbers, and what they show."""
   s = results['settings']
-  samples = ', '.join(f'{n} at {L}' for L, n in sorted(plan.samples.items(), reverse=True))
   controls = [t for t in train_data.TASKS if t not in plan.tuned_tasks]
   parts = [
       '# t5align demo: attention alignment on the shipped retrieval T5', '',
       f'Model: `{s["model_dir"]}` (trained by the project at L_tr = {s["reference_length"]}). '
       f'Accuracy (%) on {s["num_examples"]} held-out examples per task and length (seed '
-      f'{s["eval_seed"]}). Temperatures calibrated per task ({", ".join(plan.tuned_tasks)}) '
-      f'on its prompts at each L_ex ({samples}) against {plan.num_references} of its prompts '
-      f'at L_tr (seed {plan.seeds[0]}). '
+      f'{s["eval_seed"]}). {calibration_sample(plan)} '
       + (f'{" and ".join(controls)}: evaluated at tau = 1 only, as controls. ' if controls else '')
       + f'Encoder attention: {s["attention_impl"]}. Mode: {s["mode"]}. Wall time of this run: '
       f'{timing_summary(timing)}.', '',
@@ -889,8 +931,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--output_dir', default=defaults.output_dir)
   parser.add_argument('--model_dir', default=defaults.model_dir)
   parser.add_argument('--full', action='store_true',
-                      help='every task with every strategy, Props. 1-2, the pooled per-layer '
-                      'calibration and 5 calibration seeds (see README for its time)')
+                      help='every task with every strategy (P_max per head too), Props. 1-2, '
+                      'the pooled per-layer and per-head calibrations and 5 calibration seeds '
+                      '(see README for its time)')
   parser.add_argument('--lengths', type=int, nargs='+', default=[],
                       help='L_ex (default: 2x, 4x, 8x, 16x L_tr)')
   parser.add_argument('--strategies', nargs='+', default=[],

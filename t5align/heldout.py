@@ -15,7 +15,7 @@ import numpy as np
 from t5align import decoding
 from t5align import network
 from t5align import train_data
-from t5align import vocab as vocab_lib
+from t5align import vocabularies
 
 # Greedy decoding steps per scoring family (`train_data.FAMILY`): a key of <= 5 digits (+ EOS),
 # a quoted line (<= 17 tokens with EOS) or a quoted key-value pair (<= 72 tokens with EOS).
@@ -25,7 +25,7 @@ DECODE_LENGTH = {'passkey': 8, 'lines': 20, 'kv': 80}
 _eval_examples = functools.lru_cache(maxsize=8)(train_data.eval_examples)
 
 
-def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary,
+def retrieval_predictions(model: network.Transformer, params: Any, vocab: vocabularies.Vocabulary,
                           *, tasks: Sequence[str] = train_data.TASKS, length: int = 256,
                           num_examples: int = 100, seed: int = 1000, batch_size: int = 16,
                           temperature: Any = None, decode_length: int | None = None
@@ -86,7 +86,7 @@ def accuracy(records: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, fl
           for task, items in records.items()}
 
 
-def retrieval_accuracy(model: network.Transformer, params: Any, vocab: vocab_lib.Vocabulary,
+def retrieval_accuracy(model: network.Transformer, params: Any, vocab: vocabularies.Vocabulary,
                        **kwargs: Any) -> dict[str, float]:
   """Accuracy (percent) per task on held-out examples; arguments as `retrieval_predictions`."""
   return accuracy(retrieval_predictions(model, params, vocab, **kwargs))

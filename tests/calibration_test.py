@@ -139,6 +139,21 @@ def test_memo_computes_each_sweep_once_and_changes_nothing(tiny, monkeypatch):
   assert calls['encoder_attention_stats'] == 4
 
 
+def test_pooled_stats_equal_one_call_on_the_concatenation(tiny):
+  """Layer, encoder and per-head means of several token arrays pooled by their row counts."""
+  config, params, ref = tiny
+  tokens = np.array(ref['encoder_input_tokens'][:, :L_EX])
+  tokens[0, L_EX // 2:] = 0  # Groups of unequal row counts.
+  groups = [tokens[:1], tokens[1:]]
+  memo = calibration.Memo()
+  pooled = memo.pooled_stats(params, config, groups, [1.0, 0.7])
+  expected = calibration.encoder_attention_stats(params, config, tokens, [1.0, 0.7])
+  for field in expected._fields:
+    np.testing.assert_allclose(getattr(pooled, field), getattr(expected, field), rtol=1e-6,
+                               err_msg=field)
+  assert pooled.head_pmax.shape == (2, config.num_encoder_layers, config.num_heads)
+
+
 def test_memo_keeps_other_weights_apart(tiny):
   """One Memo asked about other weights computes their statistics, not the first weights'."""
   config, params, ref = tiny

@@ -21,6 +21,8 @@ from t5align import calibration
 from t5align import demo
 from t5align import heldout
 from t5align import network
+from t5align import outputs
+from t5align import run_identity
 from t5align import train_data
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -219,31 +221,108 @@ def test_temperatures_equal_recomputation(shortened):
                              rtol=1e-5)
 
 
-def test_rerun_resumes_and_rejects_other_settings(shortened, tmp_path):
+def test_rerun_resumes_and_rejects_other_settings(shortened):
   out, results, _, length = shortened
   again = demo.run(_settings(out, length))
   assert again['accuracy'] == results['accuracy']
-  with pytest.raises(ValueError, match=r'holds a run with other settings \(num_examples: '
-                                       r'recorded 4, asked 5\)'):
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'demo results .*results.json holds results of a different run; '
+                           r'differing fields \(before -> now\): num_examples: 4 -> 5\.'):
     demo.run(_settings(out, length, num_examples=NUM_EXAMPLES + 1))
-  # A schedule.json calibrated for other lengths or strategies is never reused (issue 23 #6).
+
+
+class _Recalibrating(Exception):
+  pass
+
+
+def test_schedule_of_another_calibration_is_recalibrated(shortened, tmp_path, monkeypatch,
+                                                         capsys):
+  """A schedule.json calibrated for other lengths or strategies is never reused (issue 23 #6):
+  the run says which identity fields differ and calibrates again."""
+  out, _, _, length = shortened
+  saved = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
+  identity = saved['provenance']['identity']
+  # The recorded identity: the checkpoint's and vocabulary's content, not their paths.
+  assert identity['checkpoint']['sha256'] == run_identity.checkpoint_fingerprint(
+      assets.checkpoint_dir(MODEL_DIR))['sha256']
+  assert identity['vocabulary'] == run_identity.file_fingerprint(
+      os.path.join(MODEL_DIR, assets.VOCAB_FILE))
+  assert (identity['lengths'], identity['strategies']) == ([length], list(STRATEGIES))
+  logged = []
+  assert demo.reusable_schedule('s.json', saved, identity, logged.append) is not None
+  assert logged == []
+  # Calibrated elsewhere at the same content: the path is informational only.
+  moved = {**identity, 'checkpoint_path': '/elsewhere/checkpoint_5000'}
+  assert demo.reusable_schedule('s.json', saved, moved, logged.append) is not None
+  assert demo.reusable_schedule('s.json', saved, {**identity, 'strategies': ['pmax']},
+                                logged.append) is None
+  assert logged == ["temperature schedule s.json holds results of a different run; differing "
+                    "fields (before -> now): strategies: [\"pmax\", \"log_length\"] -> "
+                    "[\"pmax\"]. Recalibrating; the new calibration replaces it."]
+  no_identity = {**saved, 'provenance': {}}
+  assert demo.reusable_schedule('s.json', no_identity, identity, logged.append) is None
+  assert 'no record of the run that made them' in logged[-1]
+  # Through `run`: the schedule of a 2 x L_tr calibration, a run asking 4 x L_tr.
   other = tmp_path / 'other'
   other.mkdir()
   shutil.copy(os.path.join(out, 'schedule.json'), other / 'schedule.json')
-  with pytest.raises(ValueError, match=r'schedule.json was calibrated for other settings '
-                                       r"\(.*strategies: recorded \['pmax', 'log_length'\], "
-                                       r"asked \['pmax'\]"):
-    demo.run(_settings(str(other), length, strategies=('pmax',)))
-  with pytest.raises(ValueError, match=r"lengths: recorded \[512\], asked \[1024\]"):
-    demo.run(_settings(str(other), 1024))
+
+  def calibrate(*args, **kwargs):
+    raise _Recalibrating()
+
+  monkeypatch.setattr(demo, '_calibrate', calibrate)
+  with pytest.raises(_Recalibrating):
+    demo.run(_settings(str(other), 2 * length))
+  assert f'lengths: [{length}] -> [{2 * length}]' in capsys.readouterr().err
   assert not (other / 'results.json').exists()
 
 
-def test_identity_differences_name_every_key():
-  assert demo.identity_differences({'a': 1, 'b': [2]}, {'a': 1, 'b': [3], 'c': 'x'}) == [
-      'b: recorded [2], asked [3]', "c: recorded None, asked 'x'"]
-  with pytest.raises(ValueError, match='does not record what it was calibrated for'):
-    demo.check_schedule_identity('s.json', {'provenance': {}}, {'a': 1})
+def test_results_of_other_weights_are_refused(tmp_path):
+  """results.json records the model's content: cells made with other weights are never added
+  to, whatever the path; a model folder moved elsewhere resumes."""
+  settings = {'model_dir': '/a', 'num_examples': 4,
+              'checkpoint': {'sha256': 'aa', 'bytes': 10}, 'checkpoint_path': '/a/checkpoint_5'}
+  path = str(tmp_path / 'results.json')
+  json.dump({'settings': settings, 'accuracy': {'tau=1': {'lines': {'512': 50.0}}}},
+            open(path, 'w', encoding='utf-8'))
+  moved = {**settings, 'model_dir': '/b', 'checkpoint_path': '/b/checkpoint_5'}
+  assert demo.Results(path, moved).get('tau=1', 'lines', 512) == 50.0
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r"differing fields \(before -> now\): checkpoint.sha256: 'aa' -> "
+                           r"'bb'\. Use another --output_dir"):
+    demo.Results(path, {**settings, 'checkpoint': {'sha256': 'bb', 'bytes': 10}})
+  json.dump({'accuracy': {}}, open(path, 'w', encoding='utf-8'))
+  with pytest.raises(run_identity.RunMismatchError, match='no record of the run'):
+    demo.Results(path, settings)
+
+
+def test_schedule_lock_is_calibrates_output_path_lock(tmp_path):
+  """The demo holds the per-file lock of its schedule.json, the one calibrate takes on its
+  OUTPUT_PATH: a calibration writing there is refused while the demo runs (issue 23 #11)."""
+  out = tmp_path / 'demo'
+  with demo.claim_outputs(str(out)):
+    with pytest.raises(outputs.OutputLockedError, match=r'OUTPUT_PATH .*schedule.json is in use '
+                                                        r'by another run'):
+      with outputs.claim(str(out / 'schedule.json'), 'OUTPUT_PATH', is_file=True):
+        pass
+  with outputs.claim(str(out / 'schedule.json'), 'OUTPUT_PATH', is_file=True):
+    pass  # Released with the demo.
+
+
+def test_vocabulary_larger_than_the_embedding_is_refused(tmp_path):
+  """Before any weight is read or anything written (issue 23 #1)."""
+  import run_identity_test  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / 'model'
+  model_dir.mkdir()
+  checkpoint = assets.checkpoint_dir(MODEL_DIR)
+  os.symlink(checkpoint, model_dir / os.path.basename(checkpoint))
+  shutil.copy(os.path.join(MODEL_DIR, 'training.json'), model_dir)
+  run_identity_test._vocabulary(model_dir / assets.VOCAB_FILE, extra_pieces=2000)
+  out = tmp_path / 'out'
+  with pytest.raises(ValueError, match=r'--model_dir vocabulary .*sentencepiece.model has 3000 '
+                                       r'pieces but checkpoint .*checkpoint_\d+ embeds 1024 ids'):
+    demo.run(_settings(str(out), 512, model_dir=str(model_dir)))
+  assert os.listdir(out) == []
 
 
 def test_bad_settings_name_the_flag():
@@ -431,3 +510,48 @@ def test_spread_table_and_calibration_spread():
   table = demo.spread_table(spread, [7, 8], [512, 1024])
   assert '0.850 [0.800-0.850]' in table and '0.900 [0.900-0.900]' in table
   assert 'range 0.030' in table
+
+
+def test_report_states_the_calibration_sample():
+  """Prompt counts per length with their noun's number, the seeds that drew them (issue 24:
+  never '1 prompts')."""
+  plan = demo.make_plan(demo.Settings(), 256)
+  assert demo.calibration_sample(plan) == (
+      'Temperatures calibrated per task (lines, kv) on 1 prompt of the task at 4096 tokens, '
+      '2 prompts at 2048, 4 prompts at 1024, 8 prompts at 512 against 64 of its prompts at '
+      'L_tr = 256 (sampling seed 7).')
+  plan = demo.make_plan(demo.Settings(full=True, num_samples=2, lengths=(512, 1024),
+                                      num_references=1), 256)
+  assert demo.calibration_sample(plan) == (
+      'Temperatures calibrated per task (passkey, passkey_decoys, lines, kv) on 2 prompts of '
+      'the task at 1024 tokens, 4 prompts at 512 against 1 of its prompts at L_tr = 256 '
+      '(sampling seed 7; the calibration repeated with seeds 8, 9, 10, 11 for the spread '
+      'below).')
+
+
+def test_report_of_the_run_states_its_sample(shortened):
+  out, _, reference_length, length = shortened
+  report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
+  assert (f'on 1 prompt of the task at {length} tokens against {NUM_REFERENCES} of its prompts '
+          f'at L_tr = {reference_length} (sampling seed {demo.CALIBRATION_SEED}).') in report
+  assert '1 prompts' not in report
+
+
+def test_full_mode_runs_per_head_beside_per_layer():
+  full = demo.make_plan(demo.Settings(full=True), 256)
+  assert full.rows[-2:] == ('pmax_per_layer', 'pmax_per_head')
+  assert 'pmax_per_head' not in demo.make_plan(demo.Settings(), 256).strategies
+  assert demo.ROW_LABELS['pmax_per_head'] == 'w/ P_max (per head)'
+  c = lambda s, tau: calibration.Calibration(s, 512, 256, tau)
+  per_head = np.array([[0.8, 0.9], [1.0, 0.6], [0.7, 0.7]])  # [layers, heads]
+  table = demo.temperature_table(
+      {'lines': {'pmax_per_layer': (c('pmax_per_layer', (0.9, 0.8, 0.7)),),
+                 'pmax_per_head': (c('pmax_per_head', per_head),)}},
+      ('pmax_per_layer', 'pmax_per_head'), (512,)).splitlines()
+  assert table[2].split()[-1] == '0.900/0.800/0.700'
+  assert table[3].split()[-1] == '0.850/0.800/0.700'  # Each layer's mean over its heads.
+  # A per-head tau reaches the encoder as [1, layers, heads]; per layer as [1, layers].
+  assert demo.encoder_temperature(per_head[None], 3).shape == (1, 3, 2)
+  assert demo.encoder_temperature((0.9, 0.8, 0.7), 3).shape == (1, 3)
+  assert demo.calibration_passes(('pmax_per_head', 'pmax_bisect')) == {'pmax_per_head': 20.0,
+                                                                       'pmax_bisect': 6.0}

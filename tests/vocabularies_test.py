@@ -106,9 +106,7 @@ def test_decode_reads_ids_as_a_model_writes_them(bpe):
 
 def test_t5_ids_are_checked_where_asked(tmp_path):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  from t5align import vocab as former  # pylint: disable=g-import-not-at-top
-  shipped = former.Vocabulary(SHIPPED)  # the former name: the same class and decode
-  assert isinstance(shipped, vocabularies.SentencePieceVocabulary)
+  shipped = vocabularies.SentencePieceVocabulary(SHIPPED, t5_ids=True)
   assert shipped.decode([5, 1, 6]) == vocabularies.load_vocabulary(SHIPPED).decode([5])
   # SentencePiece's own default ids: unk 0, bos 1, eos 2 (no pad).
   spm.SentencePieceTrainer.train(sentence_iterator=iter(CODE * 5), model_prefix=str(tmp_path / 'd'),
