@@ -138,7 +138,8 @@ def _param_count(config: network.T5Config) -> int:
 
 def estimate(config: network.T5Config, *, length: int, batch_size: int, params_dtype: Any,
              model_shards: int = 1, data_shards: int = 1, taus: int = 1,
-             tau_shards: int = 1, decoding: bool = False) -> Estimate:
+             tau_shards: int = 1, decoding: bool = False,
+             platform: str | None = None) -> Estimate:
   """The per-device estimate (see the module docstring) for inputs of `length` tokens.
 
   Args:
@@ -149,8 +150,10 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
     model_shards, data_shards, tau_shards: mesh axis sizes.
     taus: candidate temperatures per call (calibration; 1 for eval).
     decoding: count greedy decoding's cross-attention cache (eval).
+    platform: the platform the run compiles for ('cpu', 'gpu', 'tpu'; None: the target
+      platform, `attention.target_platform`), which picks 'auto' and 'pallas' kernels.
   """
-  impl = network.encoder_attention_impl(config, length)
+  impl = network.encoder_attention_impl(config, length, platform)
   examples = batching.ceil_div(batch_size, data_shards)
   b = examples * batching.ceil_div(taus, tau_shards)  # Rows on one device.
   h = batching.ceil_div(config.num_heads, model_shards)
