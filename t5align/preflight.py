@@ -35,8 +35,9 @@ trip count, read from the HLO (`while` conditions `i < N` on a counter that star
 and steps by 1, through copies; a condition with more terms, e.g. greedy decoding's early stop,
 gives N as a bound). A conditional counts, figure by figure, as its costliest branch with the
 branches' loops' trip counts applied (XLA's analysis takes the costliest branch too, but with
-loops once): an upper bound, e.g. every tile of 'blockwise' counts as its costliest kind. A Pallas TPU kernel (`tpu_custom_call`)
-counts by the cost estimate it declares. `cost_analysis()`'s own figures are reported beside,
+loops once): an upper bound, e.g. every tile of 'blockwise' counts as its costliest kind. A
+Pallas TPU kernel (`tpu_custom_call`) counts by the cost estimate it declares
+(`pallas_tpu._cost` for t5align's). `cost_analysis()`'s own figures are reported beside,
 uncorrected. Bytes are logical (TPU tiling padding is not counted; XLA's TPU figure counts it).
 
 Exit status: 0 when the program fits every chip's HBM, 3 when it does not (the message names the
