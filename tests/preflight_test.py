@@ -271,23 +271,38 @@ def test_eval_decoding_loop_is_bounded_by_max_decode_length(small_reports):
 
 
 @needs_libtpu
-def test_tiny_model_eval_compiles_for_v5e_2x2():
-  """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) for v5e:2x2, data 2 x model 2."""
+@pytest.mark.parametrize('impl, kernel', [('blockwise', 'blockwise'), ('pallas', 'pallas_tpu')])
+def test_tiny_model_programs_compile_for_v5e_2x2(impl, kernel):
+  """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) and calibration sweep (3 taus)
+  for v5e:2x2, data 2 x model 2, with 'blockwise' and with the fused kernel ('pallas': Mosaic)."""
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:
-    gin_cli.configure(['--gin_file=gin/models/tiny.gin', '--gin.ATTENTION_IMPL=blockwise'],
+    gin_cli.configure(['--gin_file=gin/models/tiny.gin', f'--gin.ATTENTION_IMPL={impl!r}'],
                       prog='t')
     config = gin.get_configurable(network.T5Config)()
   finally:
     gin.clear_config()
-  report = preflight.check(preflight.Settings('eval', config, V5E_2X2, length=1000,
-                                              batch_size=3, num_partitions=2))
+  common = dict(config=config, target=V5E_2X2, length=1000, batch_size=3)
+  report = preflight.check(preflight.Settings('eval', num_partitions=2, **common))
   assert report.fits and report.mesh == {'data': 2, 'model': 2}
+  assert report.attention_impl == kernel
   assert report.shapes == {'inputs': (4, 1024), 'taus': (4, 1)}  # 3 -> 4 rows; 128-multiple
   assert [(loop.trips, loop.exact) for loop in report.loops].count((64, False)) == 1
   assert report.cost.flops > report.xla_cost['flops'] and report.per_unit()['flops'] > 0
+  report = preflight.check(preflight.Settings('calibration', mesh_shape=(1, 2, 2), tau_batch=3,
+                                              **common))
+  assert report.fits and report.mesh == {'tau': 1, 'data': 2, 'model': 2}
+  assert report.attention_impl == kernel and report.custom_calls_without_estimate == ()
+  assert report.shapes == {'inputs': (4, 1000), 'taus': (3, 2, 1)}
+  # One exp per (query, key) pair: per chip 2 examples x 3 taus x 2 heads in each of 2 layers,
+  # over 1000^2 pairs, or 1024^2 as both count them (tiles of the input padded to 1024). XLA's
+  # blockwise program takes each tile's exps in more than one fusion (about twice this).
+  rows = 2 * 2 * 3 * 2
+  assert rows * 1000**2 <= report.cost.transcendentals
+  if impl == 'pallas':
+    assert report.cost.transcendentals <= 1.05 * rows * 1024**2
 
 
 def _cli(*args, tmp_path):
