@@ -322,6 +322,14 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
   if name in GIN_CLIS:
     check_gin_cli(name, args, where)
     return
+  if name == 't5align.preflight':
+    # Its own flags, then t5align.eval's or t5align.calibrate's gin flags (required macros, such
+    # as CHECKPOINT_PATH, may be left out: it reads no checkpoint).
+    source = inspect.getsource(module)
+    gin_args = [a for a in args if f"'{a.split('=', 1)[0]}'" not in source]
+    check_gin_cli(name, gin_args, where, modules=('t5align.eval', 't5align.calibrate'),
+                  unset_required=True)
+    return
   source = inspect.getsource(module)
   for arg in args:
     flag = arg.split('=', 1)[0]
@@ -329,17 +337,20 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
       raise AssertionError(f'{where}: {name} defines no flag {flag}.')
 
 
-def check_gin_cli(name: str, args: list[str], where: str) -> None:
-  """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops."""
+def check_gin_cli(name: str, args: list[str], where: str, modules: Sequence[str] = (),
+                  unset_required: bool = False) -> None:
+  """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops
+  (`modules`: those whose configurables the command registers besides NAME's own)."""
   import gin  # pylint: disable=g-import-not-at-top
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  (its configurables)
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
-  importlib.import_module(name)
+  for module in (name, *modules):
+    importlib.import_module(module)
   cwd = os.getcwd()
   gin.clear_config()
   try:
     os.chdir(REPO_ROOT)
-    gin_cli.configure(args, prog=f'python -m {name}')
+    gin_cli.configure(args, prog=f'python -m {name}', unset_required=unset_required)
   except (Exception, SystemExit) as e:  # pylint: disable=broad-except
     raise AssertionError(f'{where}: {type(e).__name__}: {e}') from e
   finally:
