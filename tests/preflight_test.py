@@ -347,7 +347,7 @@ def test_cli_passes_a_run_that_fits(tmp_path):
   # gin/models/tiny.gin (after gin/calibrate.gin) sets ATTENTION_IMPL, as for t5align.calibrate.
   assert report['settings']['attention_impl'] == 'reference'
   # gin/calibrate.gin's BATCH_SIZE = 1, rounded up to the 'data' axis; 11 taus rounded up to 12.
-  assert report['shapes'] == {'inputs': [2, 1000], 'taus': [12, 2]}
+  assert report['shapes'] == {'inputs': [2, 1000], 'taus': [12, 2, 1]}
   assert report['target']['type_name'] == 'v5litepod-4'
 
 
