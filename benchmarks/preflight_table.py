@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 from t5align import fileio
@@ -129,9 +130,9 @@ def estimate_ratio(row: dict) -> float:
 
 def _cell(row: dict | None, with_estimate: bool) -> list[str]:
   if row is None:
-    return ['not run'] + [''] * (4 + with_estimate)
+    return ['not run'] + [''] * (3 + with_estimate)
   if 'report' not in row:
-    return ['error'] + [''] * (4 + with_estimate)
+    return ['error'] + [''] * (3 + with_estimate)
   r = row['report']
   total = r['memory_per_chip']['total']
   usable = tpu_chips.CHIPS[r['target']['chip']['generation']].usable_hbm_bytes
@@ -170,9 +171,10 @@ def markdown(results: dict, with_estimate: bool = True) -> str:
   for key, row in results.items():  # Rows outside the table ('issue').
     if 'encoder' in key:
       cells = _cell(row, with_estimate)
-      lines.append(f'\n`{key}`: ' + ', '.join(f'{c} {v}' for c, v in zip(cols, cells)))
+      lines.append('\n' + textwrap.fill(
+          f'`{key}`: ' + ', '.join(f'{c} {v}' for c, v in zip(cols, cells)), 100))
   if any('report' in row and not row.get('code') for row in results.values()):
-    lines.append(f'\n°: {STALE}')
+    lines.append('\n' + textwrap.fill(f'°: {STALE}', 100))
   return '\n'.join(lines)
 
 
