@@ -159,7 +159,8 @@ def test_preflight_table_markdown_sets_implementations_side_by_side():
   lines = preflight_table.markdown(results, with_estimate=False).splitlines()
   table = [line for line in lines if line.startswith('|')]
   assert len(table) == 4 and all(line.count('|') == table[0].count('|') for line in table)
-  assert table[2] == '| XXL | 32k | v4-32 | calibration | 20.00 (no) | 1 | 2 | 3 | not run |  |  |  |'
+  assert table[2] == ('| XXL | 32k | v4-32 | calibration | 20.00 (no) | 1 | 2 | 3 | '
+                      'not run |  |  |  |')
   assert table[3] == ('| XXL | 32k | v5litepod-16 | eval | 6.34 ° | 811.2 | 6.495e+04 | 4.96 | '
                       '6.31 | 793.6 | 5611 | 0.428 |')
   assert any(line.startswith('°: measured with older code') for line in lines)
