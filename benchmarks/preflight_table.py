@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 from t5align import fileio
@@ -42,6 +43,10 @@ PROGRAMS = ('eval', 'calibration')
 IMPLS = ('blockwise', 'pallas')
 DEFAULT_OUTPUT = 'benchmarks/results/preflight_table.json'
 ROW_TIMEOUT_S = 3600
+# Rows without a `code` entry were measured before it was recorded.
+STALE = ("measured with older code (the pre-flight branch, before 'blockwise' took its five tile "
+         'kinds and loops inside conditionals were counted by trip count): that program, not '
+         "today's.")
 
 
 def row_flags(model: str, length: int, target: str, program: str, impl: str,
@@ -74,6 +79,16 @@ def rows(args: argparse.Namespace) -> dict[str, list[str]]:
           for p in args.programs for i in args.impls}
 
 
+def code_version() -> str:
+  """The commit the rows are measured with, '+' when t5align/ differs from it; '' outside git."""
+  git = lambda *a: subprocess.run(['git', *a], capture_output=True, text=True, check=False)
+  head = git('rev-parse', '--short', 'HEAD')
+  if head.returncode:
+    return ''
+  dirty = git('status', '--porcelain', '--', 't5align').stdout.strip()
+  return head.stdout.strip() + ('+' if dirty else '')
+
+
 def run_row(flags: list[str], json_path: str) -> dict:
   """One preflight command in its own process; its JSON report plus how the run went."""
   command = [sys.executable, '-m', 't5align.preflight', *flags, f'--json_output={json_path}']
@@ -86,7 +101,7 @@ def run_row(flags: list[str], json_path: str) -> dict:
   except subprocess.TimeoutExpired:
     return {'error': f'timed out after {ROW_TIMEOUT_S} s'}
   row = {'exit_status': done.returncode, 'wall_s': round(time.time() - start, 1),
-         'loadavg_1min_at_start': load}
+         'loadavg_1min_at_start': load, 'code': code_version()}
   if done.returncode not in (0, preflight.DOES_NOT_FIT) or not os.path.exists(json_path):
     return {**row, 'error': done.stderr[-3000:]}
   with open(json_path, encoding='utf-8') as f:
@@ -115,14 +130,15 @@ def estimate_ratio(row: dict) -> float:
 
 def _cell(row: dict | None, with_estimate: bool) -> list[str]:
   if row is None:
-    return ['not run'] + [''] * (4 + with_estimate)
+    return ['not run'] + [''] * (3 + with_estimate)
   if 'report' not in row:
-    return ['error'] + [''] * (4 + with_estimate)
+    return ['error'] + [''] * (3 + with_estimate)
   r = row['report']
   total = r['memory_per_chip']['total']
   usable = tpu_chips.CHIPS[r['target']['chip']['generation']].usable_hbm_bytes
   fits = total <= usable and not r.get('compile_error')
-  cells = [f'{total / 2**30:.2f}' + ('' if fits else ' (no)')]
+  marks = ('' if fits else ' (no)') + ('' if row.get('code') else ' °')
+  cells = [f'{total / 2**30:.2f}{marks}']
   per = r['per_unit']
   cells += (['', '', ''] if per is None else
             [f'{per["flops"] / 1e12:.4g}', f'{per["bytes_accessed"] / 1e9:.4g}',
@@ -155,7 +171,10 @@ def markdown(results: dict, with_estimate: bool = True) -> str:
   for key, row in results.items():  # Rows outside the table ('issue').
     if 'encoder' in key:
       cells = _cell(row, with_estimate)
-      lines.append(f'\n`{key}`: ' + ', '.join(f'{c} {v}' for c, v in zip(cols, cells)))
+      lines.append('\n' + textwrap.fill(
+          f'`{key}`: ' + ', '.join(f'{c} {v}' for c, v in zip(cols, cells)), 100))
+  if any('report' in row and not row.get('code') for row in results.values()):
+    lines.append('\n' + textwrap.fill(f'°: {STALE}', 100))
   return '\n'.join(lines)
 
 

@@ -166,11 +166,10 @@ def _rows(x: Array, width: int, repeated: bool) -> Array:
   lanes = x.shape[-1]
   if lanes in (1, width):
     return x
-  if width % lanes == 0:
-    return jnp.tile(x, (1,) * (x.ndim - 1) + (width // lanes,))
-  if lanes % width:
-    raise ValueError(f'row statistics over {lanes} lanes do not fit a width of {width}.')
-  return x[..., :width]
+  reps = -(-width // lanes)
+  if reps > 1:
+    x = jnp.tile(x, (1,) * (x.ndim - 1) + (reps,))
+  return x if width % lanes == 0 else x[..., :width]
 
 
 def softmax_tile(carry, x: Array, v: Array, p_dtype: jnp.dtype, *, scale: Array | float = 1.0,

@@ -22,11 +22,13 @@ encoder layer for the rows on a device (examples over 'data' times candidate tem
   cache       (eval) every decoder layer's cross-attention keys and values, `2 n_dec b L h d`.
 Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
 resolved at the run's length as the network does. Against XLA's TPU figures for the README's
-pre-flight rows (`python -m benchmarks.preflight_table --markdown`, column est./XLA; blockwise,
-bfloat16, 'model' axis min(8, chips); on v4-32, v5e-16, v5p-8 and v6e-16): Flan-T5-XL at 8,192
-and 32,768 tokens and Flan-T5-XXL at 32,768, 0.77-0.97 for eval (one example per 'data' shard)
-and 0.91-1.17 for calibration (6 or 11 taus per chip); XXL's encoder with one tau, 0.86. Where
-it matters, the runs use XLA's own figure (above).
+pre-flight rows (`python -m benchmarks.preflight_table --markdown`, column est./XLA; bfloat16,
+'model' axis min(8, chips); on v4-32, v5e-16, v5p-8 and v6e-16): blockwise, Flan-T5-XL at 8,192
+and 32,768 tokens and Flan-T5-XXL at 8,192 and 32,768, 0.77-0.97 for eval (one example per
+'data' shard) and 0.91-1.17 for calibration (6 or 11 taus per chip); the fused kernel
+('pallas'), Flan-T5-XXL, 0.84-0.97 for eval and 0.90-1.18 for calibration; XXL's encoder with
+one tau, 1.19 (blockwise) and 1.11 (fused). Where it matters, the runs use XLA's own figure
+(above).
 """
 from __future__ import annotations
 
@@ -138,7 +140,8 @@ def _param_count(config: network.T5Config) -> int:
 
 def estimate(config: network.T5Config, *, length: int, batch_size: int, params_dtype: Any,
              model_shards: int = 1, data_shards: int = 1, taus: int = 1,
-             tau_shards: int = 1, decoding: bool = False) -> Estimate:
+             tau_shards: int = 1, decoding: bool = False,
+             platform: str | None = None) -> Estimate:
   """The per-device estimate (see the module docstring) for inputs of `length` tokens.
 
   Args:
@@ -149,8 +152,10 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
     model_shards, data_shards, tau_shards: mesh axis sizes.
     taus: candidate temperatures per call (calibration; 1 for eval).
     decoding: count greedy decoding's cross-attention cache (eval).
+    platform: the platform the run compiles for ('cpu', 'gpu', 'tpu'; None: the target
+      platform, `attention.target_platform`), which picks 'auto' and 'pallas' kernels.
   """
-  impl = network.encoder_attention_impl(config, length)
+  impl = network.encoder_attention_impl(config, length, platform)
   examples = batching.ceil_div(batch_size, data_shards)
   b = examples * batching.ceil_div(taus, tau_shards)  # Rows on one device.
   h = batching.ceil_div(config.num_heads, model_shards)

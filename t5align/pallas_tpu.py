@@ -61,6 +61,11 @@ Array = jax.Array
 
 LANES = 128  # TPU vector lanes: block sizes are multiples of it, pieces of the bias 128 x 128.
 _NO_ID = np.iinfo(np.int32).max  # Smallest id of a block without a real token.
+# Elementwise FLOPs per (query, key) pair of an unmasked tile (`_kernel`'s `attend`, then
+# `blockwise.online_softmax_step`): add the bias, scale by 1 / tau, row max, subtract the max,
+# row sum of p, p to the value dtype; with statistics also p * (s - m) and its row sum.
+_ELEMENTWISE_PER_PAIR = 6
+_STATS_PER_PAIR = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,25 +252,32 @@ def _block_ranges(ids: Array, size: int) -> tuple[Array, Array, Array]:
 def _cost(batch: int, heads: int, padded: int, depth: int, block_q: int, block_k: int, *,
           bidirectional: bool, with_stats: bool, qk_bytes: int, v_bytes: int,
           out_bytes: int) -> pl.CostEstimate:
-  """The kernel's work when no tile is skipped for its ids (an upper bound otherwise).
+  """The whole kernel call's work when no tile is skipped for its ids (an upper bound otherwise).
 
-  Mosaic reports no cost for a kernel (XLA then counts its operands and results once, and no
-  FLOPs), so this is given to `pallas_call`. Per (example, head): FLOPs 2 d per (query, key)
-  pair for q.k and as many for p.v; one exp per pair; HBM bytes of the blocks the grid fetches
-  and writes: each query block's q and ids and its output (and statistics) once, the k, v and
-  ids of every key block it visits. Causal attention visits the tiles on or below the diagonal.
-  `*_bytes`: itemsizes of q and k, v, and the output.
+  Mosaic reports no cost for a kernel (XLA's analysis then counts it as unknown), so this is
+  given to `pallas_call`. Per (example, head) and (query, key) pair of the visited tiles: FLOPs
+  2 d for q.k and as many for p.v, plus the softmax's elementwise work as XLA's analysis would
+  count it for an unmasked tile (`_ELEMENTWISE_PER_PAIR`); one exp. HBM bytes: each query block's
+  q and ids and its output (and statistics) once, the k, v and ids of every key block it visits,
+  v's sum; per call the SMEM tables (bias buckets, 1 / tau, the per-block id ranges). Causal
+  attention visits the tiles on or below the diagonal. Not counted: a masked tile's compares and
+  selects, and the band tiles' bias, built once per (example, head) in VMEM (about `3 * block_q
+  * block_k` selects per threshold crossed). `*_bytes`: itemsizes of q and k, v, and the output.
   """
   nq, nk = padded // block_q, padded // block_k
   tiles = nq * nk
   if not bidirectional:
     tiles = sum(min(nk, (qi * block_q + block_q - 1) // block_k + 1) for qi in range(nq))
   pairs = tiles * block_q * block_k
+  per_pair = 4 * depth + _ELEMENTWISE_PER_PAIR + (_STATS_PER_PAIR if with_stats else 0)
   rows = padded * (depth * (qk_bytes + out_bytes) + 4 + (2 * 4 if with_stats else 0))
   keys = tiles * block_k * (depth * (qk_bytes + v_bytes) + 4)
-  return pl.CostEstimate(flops=batch * heads * 4 * depth * pairs,
+  # bias buckets [h * 32] and 1 / tau [b * h] float32; q_lo, q_hi, q_one, k_first, k_last
+  # [b * nq] and k_lo, k_hi, k_one [b * nk] int32.
+  tables = 4 * (heads * attention.NUM_BUCKETS + batch * heads + batch * (5 * nq + 3 * nk))
+  return pl.CostEstimate(flops=batch * heads * per_pair * pairs,
                          transcendentals=batch * heads * pairs,
-                         bytes_accessed=batch * heads * (rows + keys + depth * 4))
+                         bytes_accessed=batch * heads * (rows + keys + depth * 4) + tables)
 
 
 @functools.partial(jax.jit, static_argnames=(

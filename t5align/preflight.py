@@ -30,11 +30,14 @@ from the chip's peak bf16 FLOP/s and HBM bandwidth.
 Trip counts: `Compiled.cost_analysis()` counts a while loop's body once. Here the compiled
 per-device HLO is split into computations; each is costed by XLA's HLO cost analysis (the
 `HloCostAnalysis` of `jax`'s CPU client, run on the TPU-optimized module: FLOPs, transcendentals
-and bytes accessed of every instruction, conditionals at their costliest branch) and a loop's
-body and condition are multiplied by its trip count, read from the HLO (`while` conditions
-`i < N` on a counter that starts at a constant and steps by 1; a condition with more terms, e.g.
-greedy decoding's early stop, gives N as a bound). A Pallas TPU kernel (`tpu_custom_call`)
-counts by the cost estimate it declares. `cost_analysis()`'s own figures are reported beside,
+and bytes accessed of every instruction) and a loop's body and condition are multiplied by its
+trip count, read from the HLO (`while` conditions `i < N` on a counter that starts at a constant
+and steps by 1, through copies; a condition with more terms, e.g. greedy decoding's early stop,
+gives N as a bound). A conditional counts, figure by figure, as its costliest branch with the
+branches' loops' trip counts applied (XLA's analysis takes the costliest branch too, but with
+loops once): an upper bound, e.g. every tile of 'blockwise' counts as its costliest kind. A
+Pallas TPU kernel (`tpu_custom_call`) counts by the cost estimate it declares
+(`pallas_tpu._cost` for t5align's). `cost_analysis()`'s own figures are reported beside,
 uncorrected. Bytes are logical (TPU tiling padding is not counted; XLA's TPU figure counts it).
 
 Exit status: 0 when the program fits every chip's HBM, 3 when it does not (the message names the
@@ -55,6 +58,7 @@ from t5align import tpu_chips
 GiB = 2**30
 PROGRAMS = ('eval', 'calibration')
 DOES_NOT_FIT = 3  # The CLI's exit status for a program that does not fit.
+PLATFORM = 'tpu'  # What the programs are compiled for ('auto' and 'pallas' pick its kernels).
 
 
 def compile_only_environment(target: tpu_chips.Target | None = None) -> None:
@@ -103,6 +107,11 @@ class Cost:
 
   def __mul__(self, factor: float) -> Cost:
     return Cost(self.flops * factor, self.transcendentals * factor, self.bytes_accessed * factor)
+
+  @staticmethod
+  def most(costs: Sequence[Cost]) -> Cost:
+    """Each figure's largest value over `costs` (XLA's count of a conditional's branches)."""
+    return Cost(*(max(getattr(c, f.name) for c in costs) for f in dataclasses.fields(Cost)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,10 +275,10 @@ class HloProgram:
                       float(values.get('bytes_accessed', 0)))
     return total
 
-  def _loops_in(self, name: str) -> list[_Instruction]:
-    """While instructions run by computation `name` itself (through calls and branches, not
-    through other loops)."""
-    found, todo, seen = [], [name], set()
+  def _control_in(self, name: str) -> tuple[list[_Instruction], list[_Instruction]]:
+    """(while, conditional) instructions run by computation `name` itself (through calls, not
+    through loops or branches)."""
+    loops, branches, todo, seen = [], [], [name], set()
     while todo:
       c = todo.pop()
       if c in seen:
@@ -277,10 +286,12 @@ class HloProgram:
       seen.add(c)
       for inst in self.instructions[c]:
         if inst.opcode == 'while':
-          found.append(inst)
-        elif inst.opcode in ('call', 'conditional'):
+          loops.append(inst)
+        elif inst.opcode == 'conditional':
+          branches.append(inst)
+        elif inst.opcode == 'call':
           todo.extend(r for r in _NAME.findall(inst.attributes) if r in self.blocks)
-    return found
+    return loops, branches
 
   def trip_count(self, loop: _Instruction) -> tuple[int | None, bool]:
     """(trips, exact) of `loop` (a while instruction), read from the HLO."""
@@ -295,7 +306,8 @@ class HloProgram:
     for inst in self.instructions[cond]:
       if inst.opcode != 'compare' or 'direction=LT' not in inst.attributes:
         continue
-      counter, limit = defs.get(inst.operands[0]), self._constant(defs, inst.operands[1])
+      counter = self._source(defs, inst.operands[0])
+      limit = self._constant(defs, inst.operands[1])
       if counter is None or counter.opcode != 'get-tuple-element' or limit is None:
         continue
       index = int(re.search(r'index=(\d+)', counter.attributes).group(1))
@@ -306,11 +318,17 @@ class HloProgram:
     return None, False
 
   @staticmethod
-  def _constant(defs: Mapping[str, _Instruction], name: str) -> int | None:
-    """The integer value of instruction `name` if it is a constant (through copies)."""
+  def _source(defs: Mapping[str, _Instruction], name: str) -> _Instruction | None:
+    """Instruction `name`, or what it copies (through copies and bitcasts)."""
     inst = defs.get(name)
     while inst is not None and inst.opcode in ('copy', 'bitcast') and inst.operands:
       inst = defs.get(inst.operands[0])
+    return inst
+
+  @classmethod
+  def _constant(cls, defs: Mapping[str, _Instruction], name: str) -> int | None:
+    """The integer value of instruction `name` if it is a constant (through copies)."""
+    inst = cls._source(defs, name)
     if inst is None or inst.opcode != 'constant':
       return None
     try:
@@ -338,7 +356,7 @@ class HloProgram:
     if step is None or step.opcode != 'add' or len(step.operands) != 2:
       return False
     for counter, one in (step.operands, step.operands[::-1]):
-      inst = defs.get(counter)
+      inst = self._source(defs, counter)
       if (inst is not None and inst.opcode == 'get-tuple-element'
           and re.search(rf'index={index}\b', inst.attributes)
           and self._constant(defs, one) == 1):
@@ -351,7 +369,8 @@ class HloProgram:
     if name in self._corrected:
       return self._corrected[name]
     total = self.raw_cost(name)
-    for loop in self._loops_in(name):
+    loops, conditionals = self._control_in(name)
+    for loop in loops:
       body = re.search(r'body=%([\w.\-]+)', loop.attributes).group(1)
       cond = re.search(r'condition=%([\w.\-]+)', loop.attributes).group(1)
       trips, exact = self.trip_count(loop)
@@ -362,6 +381,13 @@ class HloProgram:
       # raw_cost(name) holds the body and condition once; the loop runs the body `trips`
       # times and the condition `trips + 1` times.
       total += self.cost(body) * trips - self.raw_cost(body) + self.raw_cost(cond) * trips
+    for conditional in conditionals:
+      # raw_cost(name) holds each figure of the costliest branch (XLA's analysis), loops once;
+      # the same with the branches' loops' trip counts applied.
+      branches = list(dict.fromkeys(
+          r for r in _NAME.findall(conditional.attributes) if r in self.blocks))
+      total += (Cost.most([self.cost(b) for b in branches])
+                - Cost.most([self.raw_cost(b) for b in branches]))
     self._corrected[name] = total
     return total
 
@@ -499,7 +525,7 @@ def memory_estimate(settings: Settings, mesh: Mapping[str, int]) -> Any:
       settings.config, length=length, batch_size=settings.batch_size,
       params_dtype=settings.params_dtype, model_shards=mesh.get('model', 1),
       data_shards=mesh.get('data', 1), taus=settings.tau_batch if calibration else 1,
-      tau_shards=mesh.get('tau', 1), decoding=not calibration)
+      tau_shards=mesh.get('tau', 1), decoding=not calibration, platform=PLATFORM)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -658,7 +684,8 @@ def check(settings: Settings) -> Report:
   from t5align import network  # pylint: disable=g-import-not-at-top
   program = lower(settings)
   common = dict(settings=settings, mesh=dict(program.mesh.shape),
-                attention_impl=network.encoder_attention_impl(settings.config, settings.length),
+                attention_impl=network.encoder_attention_impl(settings.config, settings.length,
+                                                              PLATFORM),
                 shapes=program.shapes, units_per_call=program.units_per_call, unit=program.unit)
   start = time.time()
   try:

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import attention_bench
 from benchmarks import encoder_bench
+from benchmarks import preflight_table
 from benchmarks import tpu_kernel_bench
 from t5align import calibration_stats
 
@@ -36,7 +37,8 @@ def test_attention_bench_row_checks_itself_against_reference(capsys):
 def test_tpu_kernel_bench_row_carries_the_kernel_cost(capsys):
   """A deviceless compile for one v5e chip: the attention is the program's one Mosaic call, and
   XLA's cost analysis carries the kernel's own estimate (at 256 tokens one 256 x 256 tile per
-  head, never skipped: 4 d L^2 h FLOPs and L^2 h exps), which Mosaic alone would not report."""
+  head, never skipped: per (query, key) pair 4 d FLOPs of q.k and p.v plus 8 of the softmax
+  and its statistics, one exp), which Mosaic alone would not report."""
   tpu_kernel_bench.main(['--topology', 'v5e:2x2', '--lengths', '256', '--impls', 'pallas_tpu'])
   (row,) = json.loads(capsys.readouterr().out)['rows']
   assert 'error' not in row, row
@@ -44,7 +46,7 @@ def test_tpu_kernel_bench_row_carries_the_kernel_cost(capsys):
   assert 0 < row['kernel_scoped_vmem_bytes'] < 16 * 2**20  # Within v5e's scoped default.
   heads, depth, length = tpu_kernel_bench.HEADS, tpu_kernel_bench.DEPTH, 256
   assert row['xla_cost']['transcendentals'] == heads * length * length
-  kernel_flops = 4 * depth * length * length * heads
+  kernel_flops = (4 * depth + 8) * length * length * heads
   assert kernel_flops <= row['xla_cost']['flops'] < 1.01 * kernel_flops
 
 
@@ -139,3 +141,26 @@ def test_time_calls_measures_the_peak_beside_each_call():
   result, out = attention_bench.time_calls(lambda: 7, lambda x: x, 3, lambda: next(peaks))
   assert out == 7 and result['peak_tflops_per_s'] == 2.0  # the median of the three
   assert attention_bench.matmul_peak('float32', 64)() > 0
+
+
+def test_preflight_table_markdown_sets_implementations_side_by_side():
+  """Two written-out rows of one slice: blockwise (older, no `code`) and the fused kernel; a
+  slice with neither is left out, a missing twin reads 'not run', every line has the header's
+  cells."""
+  def row(gib, tflops, gb, seconds, code=None):
+    report = {'memory_per_chip': {'total': gib * 2**30},
+              'target': {'chip': {'generation': 'v5e'}},
+              'per_unit': {'flops': tflops * 1e12, 'bytes_accessed': gb * 1e9,
+                           'roofline_seconds': seconds}}
+    return {'report': report, **({'code': code} if code else {})}
+  results = {'xxl-32768-v5litepod-16-eval-blockwise': row(6.34, 811.2, 64950, 4.96),
+             'xxl-32768-v5litepod-16-eval-pallas': row(6.31, 793.6, 5611, 0.428, 'abc1234'),
+             'xxl-32768-v4-32-calibration-blockwise': row(20.0, 1.0, 2.0, 3.0, 'abc1234')}
+  lines = preflight_table.markdown(results, with_estimate=False).splitlines()
+  table = [line for line in lines if line.startswith('|')]
+  assert len(table) == 4 and all(line.count('|') == table[0].count('|') for line in table)
+  assert table[2] == ('| XXL | 32k | v4-32 | calibration | 20.00 (no) | 1 | 2 | 3 | '
+                      'not run |  |  |  |')
+  assert table[3] == ('| XXL | 32k | v5litepod-16 | eval | 6.34 ° | 811.2 | 6.495e+04 | 4.96 | '
+                      '6.31 | 793.6 | 5611 | 0.428 |')
+  assert any(line.startswith('°: measured with older code') for line in lines)

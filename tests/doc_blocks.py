@@ -329,9 +329,9 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
       tpu_chips.parse_target(known.topology)
     except (Exception, SystemExit) as e:  # pylint: disable=broad-except
       raise AssertionError(f'{where}: {type(e).__name__}: {e}') from e
-    for run in ('t5align.calibrate', 't5align.eval'):  # Their configurables.
-      importlib.import_module(run)
-    check_gin_cli(name, rest, where, unset_required=True)
+    # Required macros, such as CHECKPOINT_PATH, may be left out: it reads no checkpoint.
+    check_gin_cli(name, rest, where, modules=('t5align.eval', 't5align.calibrate'),
+                  unset_required=True)
     return
   source = inspect.getsource(module)
   for arg in args:
@@ -340,19 +340,21 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
       raise AssertionError(f'{where}: {name} defines no flag {flag}.')
 
 
-def check_gin_cli(name: str, args: list[str], where: str, **kwargs) -> None:
+def check_gin_cli(name: str, args: list[str], where: str, modules: Sequence[str] = (),
+                  unset_required: bool = False) -> None:
   """Parses the flags, gin files, macros and bindings as `python -m NAME` would, and stops
-  (`kwargs`: more arguments of `gin_cli.configure`)."""
+  (`modules`: those whose configurables the command registers besides NAME's own)."""
   import gin  # pylint: disable=g-import-not-at-top
   # seqio_tasks registers its configurables.
   import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
-  importlib.import_module(name)
+  for module in (name, *modules):
+    importlib.import_module(module)
   cwd = os.getcwd()
   gin.clear_config()
   try:
     os.chdir(REPO_ROOT)
-    gin_cli.configure(args, prog=f'python -m {name}', **kwargs)
+    gin_cli.configure(args, prog=f'python -m {name}', unset_required=unset_required)
   except (Exception, SystemExit) as e:  # pylint: disable=broad-except
     raise AssertionError(f'{where}: {type(e).__name__}: {e}') from e
   finally:

@@ -6,6 +6,7 @@ trip counts), and the same program compiled with its loop unrolled.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -109,6 +110,28 @@ def test_loop_costs_apply_trip_counts():
   assert hlo_unrolled.cost().bytes_accessed == pytest.approx(cost.bytes_accessed, rel=0.05)
 
 
+def test_conditional_counts_its_costliest_branch_with_trip_counts():
+  """A `lax.switch` whose branches hold loops (XLA's CPU compiler; the counting is the same HLO
+  analysis): the costliest branch after trip counts, 5 loop matmuls, not the costliest before
+  them (4 unrolled matmuls, XLA's own count) nor every branch's loops together (4 + 4 + 2)."""
+  n = 128
+  arg = jax.ShapeDtypeStruct((n, n), jnp.float32)
+
+  def f(x, w, i):
+    loop = lambda trips: lambda x: jax.lax.fori_loop(0, trips, lambda _, c: c @ w, x)
+    return jax.lax.switch(i, [lambda x: x, loop(5), lambda x: jnp.tanh(loop(3)(x)),
+                              lambda x: jnp.tanh(x @ w @ w @ w @ w)], x)
+
+  compiled = jax.jit(f).lower(arg, arg, jax.ShapeDtypeStruct((), jnp.int32)).compile()
+  hlo = preflight.HloProgram(compiled.as_text())
+  cost = hlo.cost()
+  matmul = 2 * n**3
+  assert sorted(loop.trips for loop in hlo.loops) == [3, 5]
+  assert compiled.cost_analysis()['flops'] == pytest.approx(4 * matmul, rel=1e-3)
+  assert cost.flops == pytest.approx(5 * matmul, rel=1e-3)
+  assert cost.transcendentals == n * n  # the tanh of either branch that has one
+
+
 @needs_libtpu
 def test_pallas_kernels_count_by_their_cost_estimate():
   """jax's own Pallas TPU flash attention (Mosaic), 3 calls in a loop: XLA's generic analysis
@@ -144,6 +167,43 @@ def small_reports():
           'eval', num_partitions=2, max_decode_length=8, **common)),
       'calibration': preflight.check(preflight.Settings(
           'calibration', mesh_shape=(1, 2, 2), tau_batch=3, **common))}
+
+
+@pytest.fixture(scope='module')
+def small_fused_reports():
+  """`small_reports`' programs with attention_impl='pallas': the Mosaic kernel."""
+  if not preflight.libtpu_available():
+    pytest.skip('libtpu is not installed (pip install "jax[tpu]")')
+  common = dict(config=dataclasses.replace(SMALL, attention_impl='pallas'), target=V5E_2X2,
+                length=2048, batch_size=4)
+  return {
+      'eval': preflight.check(preflight.Settings(
+          'eval', num_partitions=2, max_decode_length=8, **common)),
+      'calibration': preflight.check(preflight.Settings(
+          'calibration', mesh_shape=(1, 2, 2), tau_batch=3, **common))}
+
+
+def test_fused_kernel_counts_by_its_estimate_times_trip_counts(small_reports,
+                                                               small_fused_reports):
+  """The same programs with the Mosaic kernel ('pallas' on TPU): they fit, every kernel declares
+  its cost, and the kernel's work is counted once per call it makes. Per chip and layer the
+  kernel runs 4 heads x 2048^2 (query, key) pairs per encoder pass: one exp each and 4 x 32 + 8
+  FLOPs (`pallas_tpu._cost`); eval makes 2 passes (examples), calibration 2 x 3 (examples x
+  taus, one tau per trip of the sweep's loop). What else XLA counts (GELU's tanh, decoding's
+  softmax) adds a few percent. Without the 128-key band the tiles' bias is one value per head:
+  the kernel reads and writes far fewer bytes than blockwise's tiles do."""
+  pairs = 2 * 4 * 2048 * 2048  # layers x heads x pairs
+  for program, passes, loops in [('eval', 2, [(8, False)]),
+                                 ('calibration', 6, [(3, True), (3, True)])]:
+    fused, tiled = small_fused_reports[program], small_reports[program]
+    assert fused.fits and fused.attention_impl == 'pallas_tpu', program
+    assert fused.custom_calls_without_estimate == ()
+    assert [(loop.trips, loop.exact) for loop in fused.loops] == loops, fused.loops
+    kernel = passes * pairs
+    assert kernel <= fused.cost.transcendentals <= 1.07 * kernel, program
+    assert fused.cost.flops >= kernel * (4 * 32 + 8), program
+    assert fused.cost.bytes_accessed < 0.8 * tiled.cost.bytes_accessed, program
+    assert fused.memory.temporaries < tiled.memory.temporaries, program
 
 
 def test_argument_bytes_are_the_sharded_parameters_plus_inputs(small_reports):
@@ -187,8 +247,10 @@ def test_trip_counts_against_an_analytic_count(small_reports):
   per_tau = (2 * length * hd + 2 * e * hd + 2 * 3 * e * f  # layer 0: p.v, o, MLP
              + 2 * 2 * e * hd + 2 * length * hd)  # layer 1: q, k; q.k
   matmuls = 2 * length * (once + 3 * per_tau)  # per token x tokens x samples
+  # Per layer: 4 query blocks x 4 key blocks; in the near tiles' two switch branches (masked or
+  # not) the TPU's expansion of the bias window's gather, one row of the 512-query tile a trip.
   loops = [(loop.trips, loop.exact) for loop in report.loops]
-  assert loops == [(4, True), (4, True)] * 2, loops
+  assert loops == [(4, True), (4, True), (512, True), (512, True)] * 2, loops
   # XLA also counts elementwise work (softmax, norms, GELU), which the hand count leaves out.
   assert matmuls <= report.cost.flops <= 1.25 * matmuls, (report.cost.flops, matmuls)
   assert report.xla_cost['flops'] < 0.7 * matmuls  # 1/16 of the attention
@@ -209,23 +271,38 @@ def test_eval_decoding_loop_is_bounded_by_max_decode_length(small_reports):
 
 
 @needs_libtpu
-def test_tiny_model_eval_compiles_for_v5e_2x2():
-  """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) for v5e:2x2, data 2 x model 2."""
+@pytest.mark.parametrize('impl, kernel', [('blockwise', 'blockwise'), ('pallas', 'pallas_tpu')])
+def test_tiny_model_programs_compile_for_v5e_2x2(impl, kernel):
+  """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) and calibration sweep (3 taus)
+  for v5e:2x2, data 2 x model 2, with 'blockwise' and with the fused kernel ('pallas': Mosaic)."""
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:
-    gin_cli.configure(['--gin_file=gin/models/tiny.gin', '--gin.ATTENTION_IMPL=blockwise'],
+    gin_cli.configure(['--gin_file=gin/models/tiny.gin', f'--gin.ATTENTION_IMPL={impl!r}'],
                       prog='t')
     config = gin.get_configurable(network.T5Config)()
   finally:
     gin.clear_config()
-  report = preflight.check(preflight.Settings('eval', config, V5E_2X2, length=1000,
-                                              batch_size=3, num_partitions=2))
+  common = dict(config=config, target=V5E_2X2, length=1000, batch_size=3)
+  report = preflight.check(preflight.Settings('eval', num_partitions=2, **common))
   assert report.fits and report.mesh == {'data': 2, 'model': 2}
+  assert report.attention_impl == kernel
   assert report.shapes == {'inputs': (4, 1024), 'taus': (4, 1)}  # 3 -> 4 rows; 128-multiple
   assert [(loop.trips, loop.exact) for loop in report.loops].count((64, False)) == 1
   assert report.cost.flops > report.xla_cost['flops'] and report.per_unit()['flops'] > 0
+  report = preflight.check(preflight.Settings('calibration', mesh_shape=(1, 2, 2), tau_batch=3,
+                                              **common))
+  assert report.fits and report.mesh == {'tau': 1, 'data': 2, 'model': 2}
+  assert report.attention_impl == kernel and report.custom_calls_without_estimate == ()
+  assert report.shapes == {'inputs': (4, 1000), 'taus': (3, 2, 1)}
+  # One exp per (query, key) pair: per chip 2 examples x 3 taus x 2 heads in each of 2 layers,
+  # over 1000^2 pairs, or 1024^2 as both count them (tiles of the input padded to 1024). XLA's
+  # blockwise program takes each tile's exps in more than one fusion (about twice this).
+  rows = 2 * 2 * 3 * 2
+  assert rows * 1000**2 <= report.cost.transcendentals
+  if impl == 'pallas':
+    assert report.cost.transcendentals <= 1.05 * rows * 1024**2
 
 
 def _cli(*args, tmp_path):

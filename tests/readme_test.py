@@ -51,6 +51,8 @@ def test_readme_block(example, tmp_path_factory, monkeypatch):
            "--gin_bindings='calibrate.run.no_such = 1'", 'no_such'),
     ('sh', 'python -m t5align.calibrate --gin_file=gin/no_such.gin', 'no_such.gin'),
     ('sh', 'python -m t5align.report /tmp/x --outptu r.md', 't5align.report defines no flag'),
+    ('sh', 'python -m t5align.preflight --topology=v4-32 --length=32768 '
+           '--gin_file=gin/runs/eval.gin --gin.NUM_PARTITON=8', 'no macro NUM_PARTITON'),
     ('sh', 'make demoo', "no target 'demoo'"),
     ('sh', "pip install -e '.[seqoi]'", "setup.cfg has no extras \\['seqoi'\\]"),
     ('sh', 'gcloud compute tpus tpu-vm ssh t --command="cd t5align && python -m t5align.eval '
