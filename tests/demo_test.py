@@ -176,8 +176,9 @@ def test_demo_needs_no_seqio():
   """With seqio unimportable, the demo's modules import and its examples score (no TensorFlow)."""
   code = ('import sys; sys.modules["seqio"] = None\n'
           'from t5align import demo, heldout, train_data\n'
-          'import os; from t5align import assets, vocab\n'
-          'v = vocab.Vocabulary(os.path.join(assets.ASSET_DIR, assets.VOCAB_FILE))\n'
+          'import os; from t5align import assets, vocabularies\n'
+          'v = vocabularies.SentencePieceVocabulary(\n'
+          '    os.path.join(assets.ASSET_DIR, assets.VOCAB_FILE), t5_ids=True)\n'
           '[ex] = train_data.eval_examples("passkey", v, 256, 1, 1)\n'
           'assert ex.score(ex.targets) == 1.0\n'
           'heavy = [m for m in ("seqio", "tensorflow") if sys.modules.get(m) is not None]\n'
