@@ -300,20 +300,11 @@ def pallas_tpu_attention(
     interpret: bool = False,
     vmem_limit_bytes: int | None = None,
 ) -> tuple[Array, attention.RowStats | None]:
-  """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
+  """Self-attention with in-kernel T5 bias.
 
   Args:
-    query: `[b, l, h, d]`.
-    key: `[b, l, h, d]`.
-    value: `[b, l, h, d]`.
-    rel_embedding: `[h, num_buckets]` relative-position table.
-    segment_ids: int `[b, l]`; 0 marks padding.
-    temperature: per example and head, broadcastable to `[b, h]`
-      (`attention.head_temperature`); None for 1.
-    bidirectional: encoder (True) or causal (False).
-    dtype: dtype of the probabilities used against `value`.
-    float32_logits: compute q.k in float32.
-    with_stats: also return per-row P_max and entropy.
+    query, key, value, rel_embedding, segment_ids, temperature, bidirectional, dtype,
+      float32_logits, with_stats: as `blockwise.blockwise_attention`.
     block_q: queries per tile, a multiple of 128; None: `default_blocks()`. Lengths are padded
       internally to a multiple of both blocks; a block longer than the padded input is cut.
     block_k: keys per tile, a multiple of 128; None: the default.
@@ -330,10 +321,10 @@ def pallas_tpu_attention(
     if size % LANES:
       raise ValueError(f'{name}={size}: the TPU kernel takes multiples of {LANES}.')
   # NOTE: no block longer than the input rounded up to 128 (short inputs, tests).
-  fit = -(-length // LANES) * LANES
+  fit = blockwise.round_up(length, LANES)
   block_q, block_k = min(block_q, fit), min(block_k, fit)
   multiple = math.lcm(block_q, block_k)
-  padded = -(-length // multiple) * multiple
+  padded = blockwise.round_up(length, multiple)
   nq, nk = padded // block_q, padded // block_k
   # [1 or b, 1 or h] -> [b * h]
   inv_tau = 1.0 / jnp.broadcast_to(attention.head_temperature(temperature, batch, heads),

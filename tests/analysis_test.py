@@ -176,20 +176,9 @@ def test_grouped_samples_pool_to_the_concatenation(collected):
                      reference_length=L_TR)
 
 
-def _saved_figure(monkeypatch, draw):
-  """The matplotlib figure `draw()` saves (its closing made a no-op)."""
-  from t5align import fileio  # pylint: disable=g-import-not-at-top
-  saved = []
-  monkeypatch.setattr(fileio, 'save_figure', lambda fig, path, **kw: saved.append(fig))
-  monkeypatch.setattr(analysis.pyplot(), 'close', lambda fig: None)
-  draw()
-  [fig] = saved
-  return fig
-
-
-def test_figure_axes_are_labelled_without_collisions(collected, monkeypatch, tmp_path):
+def test_figure_axes_are_labelled_without_collisions(collected, saved_figure, tmp_path):
   _, _, _, numbers = collected
-  fig = _saved_figure(monkeypatch, lambda: analysis.plot_temperature_curves(
+  fig = saved_figure(lambda: analysis.plot_temperature_curves(
       numbers, str(tmp_path / 't.png')))
   [ax] = fig.axes
   # Labels at the measured lengths only: no minor-tick labels to collide on the log axis.
@@ -198,7 +187,7 @@ def test_figure_axes_are_labelled_without_collisions(collected, monkeypatch, tmp
   assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
   boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
   assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
-  fig = _saved_figure(monkeypatch, lambda: analysis.plot_relpos_bias(
+  fig = saved_figure(lambda: analysis.plot_relpos_bias(
       numbers['rel_embedding'], 40, str(tmp_path / 'r.png'), heads=[0, 1, 2, 3, 0, 1]))
   drawn = [ax for ax in fig.axes if ax.lines]  # 2 rows of 4 panels, the last 2 empty
   assert len(drawn) == 6

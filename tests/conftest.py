@@ -109,3 +109,20 @@ def _numpy_head_stats(config, params, tokens, temperature):
 def numpy_head_stats():
   """`numpy_head_stats(config, params, tokens, temperature) -> (pmax [n, h], entropy [n, h])`."""
   return _numpy_head_stats
+
+
+@pytest.fixture
+def saved_figure(monkeypatch):
+  """`saved_figure(draw)`: the matplotlib figure `draw()` saves (its closing made a no-op)."""
+  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  from t5align import fileio  # pylint: disable=g-import-not-at-top
+
+  def capture(draw):
+    saved = []
+    monkeypatch.setattr(fileio, 'save_figure', lambda fig, path, **kw: saved.append(fig))
+    monkeypatch.setattr(analysis.pyplot(), 'close', lambda fig: None)
+    draw()
+    [fig] = saved
+    return fig
+
+  return capture

@@ -404,21 +404,9 @@ def test_headline_table_lists_controls_apart():
                        '100/100 |')
 
 
-def _captured_figure(monkeypatch, draw):
-  """The matplotlib figure `draw()` saves (closing it is made a no-op)."""
-  from t5align import analysis  # pylint: disable=g-import-not-at-top
-  from t5align import fileio  # pylint: disable=g-import-not-at-top
-  saved = []
-  monkeypatch.setattr(fileio, 'save_figure', lambda fig, path, **kw: saved.append(fig))
-  monkeypatch.setattr(analysis.pyplot(), 'close', lambda fig: None)
-  draw()
-  [fig] = saved
-  return fig
-
-
-def test_accuracy_figure_intervals_marker_and_legend(monkeypatch, tmp_path):
+def test_accuracy_figure_intervals_marker_and_legend(saved_figure, tmp_path):
   results = _toy_results()
-  fig = _captured_figure(monkeypatch, lambda: demo.plot_accuracy(results, _plan(),
+  fig = saved_figure(lambda: demo.plot_accuracy(results, _plan(),
                                                                  str(tmp_path / 'a.png')))
   axes = fig.axes
   assert [ax.get_title() for ax in axes] == [

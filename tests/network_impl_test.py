@@ -38,6 +38,18 @@ TAUS = {'per_example': (np.array([[0.6], [1.0]], np.float32), 1.0),
         'per_layer': (None, (0.7, 1.3))}
 
 
+def _assert_matches_reference(config, params, tokens, tau, impl, block):
+  """`impl` in `block` x `block` tiles equals 'reference' (outputs and row statistics);
+  returns the reference statistics."""
+  expected, expected_stats = _encode(config, params, tokens, tau)
+  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
+                                              attention_block_k=block), params, tokens, tau)
+  np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+  for name in ('pmax_sum', 'entropy_sum', 'rows'):
+    np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
+  return expected_stats
+
+
 @pytest.mark.parametrize('impl,block,taus', [
     ('blockwise', 64, 'per_example'), ('blockwise', 512, 'per_example'),
     ('pallas_gpu', 64, 'per_example'),
@@ -47,12 +59,7 @@ def test_encoder_matches_reference(impl, block, taus):
   tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
   tau, config_tau = TAUS[taus]
   config = dataclasses.replace(config, encoder_attention_temperature=config_tau)
-  expected, expected_stats = _encode(config, params, tokens, tau)
-  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
-                                              attention_block_k=block), params, tokens, tau)
-  np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
-  for name in ('pmax_sum', 'entropy_sum', 'rows'):
-    np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
+  _assert_matches_reference(config, params, tokens, tau, impl, block)
 
 
 @pytest.mark.parametrize('impl', ['blockwise', 'pallas'])  # CPU: 'pallas' is the TPU kernel.
@@ -109,12 +116,7 @@ def test_per_head_temperatures_match_reference(impl, block):
   tokens = ref['encoder_input_tokens']  # [2, 160]; example 1 is mostly padding.
   n, h = config.num_encoder_layers, config.num_heads
   tau = np.random.default_rng(3).uniform(0.5, 1.0, (2, n, h)).astype(np.float32)
-  expected, expected_stats = _encode(config, params, tokens, tau)
-  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
-                                              attention_block_k=block), params, tokens, tau)
-  np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
-  for name in ('pmax_sum', 'entropy_sum', 'rows'):
-    np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
+  expected_stats = _assert_matches_reference(config, params, tokens, tau, impl, block)
   # The taus matter per head: one layer-wide tau (their mean) gives other statistics.
   _, flat = _encode(config, params, tokens, tau.mean(-1))
   assert np.abs(np.asarray(flat['pmax_sum']) - np.asarray(expected_stats['pmax_sum'])).max() > 1e-2
