@@ -25,7 +25,7 @@ import time
 from t5align import assets
 from t5align import calibration
 from t5align import demo
-from t5align import fileio
+from t5align.runtime import fileio
 
 
 def measure(num_samples: int, seeds: int, strategies: tuple[str, ...], params, config, vocab,

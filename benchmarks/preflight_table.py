@@ -32,9 +32,9 @@ import tempfile
 import textwrap
 import time
 
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import preflight
-from t5align import tpu_chips
+from t5align.runtime import tpu_chips
 
 MODELS = {'xl': 'gin/models/flan_t5/xl.gin', 'xxl': 'gin/models/flan_t5/xxl.gin'}
 LENGTHS = (8192, 16384, 32768)

@@ -14,13 +14,13 @@ import jax
 import numpy as np
 
 from t5align import attention
-from t5align import batching
+from t5align.runtime import batching
 from t5align import calibration
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import partitioning
-from t5align import validate
+from t5align.runtime import validate
 
 
 def pyplot():

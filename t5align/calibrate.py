@@ -19,14 +19,14 @@ import gin
 import jax
 import numpy as np
 
-from t5align import batching
+from t5align.runtime import batching
 from t5align import calibration
 from t5align import gin_cli
-from t5align import multihost
-from t5align import outputs
+from t5align.runtime import multihost
+from t5align.runtime import outputs
 from t5align import run_identity
 from t5align import schedule as schedule_lib
-from t5align import validate
+from t5align.runtime import validate
 from t5align import vocabularies
 
 if TYPE_CHECKING:  # Annotations only: the model is imported where the run needs it.

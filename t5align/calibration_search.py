@@ -15,7 +15,7 @@ from typing import Callable, Generator, Sequence
 
 import numpy as np
 
-from t5align import validate
+from t5align.runtime import validate
 
 PAPER_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(11))  # 1.0, 0.95, ..., 0.5
 # How far on each side of a `guess` the first round of `bisect_steps` looks. On the t5x tiny

@@ -19,10 +19,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t5align import attention
-from t5align import batching
+from t5align.runtime import batching
 from t5align import network
 from t5align import partitioning
-from t5align import validate
+from t5align.runtime import validate
 
 
 class AttentionStats(NamedTuple):

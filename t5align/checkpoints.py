@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import network
-from t5align import validate
+from t5align.runtime import validate
 # The readers, writer and shared names, importable from here as before the split.
 from t5align.checkpoints_hf import hf_config_hints
 from t5align.checkpoints_hf import hf_flax_to_state_dict

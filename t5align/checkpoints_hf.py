@@ -15,7 +15,7 @@ import numpy as np
 
 from t5align import checkpoints_mesh_tf as mesh_tf
 from t5align import checkpoints_store as store
-from t5align import outputs
+from t5align.runtime import outputs
 
 _HF_WEIGHT_FILES = ('model.safetensors.index.json', 'model.safetensors',
                     'pytorch_model.bin.index.json', 'pytorch_model.bin', 'flax_model.msgpack')

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 from flax import serialization
 import tensorstore as ts
 
-from t5align import fileio
+from t5align.runtime import fileio
 
 Params = dict[str, Any]
 

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from t5align import network
-from t5align import validate
+from t5align.runtime import validate
 
 Array = jax.Array
 

@@ -35,21 +35,21 @@ import jax
 import numpy as np
 
 from t5align import assets
-from t5align import batching
+from t5align.runtime import batching
 from t5align import calibration
 from t5align import checkpoints
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import heldout
 from t5align import labels
-from t5align import multihost
+from t5align.runtime import multihost
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import partitioning
 from t5align import report
 from t5align import run_identity
 from t5align import schedule as schedule_lib
 from t5align import train_data
-from t5align import validate
+from t5align.runtime import validate
 from t5align import vocabularies
 
 # Strategies the full mode calibrates; all but `TABULATED` are also evaluated (report rows).

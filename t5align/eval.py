@@ -18,7 +18,7 @@ targets. The model runs on a ('data', 'model') mesh over all devices (NUM_PARTIT
 'model', parameters sharded by their logical axes, batches split along 'data').
 
 Several processes (a TPU pod's hosts; JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
-JAX_PROCESS_ID elsewhere, see `t5align.multihost`) run the same command: the mesh spans every
+JAX_PROCESS_ID elsewhere, see `t5align.runtime.multihost`) run the same command: the mesh spans every
 process's devices, each process places only its rows of each batch, predictions are gathered,
 and process 0 alone writes the task folders (resume included).
 
@@ -38,21 +38,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import batching
+from t5align.runtime import batching
 from t5align import checkpoints
 from t5align import evaluation
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import memory
-from t5align import multihost
+from t5align.runtime import multihost
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import partitioning
 from t5align import predictions
 from t5align import run_identity
 from t5align import schedule as schedule_lib
 from t5align import temperature as temperature_lib
-from t5align import validate
+from t5align.runtime import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
 INPUT_WIDTH_MULTIPLE = 128  # Batches are padded to a multiple of this many tokens.

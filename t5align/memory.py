@@ -41,7 +41,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from t5align import batching
+from t5align.runtime import batching
 from t5align import network
 
 GiB = 2**30

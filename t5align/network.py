@@ -13,7 +13,7 @@ import numpy as np
 
 from t5align import attention
 from t5align import layers
-from t5align import validate
+from t5align.runtime import validate
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike  # A temperature: Python float, numpy or jax array.

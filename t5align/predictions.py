@@ -17,9 +17,9 @@ from typing import IO, Any, Callable, Mapping, Sequence
 
 import tqdm
 
-from t5align import batching
-from t5align import fileio
-from t5align import outputs
+from t5align.runtime import batching
+from t5align.runtime import fileio
+from t5align.runtime import outputs
 from t5align import run_identity
 
 

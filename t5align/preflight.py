@@ -8,7 +8,7 @@ they fit and what they cost, before renting the pod.
 The gin files and flags are `t5align.eval`'s or `t5align.calibrate`'s (macros the files mark
 %gin.REQUIRED, such as CHECKPOINT_PATH, may be left out: nothing is read but the gin files).
 `--topology` is a slice ('v5e:4x4', 'v4:2x2x4') or a TPU type name ('v5litepod-16', 'v4-32',
-'v5p-8', 'v6e-16'; `t5align.tpu_chips`); `--length` the encoder input length (calibration:
+'v5p-8', 'v6e-16'; `t5align.runtime.tpu_chips`); `--length` the encoder input length (calibration:
 default the longest of LENGTHS).
 
 How it works: libtpu's compile-only client gives the slice's devices
@@ -53,7 +53,7 @@ import re
 import sys
 from typing import Any, Mapping, Sequence
 
-from t5align import tpu_chips
+from t5align.runtime import tpu_chips
 
 GiB = 2**30
 PROGRAMS = ('eval', 'calibration')
@@ -434,7 +434,7 @@ class Settings:
     if self.program not in PROGRAMS:
       raise ValueError(f'program={self.program!r}: expected one of {PROGRAMS}.')
     from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-    from t5align import validate  # pylint: disable=g-import-not-at-top
+    from t5align.runtime import validate  # pylint: disable=g-import-not-at-top
     if self.max_decode_length is None:
       object.__setattr__(self, 'max_decode_length', t5align_eval.DEFAULT_MAX_DECODE_LENGTH)
     validate.positive_int(self.length, '--length')
@@ -469,7 +469,7 @@ def lower(settings: Settings) -> Program:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align import batching  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
   from t5align import memory as memory_lib  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
@@ -515,7 +515,7 @@ def lower(settings: Settings) -> Program:
 def memory_estimate(settings: Settings, mesh: Mapping[str, int]) -> Any:
   """`memory.estimate` (the analytic figure the runs check before compiling) for the settings
   on a mesh of these axis sizes, with the arguments `t5align.eval` / `t5align.calibrate` give."""
-  from t5align import batching  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   from t5align import memory as memory_lib  # pylint: disable=g-import-not-at-top
   calibration = settings.program == 'calibration'
@@ -826,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   # The run modules register their gin configurables before the configuration is locked.
   from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  from t5align import fileio  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import fileio  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   gin_cli.configure(rest, prog='python -m t5align.preflight', unset_required=True,
                     example_file='gin/runs/eval.gin (or gin/calibrate.gin) plus a gin/models file')

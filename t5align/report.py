@@ -19,7 +19,7 @@ import sys
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from t5align import labels
-from t5align import outputs
+from t5align.runtime import outputs
 
 TITLES = {
     'lm': 'Language modeling (perplexity, lower is better; Table 3)',

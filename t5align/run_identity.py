@@ -27,7 +27,7 @@ import json
 import os
 from typing import Any, Collection, Iterable, Mapping
 
-from t5align import fileio
+from t5align.runtime import fileio
 
 FULL_HASH_BYTES = 256 * 2**20
 SAMPLED_BLOCKS = 16

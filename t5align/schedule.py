@@ -27,13 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5align import calibration
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import labels
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import partitioning
 from t5align import predictions
 from t5align import run_identity
-from t5align import validate
+from t5align.runtime import validate
 
 if TYPE_CHECKING:  # Annotations only: the schedule's data needs no model at run time.
   from t5align import network

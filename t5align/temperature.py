@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from t5align import labels
-from t5align import validate
+from t5align.runtime import validate
 
 
 @dataclasses.dataclass(frozen=True)

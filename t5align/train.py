@@ -41,15 +41,15 @@ import optax
 
 from t5align import assets
 from t5align import checkpoints
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import heldout
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import predictions
 from t5align import run_identity
 from t5align import train_data
-from t5align import validate
+from t5align.runtime import validate
 from t5align import vocabularies
 
 Array = jax.Array

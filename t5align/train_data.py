@@ -25,7 +25,7 @@ import numpy as np
 
 from seqio_tasks import data
 from seqio_tasks import retrieval
-from t5align import batching
+from t5align.runtime import batching
 from t5align import vocabularies
 
 TASKS = ('passkey', 'passkey_decoys', 'lines', 'kv')

@@ -17,7 +17,7 @@ import io
 import os
 from typing import Any, Iterable, Sequence
 
-from t5align import fileio
+from t5align.runtime import fileio
 
 # T5's SentencePiece ids (`SentencePieceVocabulary(path, t5_ids=True)` checks a model has them).
 PAD_ID = 0

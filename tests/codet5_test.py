@@ -14,7 +14,7 @@ import pytest
 from t5align import checkpoints
 from t5align import decoding
 from t5align import eval as t5align_eval
-from t5align import batching
+from t5align.runtime import batching
 from t5align import network
 from t5align import report
 from t5align import vocabularies

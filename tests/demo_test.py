@@ -21,7 +21,7 @@ from t5align import calibration
 from t5align import demo
 from t5align import heldout
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import run_identity
 from t5align import train_data
 

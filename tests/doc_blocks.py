@@ -323,7 +323,7 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
     check_gin_cli(name, args, where)
     return
   if name == 't5align.preflight':  # Its own flags, then those of the run it compiles.
-    from t5align import tpu_chips  # pylint: disable=g-import-not-at-top
+    from t5align.runtime import tpu_chips  # pylint: disable=g-import-not-at-top
     try:
       known, rest = module.flag_parser().parse_known_args(args)
       tpu_chips.parse_target(known.topology)

@@ -1,4 +1,4 @@
-"""Tests for t5align/predictions.py, temperature.py, batching.py, evaluation.py, scheduled.py,
+"""Tests for t5align/predictions.py, temperature.py, runtime/batching.py, evaluation.py, scheduled.py,
 report.py and eval.py.
 
 The library tests need no seqio. The end-to-end test runs `python -m t5align.eval` with the gin
@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align import batching
+from t5align.runtime import batching
 from t5align import calibration
 from t5align import evaluation
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import partitioning
 from t5align import predictions
 from t5align import report

@@ -1,4 +1,4 @@
-"""t5align/fileio.py: URLs go through etils.epath (never a local 'gs:' folder); local writes
+"""t5align/runtime/fileio.py: URLs go through etils.epath (never a local 'gs:' folder); local writes
 atomic."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from t5align import predictions
-from t5align import fileio
+from t5align.runtime import fileio
 
 
 @pytest.fixture

@@ -68,7 +68,7 @@ def test_report_imports_no_jax():
 
 def test_jsonable_converts_numpy_and_handles_non_finite():
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align import outputs  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import outputs  # pylint: disable=g-import-not-at-top
   value = {1: (np.float32(0.5), np.arange(2)), 'x': [np.int64(3), float('nan')]}
   assert outputs.jsonable(value, non_finite='null') == {'1': [0.5, [0, 1]], 'x': [3, None]}
   with pytest.raises(ValueError, match='non-finite value nan cannot be stored in a schedule'):

@@ -218,7 +218,7 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
     ({'JAX_NUM_PROCESSES': '2', 'TPU_WORKER_HOSTNAMES': 'a,b,c,d'}, (2, 'JAX_NUM_PROCESSES')),
 ])
 def test_process_count_from_environment(monkeypatch, env, expected):
-  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   for name in ('JAX_NUM_PROCESSES', 'TPU_PROCESS_ADDRESSES', 'TPU_WORKER_HOSTNAMES',
                'SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE'):
     monkeypatch.delenv(name, raising=False)
@@ -228,7 +228,7 @@ def test_process_count_from_environment(monkeypatch, env, expected):
 
 
 def test_initialize_names_missing_settings(monkeypatch):
-  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('JAX_NUM_PROCESSES', '2')
   monkeypatch.delenv('JAX_COORDINATOR_ADDRESS', raising=False)
   monkeypatch.setenv('JAX_PROCESS_ID', '0')
@@ -247,7 +247,7 @@ def test_initialize_names_missing_settings(monkeypatch):
 
 def test_one_process_helpers():
   import jax  # pylint: disable=g-import-not-at-top
-  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   sharding = partitioning.batch_sharding(partitioning.eval_mesh(1), 2)
   np.testing.assert_array_equal(multihost.process_rows(sharding, 4), [0, 1, 2, 3])
@@ -263,7 +263,7 @@ def test_one_process_helpers():
 def test_json_collectives_as_two_processes(monkeypatch):
   """broadcast_json on process 1 and gather_json on process 0 against fake collectives that
   hold the other process's JSON bytes (written here with json.dumps): sizes, padding, order."""
-  from t5align import multihost  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(jax, 'process_count', lambda: 2)
   sent = json.dumps({'schedule': [0.5, 2.0], 'name': 'ü'}).encode('utf-8')

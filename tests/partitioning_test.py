@@ -31,9 +31,14 @@ _SCRIPT = textwrap.dedent('''
     import jax
     sys.path.insert(0, 'tests')
     from conftest import _load
-    from t5align import batching, calibration, calibration_stats, decoding, evaluation
-    from t5align import network, partitioning
-    from t5align import multihost
+    from t5align.runtime import batching
+    from t5align import calibration
+    from t5align import calibration_stats
+    from t5align import decoding
+    from t5align import evaluation
+    from t5align import network
+    from t5align import partitioning
+    from t5align.runtime import multihost
 
     config, params, ref = _load('t5_1_1_tiny')
     model = network.Transformer(config)

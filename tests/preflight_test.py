@@ -19,7 +19,7 @@ import pytest
 
 from t5align import network
 from t5align import preflight
-from t5align import tpu_chips
+from t5align.runtime import tpu_chips
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 needs_libtpu = pytest.mark.skipif(not preflight.libtpu_available(),

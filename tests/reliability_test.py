@@ -18,14 +18,14 @@ import pytest
 from t5align import calibrate
 from t5align import checkpoints
 from t5align import predictions
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import report
 from t5align import schedule
 from t5align import train
-from t5align import validate
+from t5align.runtime import validate
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTDATA = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_0_tiny'
@@ -228,7 +228,7 @@ def test_corrupt_demo_results_json(tmp_path):
 
 _HOLD_LOCK = '''
 import sys, time
-from t5align import outputs
+from t5align.runtime import outputs
 lock = outputs.FolderLock(outputs.lock_path(sys.argv[1]), 'test')
 print('locked', flush=True)
 time.sleep(120)

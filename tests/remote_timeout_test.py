@@ -12,7 +12,7 @@ import time
 import pytest
 
 from t5align import checkpoints
-from t5align import fileio
+from t5align.runtime import fileio
 
 TIMEOUT_S = 2
 DEADLINE_S = 30  # Far above TIMEOUT_S (a loaded machine), far below tensorstore's retries.

@@ -27,17 +27,17 @@ import pytest
 from t5align import assets
 from t5align import calibrate
 from t5align import checkpoints
-from t5align import fileio
+from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import memory
-from t5align import multihost
+from t5align.runtime import multihost
 from t5align import network
-from t5align import outputs
+from t5align.runtime import outputs
 from t5align import predictions
 from t5align import run_identity
 from t5align import schedule
 from t5align import train
-from t5align import validate
+from t5align.runtime import validate
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ASSET = REPO_ROOT / 't5align' / 'assets' / 'retrieval_t5'
@@ -376,7 +376,7 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
 
 _HOLD = '''
 import sys
-from t5align import outputs
+from t5align.runtime import outputs
 lock = outputs.FolderLock(outputs.lock_path(sys.argv[1], is_file=sys.argv[2] == 'file'), 'test')
 print('locked', flush=True)
 sys.stdin.read()

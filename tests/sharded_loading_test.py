@@ -15,7 +15,8 @@ TESTDATA = REPO_ROOT / 'tests' / 'testdata' / 't5x'
 _EQUALITY_SCRIPT = r'''
 import sys
 import jax, jax.numpy as jnp, numpy as np
-from t5align import checkpoints, partitioning
+from t5align import checkpoints
+from t5align import partitioning
 assert len(jax.devices()) == 8
 for path in sys.argv[1:]:
   for dtype in (np.float32, jnp.bfloat16):

@@ -32,7 +32,7 @@ import tempfile
 import time
 from typing import Any, Callable, Iterator
 
-from t5align import fileio
+from t5align.runtime import fileio
 
 LOCK_NAME = '.t5align.lock'
 _HELD: set[str] = set()  # Lock files this process holds.

@@ -27,7 +27,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
-from t5align import tpu_chips
+from t5align.runtime import tpu_chips
 
 T = TypeVar('T')
 
