@@ -22,7 +22,7 @@ import sys
 import time
 
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align import calibration
 from t5align import demo
 from t5align.runtime import fileio

@@ -19,6 +19,5 @@ except ImportError:  # Readers and metrics do not need it.
 
 if seqio is not None:
   from seqio_tasks import tasks  # pylint: disable=g-import-not-at-top
-  from seqio_tasks import training  # pylint: disable=g-import-not-at-top
   from seqio_tasks.tasks import vocabulary_path  # pylint: disable=g-import-not-at-top
-  __all__ += ['tasks', 'training', 'vocabulary_path']
+  __all__ += ['tasks', 'vocabulary_path']

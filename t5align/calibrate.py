@@ -314,7 +314,7 @@ def run(
   """
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
-  from t5align import assets  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   _check_settings(checkpoint_path, output_path, (text_file, seqio_task, jsonl_file), lengths,
                   strategies, reference_length, num_samples, seed, batch_size, tau_batch_size,

@@ -34,12 +34,12 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align.runtime import batching
 from t5align import calibration
 from t5align import checkpoints
 from t5align.runtime import fileio
-from t5align import heldout
+from t5align.shipped import heldout
 from t5align import labels
 from t5align.runtime import multihost
 from t5align import network
@@ -48,7 +48,7 @@ from t5align import partitioning
 from t5align import report
 from t5align import run_identity
 from t5align import schedule as schedule_lib
-from t5align import train_data
+from t5align.shipped import train_data
 from t5align.runtime import validate
 from t5align import vocabularies
 

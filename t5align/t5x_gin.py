@@ -5,16 +5,16 @@ seqio tasks; they reference these functions through gin's dynamic registration:
 - `task_feature_lengths`: t5x's TASK_FEATURE_LENGTHS with the targets length = the task's
   greedy decoding length (as `t5align.eval` decodes), inputs uncut.
 - `check_no_temperature`: the refusal of TEMPERATURE together with gin/t5x/schedule.gin.
-- `shipped_vocabulary`, `shipped_checkpoint`: the model in t5align/assets/retrieval_t5.
+- `shipped_vocabulary`, `shipped_checkpoint`: the model in t5align/shipped/retrieval_t5.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from t5align import assets
-from t5align.assets import ASSET_DIR
-from t5align.assets import VOCAB_FILE
+from t5align.shipped import assets
+from t5align.shipped.assets import ASSET_DIR
+from t5align.shipped.assets import VOCAB_FILE
 
 
 def task_feature_lengths(mixture_or_task_name: str,

@@ -16,7 +16,7 @@ checkpoint that has its train state (a run with other settings is refused, namin
 data stream is a function of (seed, step), so a resumed run sees the same batches as an
 uninterrupted one.
 
-The small model trained this way ships in t5align/assets/retrieval_t5/ (`assets.load_shipped`).
+The small model trained this way ships in t5align/shipped/retrieval_t5/ (`assets.load_shipped`).
 """
 from __future__ import annotations
 
@@ -39,16 +39,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align import checkpoints
 from t5align.runtime import fileio
 from t5align import gin_cli
-from t5align import heldout
+from t5align.shipped import heldout
 from t5align import network
 from t5align.runtime import outputs
 from t5align import predictions
 from t5align import run_identity
-from t5align import train_data
+from t5align.shipped import train_data
 from t5align.runtime import validate
 from t5align import vocabularies
 
@@ -312,7 +312,7 @@ def train(*,
     eval_lengths, eval_examples, eval_seed, eval_batch_size: held-out greedy evaluation at the
       end (tau = 1), written to MODEL_DIR/eval.json; empty `eval_lengths` skips it.
     export_dir: if set, the final params (as `export_dtype`), vocabulary and training.json
-      (`training_record`) are written there (e.g. t5align/assets/retrieval_t5).
+      (`training_record`) are written there (e.g. t5align/shipped/retrieval_t5).
     command: the command line to record in training.json, if any.
 
   Returns:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align import calibrate
 from t5align import calibration
 from t5align import checkpoints
@@ -19,7 +19,7 @@ from t5align import schedule
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-ASSET = REPO_ROOT / 't5align' / 'assets' / 'retrieval_t5'
+ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
 CKPT = pathlib.Path(assets.checkpoint_dir(str(ASSET)))
 MODEL_BINDINGS = []  # gin/models/retrieval_small.gin as shipped.
 

@@ -78,7 +78,7 @@ T5_1_0_STEPS = {'small': 1000000, 'base': 999900, 'large': 1000700, '3B': 100000
 EXPECTED: dict[str, tuple[Arch, str | None]] = {
     'tiny.gin': (Arch(8, 4, 3, 2, 16, gated=True, tied=False, dtype='float32'), None),
     'codet5p_770m.gin': (_t5_1_0(1024, 16, 64, 24, 4096, vocab=32100), None),
-    # The retrieval T5 trained by the project (t5align/assets/retrieval_t5).
+    # The retrieval T5 trained by the project (t5align/shipped/retrieval_t5).
     'retrieval_small.gin': (Arch(128, 8, 16, 3, 256, gated=True, tied=False, vocab=1024,
                                  dtype='float32', decoder_layers=2), None),
 }
@@ -227,7 +227,7 @@ def test_shipped_model_config_from_python_equals_its_gin_file():
   # Calibrating the shipped model at 2048+ tokens from Python must not materialize [L, L]
   # attention where the gin path would not: both say 'auto'.
   import dataclasses  # pylint: disable=g-import-not-at-top
-  from t5align import assets  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   from_python = assets.load_shipped()[1]
   from_gin = build_config('retrieval_small.gin')
   assert from_python.attention_impl == from_gin.attention_impl == 'auto'

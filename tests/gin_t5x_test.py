@@ -446,7 +446,7 @@ def test_schedule_gin_applies_per_head_temperatures(tmp_path):
   length's `[layers, heads]` taus, as `network.Transformer` does when given them."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align import assets  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   from t5align import calibration  # pylint: disable=g-import-not-at-top
   from t5align import schedule  # pylint: disable=g-import-not-at-top
   params, shipped, _ = assets.load_shipped()

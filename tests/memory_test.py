@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align import memory
 from t5align import network
 
@@ -92,7 +92,7 @@ def test_eval_cli_refuses_before_running(tmp_path, monkeypatch):
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(__file__).resolve().parents[1]
-  model = root / 't5align' / 'assets' / 'retrieval_t5'
+  model = root / 't5align' / 'shipped' / 'retrieval_t5'
   monkeypatch.setenv('T5ALIGN_VOCABULARY', str(model / 'sentencepiece.model'))
   monkeypatch.chdir(root)
   gin.clear_config()

@@ -22,10 +22,10 @@ import pytest
 
 pytest.importorskip('seqio')
 
-from t5align import assets  # pylint: disable=g-import-not-at-top
+from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODEL_DIR = REPO_ROOT / 't5align' / 'assets' / 'retrieval_t5'
+MODEL_DIR = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
 CHECKPOINT = pathlib.Path(assets.checkpoint_dir(str(MODEL_DIR)))
 VOCABULARY = MODEL_DIR / 'sentencepiece.model'
 NUM_EXAMPLES = 12  # 3 global batches of 4 (data axis 4 = 2 rows per process).

@@ -24,7 +24,7 @@ import gin
 import numpy as np
 import pytest
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align import calibrate
 from t5align import checkpoints
 from t5align.runtime import fileio
@@ -40,7 +40,7 @@ from t5align import train
 from t5align.runtime import validate
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-ASSET = REPO_ROOT / 't5align' / 'assets' / 'retrieval_t5'
+ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
 CKPT = pathlib.Path(assets.checkpoint_dir(str(ASSET)))
 VOCAB = ASSET / 'sentencepiece.model'
 TASK = 't5align_passkey_2k'

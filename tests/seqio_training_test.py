@@ -1,4 +1,4 @@
-"""The trainable seqio tasks (seqio_tasks.training): train and validation splits, shuffling."""
+"""The trainable seqio tasks (t5align.shipped.seqio_training): train and validation splits, shuffling."""
 from __future__ import annotations
 
 import ast
@@ -11,10 +11,10 @@ import pytest
 
 seqio = pytest.importorskip('seqio')
 
-from seqio_tasks import training  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5align import assets  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align.shipped import seqio_training  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align.shipped import assets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5align import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align.shipped import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import vocabularies  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 LENGTHS = {'inputs': 256, 'targets': 80}  # gin/t5x/finetune.gin's TASK_FEATURE_LENGTHS
@@ -38,12 +38,12 @@ def _take(name, split, n, **kw):
 def test_train_split_is_the_shipped_model_s_training_stream():
   task = seqio.get_mixture_or_task('t5align_train_retrieval')
   assert set(task.splits) == {'train', 'validation'}
-  assert task.shuffle_buffer_size == training.SHUFFLE_BUFFER_SIZE
+  assert task.shuffle_buffer_size == seqio_training.SHUFFLE_BUFFER_SIZE
   examples = _take('t5align_train_retrieval', 'train', 4, shuffle=False, seed=None)
   # Unshuffled from seed None: examples 0..3 of train_data's stream (seed 0), same tokens.
   vocab = vocabularies.SentencePieceVocabulary(t5x_gin.shipped_vocabulary(), t5_ids=True)
-  mix = train_data.Mix(training.MIXES['train_retrieval'], max_length=256, length_power=2.0,
-                       min_units=training.MIN_UNITS)
+  mix = train_data.Mix(seqio_training.MIXES['train_retrieval'], max_length=256, length_power=2.0,
+                       min_units=seqio_training.MIN_UNITS)
   for i, ex in enumerate(examples):
     expected = train_data.train_example(vocab, mix, 0, i)
     assert ex['id'].decode() == f'train_retrieval/{i}'
@@ -62,9 +62,9 @@ def test_training_options_are_the_shipped_model_s_recipe():
   for the shipped weights, so the seqio stream cannot drift from the model's recipe."""
   record = json.loads((pathlib.Path(assets.ASSET_DIR) / 'training.json').read_text())
   config = record['gin_config']
-  opts = training.training_options()
-  assert _recorded_macro(config, 'MIX') == training.MIXES['train_retrieval']
-  assert _recorded_macro(config, 'MIN_UNITS') == training.MIN_UNITS == opts['min_units']
+  opts = seqio_training.training_options()
+  assert _recorded_macro(config, 'MIX') == seqio_training.MIXES['train_retrieval']
+  assert _recorded_macro(config, 'MIN_UNITS') == seqio_training.MIN_UNITS == opts['min_units']
   assert (_recorded_macro(config, 'SEED'), _recorded_macro(config, 'L_TR'),
           _recorded_macro(config, 'LENGTH_POWER')) == (
               opts['seed'], opts['input_length'], opts['length_power'])
@@ -99,7 +99,7 @@ def test_validation_split_and_metric():
   targets = [task.postprocess_fn(ex['targets_pretokenized'], example=ex, is_target=True)
              for ex in examples]
   right = [t['target'] for t in targets]
-  assert training.accuracy(targets, right) == {'accuracy': 100.0}
-  assert training.accuracy(targets, ['0'] * 3 + right[3:]) == {'accuracy': 25.0}
+  assert seqio_training.accuracy(targets, right) == {'accuracy': 100.0}
+  assert seqio_training.accuracy(targets, ['0'] * 3 + right[3:]) == {'accuracy': 25.0}
   with pytest.raises(ValueError, match="splits 'train' and 'validation'; got 'test'"):
     _take('t5align_train_passkey', 'test', 1, shuffle=False)

@@ -1,4 +1,4 @@
-"""Tests for t5align/train.py, train_data.py, heldout.py, the vocabulary training and the shipped
+"""Tests for t5align/train.py, shipped/train_data.py, shipped/heldout.py, the vocabulary training and the shipped
 model."""
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import jax
 import numpy as np
 import pytest
 
-from t5align import assets
+from t5align.shipped import assets
 from t5align import checkpoints
-from t5align import heldout
+from t5align.shipped import heldout
 from t5align import network
 from t5align import train
-from t5align import train_data
+from t5align.shipped import train_data
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ TINY = network.T5Config(vocab_size=1024, emb_dim=16, num_heads=2, num_encoder_la
 
 @pytest.fixture(scope='module')
 def shipped():
-  """(params, config, vocabulary) of t5align/assets/retrieval_t5."""
+  """(params, config, vocabulary) of t5align/shipped/retrieval_t5."""
   return assets.load_shipped()
 
 

@@ -48,7 +48,7 @@ def test_bpe_round_trip_and_special_ids(bpe, form):
 def test_sentencepiece_vocabulary_reads_its_ids():
   import pathlib  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(__file__).resolve().parents[1]
-  path = root / 't5align/assets/retrieval_t5/sentencepiece.model'
+  path = root / 't5align/shipped/retrieval_t5/sentencepiece.model'
   vocab = vocabularies.load_vocabulary(str(path))
   assert isinstance(vocab, vocabularies.SentencePieceVocabulary)
   assert (vocab.pad_id, vocab.eos_id, vocab.unk_id) == (0, 1, 2)
@@ -82,7 +82,7 @@ def test_seqio_wrapper_and_task_vocabulary(bpe, monkeypatch):
 
 
 SHIPPED = str(pathlib.Path(__file__).resolve().parents[1] /
-              't5align/assets/retrieval_t5/sentencepiece.model')
+              't5align/shipped/retrieval_t5/sentencepiece.model')
 
 
 def test_decode_reads_ids_as_a_model_writes_them(bpe):

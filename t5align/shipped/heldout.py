@@ -14,7 +14,7 @@ import numpy as np
 
 from t5align import decoding
 from t5align import network
-from t5align import train_data
+from t5align.shipped import train_data
 from t5align import vocabularies
 
 # Greedy decoding steps per scoring family (`train_data.FAMILY`): a key of <= 5 digits (+ EOS),

@@ -1,4 +1,7 @@
-"""Trainable seqio tasks: the shipped retrieval T5's synthetic training data (`t5align.train_data`).
+"""Trainable seqio tasks: the shipped retrieval T5's synthetic training data (`train_data`).
+
+Imported by gin/t5x/finetune.gin (not by `seqio_tasks`, which imports nothing of t5align but
+its vocabularies).
 
 Registered (with seqio) as
   t5align_train_retrieval   the shipped model's mixture (gin/runs/train_retrieval.gin's MIX)
@@ -59,7 +62,7 @@ def training_options(*, seed: int = 0, input_length: int = 256, length_power: fl
 
 
 def _examples(name: str, split: str, start: int) -> Iterator[dict]:
-  from t5align import train_data  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import train_data  # pylint: disable=g-import-not-at-top
   opts = training_options()
   vocab = tasks.VOCABULARY  # seqio's: `encode(text)` and `eos_id`, as train_data needs.
   weights = MIXES[name]
@@ -77,7 +80,7 @@ def _examples(name: str, split: str, start: int) -> Iterator[dict]:
 
 
 def _record(prefix: str, index: int, ex) -> dict:
-  from t5align import train_data  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import train_data  # pylint: disable=g-import-not-at-top
   meta = dict(ex.meta, family=train_data.FAMILY[ex.task])
   return {'id': f'{prefix}/{index}', 'inputs': ex.inputs, 'targets': ex.targets,
           'meta': json.dumps(meta)}

@@ -1,4 +1,4 @@
-"""The retrieval T5 that ships with t5align (t5align/assets/retrieval_t5): where, how to load it.
+"""The retrieval T5 that ships with t5align (t5align/shipped/retrieval_t5): where, how to load it.
 
 A model directory holds one T5X checkpoint_N/, its `VOCAB_FILE` and training.json (how it was
 trained; 'input_length' is its training length L_tr). `t5align.train` writes such a directory.
@@ -15,7 +15,7 @@ from t5align import checkpoints
 from t5align import network
 from t5align import vocabularies
 
-ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'assets', 'retrieval_t5')
+ASSET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'retrieval_t5')
 VOCAB_FILE = 'sentencepiece.model'
 
 
