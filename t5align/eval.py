@@ -40,7 +40,7 @@ import numpy as np
 
 from t5align.runtime import batching
 from t5align import checkpoints
-from t5align import evaluation
+from t5align.evaluation import scoring
 from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import memory
@@ -48,10 +48,10 @@ from t5align.runtime import multihost
 from t5align import network
 from t5align.runtime import outputs
 from t5align import partitioning
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align import run_identity
 from t5align import schedule as schedule_lib
-from t5align import temperature as temperature_lib
+from t5align.evaluation import temperature as temperature_lib
 from t5align.runtime import validate
 
 DEFAULT_MAX_DECODE_LENGTH = 64
@@ -321,13 +321,13 @@ def evaluate(*,
         target_tokens = batching.pad_batch(batching.pad_tokens(
             [ex['targets'] for ex in batch],
             min_length=_global_width([ex['targets'] for ex in batch])), rows)
-        ll = multihost.gather(evaluation.partitioned_score(model, mesh)(
+        ll = multihost.gather(scoring.partitioned_score(model, mesh)(
             params, place(tokens), place(target_tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           records.append({'log_likelihood': float(ll[j]),
                           'num_target_tokens': int(np.sum(target_tokens[j] > 0))})
       else:
-        out = multihost.gather(evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id)(
+        out = multihost.gather(scoring.partitioned_greedy_decode(model, mesh, steps, eos_id)(
             params, place(tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           prediction = vocab.decode(batching.strip_eos(out[j], eos_id))
@@ -382,9 +382,9 @@ def _check_memory(model: network.Transformer, mesh: jax.sharding.Mesh, params: A
     targets = jax.ShapeDtypeStruct(
         (batch_size, batching.round_up(max(longest_target, 1), INPUT_WIDTH_MULTIPLE)),
         jnp.int32, sharding=rows)
-    lowered = evaluation.partitioned_score(model, mesh).lower(params, tokens, targets, taus)
+    lowered = scoring.partitioned_score(model, mesh).lower(params, tokens, targets, taus)
   else:
-    lowered = evaluation.partitioned_greedy_decode(model, mesh, steps, eos_id).lower(
+    lowered = scoring.partitioned_greedy_decode(model, mesh, steps, eos_id).lower(
         params, tokens, taus)
   compiled = memory.Compiled.of(lowered.compile(), parameter_bytes=memory.per_device_bytes(
       params), input_bytes=memory.per_device_bytes([tokens, taus]))

@@ -480,13 +480,13 @@ def lower(settings: Settings) -> Program:
   layers = config.num_encoder_layers
   if settings.program == 'eval':
     from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-    from t5align import evaluation  # pylint: disable=g-import-not-at-top
+    from t5align.evaluation import scoring  # pylint: disable=g-import-not-at-top
     with partitioning.target_devices(devices):
       mesh = partitioning.eval_mesh(settings.num_partitions)
     batch = batching.round_up(settings.batch_size, mesh.shape['data'])
     width = batching.round_up(settings.length, t5align_eval.INPUT_WIDTH_MULTIPLE)
     shapes = {'inputs': (batch, width), 'taus': (batch, layers if settings.layer_taus else 1)}
-    fn = evaluation.partitioned_greedy_decode(network.Transformer(config), mesh,
+    fn = scoring.partitioned_greedy_decode(network.Transformer(config), mesh,
                                               settings.max_decode_length, settings.eos_id)
     units, unit = batch, 'example'
   else:

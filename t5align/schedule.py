@@ -31,7 +31,7 @@ from t5align.runtime import fileio
 from t5align import labels
 from t5align.runtime import outputs
 from t5align import partitioning
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align import run_identity
 from t5align.runtime import validate
 

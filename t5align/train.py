@@ -46,7 +46,7 @@ from t5align import gin_cli
 from t5align.shipped import heldout
 from t5align import network
 from t5align.runtime import outputs
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align import run_identity
 from t5align.shipped import train_data
 from t5align.runtime import validate

@@ -123,7 +123,7 @@ def _task_jsonl(tmp_path: pathlib.Path) -> str:
 def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-  from t5align import temperature  # pylint: disable=g-import-not-at-top
+  from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
   vocab = str(ASSET / 'sentencepiece.model')
   jsonl = _task_jsonl(tmp_path)
   out = tmp_path / 'schedule.json'

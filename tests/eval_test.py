@@ -1,4 +1,4 @@
-"""Tests for t5align/predictions.py, temperature.py, runtime/batching.py, evaluation.py, scheduled.py,
+"""Tests for t5align/evaluation/predictions.py, evaluation/temperature.py, runtime/batching.py, evaluation.py, scheduled.py,
 report.py and eval.py.
 
 The library tests need no seqio. The end-to-end test runs `python -m t5align.eval` with the gin
@@ -25,16 +25,16 @@ import pytest
 
 from t5align.runtime import batching
 from t5align import calibration
-from t5align import evaluation
+from t5align.evaluation import scoring
 from t5align.runtime import fileio
 from t5align import network
 from t5align.runtime import outputs
 from t5align import partitioning
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align import report
 from t5align import schedule
 from t5align import scheduled
-from t5align import temperature
+from t5align.evaluation import temperature
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
@@ -218,7 +218,7 @@ def test_score_batch_matches_log_softmax(tiny):
   inputs = jnp.array([[5, 6, 7, 1, 0], [9, 1, 0, 0, 0]])
   targets = jnp.array([[3, 4, 1], [8, 1, 0]])
   tau = jnp.array([[0.7], [1.0]])
-  got = evaluation.score_batch(model, params, inputs, targets, tau)
+  got = scoring.score_batch(model, params, inputs, targets, tau)
   # Teacher forcing by hand: decoder inputs [0, t0, t1], log-softmax, pick, skip padding.
   dec_in = jnp.array([[0, 3, 4], [0, 8, 1]])
   logits = model.apply({'params': params}, inputs, dec_in, targets, enable_dropout=False,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align.runtime import fileio
 
 

@@ -35,7 +35,7 @@ _SCRIPT = textwrap.dedent('''
     from t5align import calibration
     from t5align import calibration_stats
     from t5align import decoding
-    from t5align import evaluation
+    from t5align.evaluation import scoring
     from t5align import network
     from t5align import partitioning
     from t5align.runtime import multihost
@@ -52,7 +52,7 @@ _SCRIPT = textwrap.dedent('''
     targets = np.tile(ref['decoder_target_tokens'], (4, 1))
     taus = (np.linspace(0.6, 1.0, 8)[:, None, None] * np.random.default_rng(0).uniform(
         0.8, 1.2, (8, config.num_encoder_layers, config.num_heads))).astype(np.float32)
-    ll_one = np.asarray(evaluation.score_batch(model, params, inputs, targets, taus))
+    ll_one = np.asarray(scoring.score_batch(model, params, inputs, targets, taus))
     greedy_one = np.asarray(decoding.greedy_decode(model, params, inputs, max_decode_length=6,
                                                    eos_id=1, temperature=taus))
     fixture_tokens = np.asarray(decoding.greedy_decode(
@@ -64,9 +64,9 @@ _SCRIPT = textwrap.dedent('''
       assert dict(mesh.shape) == {'data': data, 'model': model_size}
       placed = partitioning.place_params(params, config, mesh)
       place = lambda x: multihost.global_batch(x, partitioning.batch_sharding(mesh, 2), len(x))
-      ll = multihost.gather(evaluation.partitioned_score(model, mesh)(
+      ll = multihost.gather(scoring.partitioned_score(model, mesh)(
           placed, place(inputs), place(targets), place(taus)))
-      greedy = multihost.gather(evaluation.partitioned_greedy_decode(model, mesh, 6, 1)(
+      greedy = multihost.gather(scoring.partitioned_greedy_decode(model, mesh, 6, 1)(
           placed, place(inputs), place(taus)))
       out['eval'][f'{data}x{model_size}'] = {
           'll_rel': float(np.max(np.abs(ll - ll_one) / np.abs(ll_one))),

@@ -17,7 +17,7 @@ import pytest
 
 from t5align import calibrate
 from t5align import checkpoints
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import network

@@ -33,7 +33,7 @@ from t5align import memory
 from t5align.runtime import multihost
 from t5align import network
 from t5align.runtime import outputs
-from t5align import predictions
+from t5align.evaluation import predictions
 from t5align import run_identity
 from t5align import schedule
 from t5align import train

@@ -1,0 +1,3 @@
+"""Evaluation on a mesh: scoring and greedy decoding of batches (scoring), per-example records
+with progress and resume (predictions), the run's encoder temperatures (temperature). Import the
+modules themselves; `t5align.eval` is the command line."""
