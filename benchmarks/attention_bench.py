@@ -14,7 +14,7 @@ Before timing, each blockwise/Pallas worker checks itself against 'reference' on
 of 2 with two taus (`check_vs_reference`: output relative error, P_max / entropy errors), so a
 kernel that compiles but computes the wrong thing shows in the same JSON. `--pallas-configs
 128,64,4,2 ...` measures the GPU kernel at other blocks / warps / stages, one row each. 'pallas' is
-the platform's fused kernel (layers.FUSED): on CPU the TPU kernel in interpret mode.
+the platform's fused kernel (dispatch.FUSED): on CPU the TPU kernel in interpret mode.
 """
 from __future__ import annotations
 
@@ -159,12 +159,12 @@ def attention_flops(length: int, heads: int, depth: int) -> float:
 
 
 def kernel_options(spec: dict) -> dict:
-  """`layers.self_attention` keywords from `spec['pallas']` = [bq, bk, warps, stages] (or {}):
+  """`dispatch.self_attention` keywords from `spec['pallas']` = [bq, bk, warps, stages] (or {}):
   the GPU kernel's options object."""
   if not spec.get('pallas'):
     return {}
-  from t5align import pallas_attention  # pylint: disable=g-import-not-at-top
-  return {'options': pallas_attention.Options(*spec['pallas'])}
+  from t5align.attention import pallas_gpu  # pylint: disable=g-import-not-at-top
+  return {'options': pallas_gpu.Options(*spec['pallas'])}
 
 
 def config_options(spec: dict) -> dict:
@@ -184,17 +184,17 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align import attention  # pylint: disable=g-import-not-at-top
-  from t5align import layers  # pylint: disable=g-import-not-at-top
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   length = 1000
   keys = jax.random.split(jax.random.PRNGKey(42), 4)
   q, k, v = (jax.random.normal(key, (2, length, heads, depth), dtype) for key in keys[:3])
-  table = 3.0 * jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS), jnp.float32)
+  table = 3.0 * jax.random.normal(keys[3], (heads, reference.NUM_BUCKETS), jnp.float32)
   ids = jnp.stack([jnp.ones(length, jnp.int32),
                    (jnp.arange(length) < 700).astype(jnp.int32)])  # [2, l]; row 1 padded.
   taus = jnp.asarray([0.8, 0.6], jnp.float32)
   run = lambda name, **kw: jax.jit(functools.partial(
-      layers.self_attention, impl=name, dtype=dtype, with_stats=True, **kw))(
+      dispatch.self_attention, impl=name, dtype=dtype, with_stats=True, **kw))(
           q, k, v, rel_embedding=table, segment_ids=ids, temperature=taus)
   (out, stats), (ref, ref_stats) = run(impl, **(options or {})), run('reference')
   real = np.asarray(ids > 0)  # [b, l]
@@ -212,8 +212,8 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
 def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from t5align import attention  # pylint: disable=g-import-not-at-top
-  from t5align import layers  # pylint: disable=g-import-not-at-top
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   options = kernel_options(spec)
   length, heads, depth = spec['length'], spec['heads'], spec['depth']
   dtype = jnp.dtype(spec['dtype'])
@@ -221,9 +221,9 @@ def _jax_worker(spec: dict) -> dict:
            else check_against_reference(spec['impl'], heads, depth, dtype, options))
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   q, k, v = (jax.random.normal(key, (1, length, heads, depth), dtype) for key in keys[:3])
-  table = jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS), jnp.float32)
+  table = jax.random.normal(keys[3], (heads, reference.NUM_BUCKETS), jnp.float32)
   ids = jnp.ones((1, length), jnp.int32)
-  fn = jax.jit(functools.partial(layers.self_attention, impl=spec['impl'], dtype=dtype,
+  fn = jax.jit(functools.partial(dispatch.self_attention, impl=spec['impl'], dtype=dtype,
                                  with_stats=True, **options))
   result, _ = time_calls(
       lambda: fn(q, k, v, rel_embedding=table, segment_ids=ids, temperature=0.8),

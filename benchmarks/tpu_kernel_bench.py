@@ -73,15 +73,18 @@ def _attention_worker(spec: dict) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jax.sharding import Mesh, NamedSharding  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from t5align import batching, blockwise, layers, pallas_tpu  # pylint: disable=g-import-not-at-top
+  from t5align.attention import blockwise  # pylint: disable=g-import-not-at-top
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
+  from t5align.attention import pallas_tpu  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   device = _topology_devices(spec['topology'])[0]
   mesh = Mesh(np.asarray([device]), ('data',))
   one = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P()))
   length, blocks = spec['length'], spec.get('blocks')
   options = None
   if blocks:
-    options = layers.IMPLEMENTATIONS[spec['impl']].options(block_q=blocks[0], block_k=blocks[1])
-  fn = jax.jit(lambda q, k, v, table, ids, tau: layers.self_attention(
+    options = dispatch.IMPLEMENTATIONS[spec['impl']].options(block_q=blocks[0], block_k=blocks[1])
+  fn = jax.jit(lambda q, k, v, table, ids, tau: dispatch.self_attention(
       q, k, v, rel_embedding=table, segment_ids=ids, temperature=tau, impl=spec['impl'],
       options=options, dtype=jnp.bfloat16, with_stats=True, bidirectional=spec['bidirectional']))
   qkv = one((1, length, HEADS, DEPTH), jnp.bfloat16)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from t5align import attention
+from t5align.attention import reference
 from t5align.runtime import batching
 from t5align import calibration
 from t5align.runtime import fileio
@@ -53,7 +53,7 @@ def qq_points(vector: Any, points: int = 256) -> dict[str, list[float]]:
 def relpos_bias_row(rel_embedding: Any, length: int, query_position: int) -> np.ndarray:
   """b(m, n) for query m = `query_position` and keys n = 0..length-1: float32 `[heads, length]`."""
   table = np.asarray(rel_embedding, np.float32)
-  bias = attention.relative_position_bias(table, 1, length, True, q_offset=query_position)
+  bias = reference.relative_position_bias(table, 1, length, True, q_offset=query_position)
   return np.asarray(bias)[0, :, 0, :]  # [1, h, 1, l] -> [h, l]
 
 

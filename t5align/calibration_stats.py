@@ -5,7 +5,7 @@ vmapped (on CPU: mapped one tau at a time, see `default_tau_chunk`), optionally 
 `layer0_sorted_logits`: layer 0's average sorted logit vector (for the closed forms); `Memo`:
 both remembered per (weights, inputs). Statistics are means over non-pad query rows (per head),
 heads (per layer) and layers (pooled), in float32 on device and float64 on the host. Axis
-letters as in attention.py; `t` indexes candidate temperatures.
+letters as in attention/reference.py; `t` indexes candidate temperatures.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from t5align import attention
+from t5align.attention import reference
 from t5align.runtime import batching
 from t5align import network
 from t5align import partitioning
@@ -365,7 +365,7 @@ def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -
       qc = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=1)  # [b, c, h, d]
       # [b, c, h, d] x [b, l, h, d] -> [b, h, c, l], plus the [1, h, c, l] relative bias.
       logits = jnp.einsum('bqhd,bkhd->bhqk', qc, k)
-      logits += attention.relative_position_bias(table, chunk, l, True, q_offset=start)
+      logits += reference.relative_position_bias(table, chunk, l, True, q_offset=start)
       logits = jnp.where(valid[:, None, None, :], logits, -jnp.inf)
       ranked = sort_descending(logits)  # padding keys sort last
       ranked = jnp.where(jnp.isfinite(ranked), ranked, 0.0)

@@ -163,7 +163,7 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
   if impl == 'reference':
     attention = 4 * (2 * b * h * length * length + h * length * length)
   else:
-    from t5align import blockwise  # pylint: disable=g-import-not-at-top
+    from t5align.attention import blockwise  # pylint: disable=g-import-not-at-top
     # NOTE: the accelerators' default tiles (see blockwise.default_blocks).
     block_q, block_k = (min(length, given or default) for given, default in zip(
         (config.attention_block_q, config.attention_block_k), blockwise.default_blocks('tpu')))

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import attention
+from t5align.attention import reference
+from t5align.attention import dispatch
 from t5align import layers
 from t5align.runtime import validate
 
@@ -40,8 +41,8 @@ class T5Config:
   # Encoder self-attention softmax temperature: one float, one per encoder layer, or one per
   # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
-  # Encoder self-attention implementation (layers.NAMES): 'reference' (materialized), 'blockwise',
-  # 'pallas' (the target platform's fused kernel, layers.FUSED: Triton on GPU, Mosaic on TPU),
+  # Encoder self-attention implementation (dispatch.NAMES): 'reference' (materialized), 'blockwise',
+  # 'pallas' (the target platform's fused kernel, dispatch.FUSED: Triton on GPU, Mosaic on TPU),
   # 'pallas_gpu' / 'pallas_tpu' (one of them by name), or 'auto': 'reference' for inputs of at
   # most `blockwise_threshold` tokens, above it 'pallas' on GPU / TPU and 'blockwise' on CPU.
   attention_impl: str = 'reference'
@@ -72,9 +73,9 @@ class T5Config:
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
                        f'{self.dropout_rate!r}.')
-    if self.attention_impl not in layers.NAMES:
+    if self.attention_impl not in dispatch.NAMES:
       raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
-                       f'{sorted(layers.NAMES)}.')
+                       f'{sorted(dispatch.NAMES)}.')
     for name in ('attention_block_q', 'attention_block_k', 'pallas_num_warps',
                  'pallas_num_stages', 'pallas_vmem_limit_bytes'):
       value = getattr(self, name)
@@ -87,10 +88,10 @@ class T5Config:
 
 
 def encoder_attention_impl(config: T5Config, length: int, platform: str | None = None) -> str:
-  """The implementation (a key of `layers.IMPLEMENTATIONS`) the encoder uses for inputs of
+  """The implementation (a key of `dispatch.IMPLEMENTATIONS`) the encoder uses for inputs of
   `length` (static) tokens on `platform` ('cpu', 'gpu', 'tpu'; None: the target platform at
-  trace time, `attention.target_platform`)."""
-  return layers.resolve(config.attention_impl, length, config.blockwise_threshold, platform)
+  trace time, `reference.target_platform`)."""
+  return dispatch.resolve(config.attention_impl, length, config.blockwise_threshold, platform)
 
 
 # The T5Config field behind each field of the implementations' options objects.
@@ -100,9 +101,9 @@ _OPTION_FIELDS = {'block_q': 'attention_block_q', 'block_k': 'attention_block_k'
 
 
 def attention_options(config: T5Config, impl: str) -> Any:
-  """The options object of implementation `impl` (`layers.IMPLEMENTATIONS[impl].options`) with
+  """The options object of implementation `impl` (`dispatch.IMPLEMENTATIONS[impl].options`) with
   the config's values, or None for an implementation without options."""
-  options = layers.IMPLEMENTATIONS[impl].options
+  options = dispatch.IMPLEMENTATIONS[impl].options
   if options is None:
     return None
   return options(**{f.name: getattr(config, _OPTION_FIELDS[f.name])
@@ -117,7 +118,7 @@ def layer_temperatures(temperature: Any, num_layers: int, batch: int, num_heads:
   `[1 or batch, 1 or num_layers, 1 or num_heads]` array (per example, layer and head). A 1-D
   vector whose length equals both `batch` and `num_layers` is ambiguous and rejected: pass
   `[batch, 1]` or `[1, num_layers]` instead. Layer i of the encoder takes `tau[:, i]`, the
-  `[1 or batch, 1 or heads]` form of `attention.head_temperature`.
+  `[1 or batch, 1 or heads]` form of `reference.head_temperature`.
   """
   validate.temperatures(temperature, 'temperature')
   tau = jnp.asarray(temperature, jnp.float32)
@@ -161,7 +162,7 @@ def config_temperature(config: T5Config) -> np.ndarray:
 
 def _relpos(cfg: T5Config) -> layers.RelativePositionBiases:
   return layers.RelativePositionBiases(
-      num_buckets=attention.NUM_BUCKETS, max_distance=attention.MAX_DISTANCE,
+      num_buckets=reference.NUM_BUCKETS, max_distance=reference.MAX_DISTANCE,
       num_heads=cfg.num_heads, dtype=cfg.dtype, name='relpos_bias')
 
 
@@ -191,7 +192,7 @@ class EncoderLayer(nn.Module):
   def __call__(self, inputs: Array, segment_ids: Array, temperature: Array,
                deterministic: bool = False) -> Array:
     """`[b, l, e]` -> `[b, l, e]`; `segment_ids` `[b, l]` (0 = pad), `temperature`
-    `[1 or b, 1 or h]` (`attention.head_temperature`)."""
+    `[1 or b, 1 or h]` (`reference.head_temperature`)."""
     cfg = self.config
     x = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
     # [b, l, e] -> [b, l, e]

@@ -27,10 +27,11 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from t5align import network
+from t5align.attention import dispatch
 
 EVAL_AXES = ('data', 'model')
 CALIBRATION_AXES = ('tau', 'data', 'model')
-LogicalRules = Sequence[tuple[str, str | None]]
+LogicalRules = dispatch.LogicalRules
 
 _TARGET_DEVICES: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
     't5align_target_devices', default=None)
@@ -155,20 +156,6 @@ def logical_param_axes(config: network.T5Config) -> Any:
   return names(variables['params_axes'])
 
 
-def spec_for(names: Sequence[str], shape: Sequence[int], mesh: Mesh,
-             rules: LogicalRules) -> P:
-  """Mesh PartitionSpec for one array; a dimension its mesh axis does not divide is replicated."""
-  axes = nn_partitioning.logical_to_mesh_axes(tuple(names), rules)
-  dims = []
-  for axis, size in zip(axes, shape):
-    parts = axis if isinstance(axis, tuple) else (axis,) if axis else ()
-    parts = tuple(a for a in parts if a in mesh.shape)
-    count = int(np.prod([mesh.shape[a] for a in parts])) if parts else 1
-    dims.append(None if count == 1 or size % count else
-                (parts[0] if len(parts) == 1 else parts))
-  return P(*dims)
-
-
 @functools.lru_cache(maxsize=64)
 def param_shardings(config: network.T5Config, mesh: Mesh,
                     rules: LogicalRules | None = None) -> Any:
@@ -176,7 +163,7 @@ def param_shardings(config: network.T5Config, mesh: Mesh,
   rules = standard_logical_axis_rules() if rules is None else tuple(rules)
   names = logical_param_axes(config)
   shapes = network.param_shapes(config)
-  return jax.tree.map(lambda n, s: NamedSharding(mesh, spec_for(n, s.shape, mesh, rules)),
+  return jax.tree.map(lambda n, s: NamedSharding(mesh, dispatch.spec_for(n, s.shape, mesh, rules)),
                       names, shapes, is_leaf=lambda x: isinstance(x, tuple))
 
 

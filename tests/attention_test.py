@@ -1,6 +1,6 @@
 """Attention implementations ('blockwise', the Pallas kernels) against 'reference', and 'reference'.
 
-The implementations are called through `layers.self_attention` (the dispatch the model uses),
+The implementations are called through `dispatch.self_attention` (the dispatch the model uses),
 with block sizes passed as arguments.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align import attention
-from t5align import blockwise
-from t5align import layers
-from t5align import pallas_attention
-from t5align import pallas_tpu
+from t5align.attention import reference
+from t5align.attention import blockwise
+from t5align.attention import dispatch
+from t5align.attention import pallas_gpu
+from t5align.attention import pallas_tpu
 
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny' / 'reference.npz'
 F32 = dict(rtol=1e-5, atol=1e-5)
@@ -27,7 +27,7 @@ def _inputs(batch=2, length=300, heads=2, depth=16, dtype=jnp.float32, seed=0):
   """Random q, k, v `[b, l, h, d]` and a `[h, 32]` table (bias values ~ t5x's init scale)."""
   keys = jax.random.split(jax.random.PRNGKey(seed), 4)
   qkv = [jax.random.normal(k, (batch, length, heads, depth)).astype(dtype) for k in keys[:3]]
-  return (*qkv, jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS)))
+  return (*qkv, jax.random.normal(keys[3], (heads, reference.NUM_BUCKETS)))
 
 
 def _segment_ids(batch=2, length=300):
@@ -40,13 +40,13 @@ def _segment_ids(batch=2, length=300):
 
 
 def _impl(name, block_q, block_k):
-  """`(q, k, v, **kw)` of an implementation through `layers.self_attention`, given blocks."""
-  options = layers.IMPLEMENTATIONS[name].options(block_q=block_q, block_k=block_k)
-  return lambda *a, **kw: layers.self_attention(*a, impl=name, options=options, **kw)
+  """`(q, k, v, **kw)` of an implementation through `dispatch.self_attention`, given blocks."""
+  options = dispatch.IMPLEMENTATIONS[name].options(block_q=block_q, block_k=block_k)
+  return lambda *a, **kw: dispatch.self_attention(*a, impl=name, options=options, **kw)
 
 
 def _reference(*args, **kwargs):
-  return layers.self_attention(*args, impl='reference', **kwargs)
+  return dispatch.self_attention(*args, impl='reference', **kwargs)
 
 
 def _check(actual, expected, ids, tol):
@@ -104,7 +104,7 @@ else:  # GPU: the Triton kernel on every case, at two block shapes.
   IMPLS += [('pallas_gpu', 64, 32, list(CASES)), ('pallas_gpu', 128, 64, list(CASES))]
 # A Pallas kernel runs on its own platform, and on CPU in interpret mode.
 IMPLS = [spec for spec in IMPLS
-         if jax.default_backend() in ('cpu', *layers.IMPLEMENTATIONS[spec[0]].platforms)]
+         if jax.default_backend() in ('cpu', *dispatch.IMPLEMENTATIONS[spec[0]].platforms)]
 
 
 @pytest.mark.parametrize('impl,block_q,block_k,case', [
@@ -159,7 +159,7 @@ def test_blockwise_scalar_taus_default_blocks(tau):
   kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), temperature=tau,
                 with_stats=True)
   expected = _reference(query, key, value, **kwargs)
-  _check(layers.self_attention(query, key, value, impl='blockwise', **kwargs), expected, ids, F32)
+  _check(dispatch.self_attention(query, key, value, impl='blockwise', **kwargs), expected, ids, F32)
 
 
 def test_without_stats_and_default_temperature():
@@ -167,7 +167,7 @@ def test_without_stats_and_default_temperature():
   ids = jnp.asarray(_segment_ids())
   outputs = []
   for impl in ('reference', 'blockwise'):
-    out, stats = layers.self_attention(query, key, value, rel_embedding=table, segment_ids=ids,
+    out, stats = dispatch.self_attention(query, key, value, rel_embedding=table, segment_ids=ids,
                                        impl=impl)
     assert stats is None
     outputs.append(out)
@@ -198,7 +198,7 @@ def test_buckets_match_t5x_fixture(bidirectional):
   name = 'relpos_bucket_' + ('bidirectional' if bidirectional else 'causal')
   expected = ref[name][0]
   offsets = ref['relpos_offsets']  # key - query, -300..300
-  np.testing.assert_array_equal(attention.relative_position_bucket(offsets, bidirectional),
+  np.testing.assert_array_equal(reference.relative_position_bucket(offsets, bidirectional),
                                 expected)
   np.testing.assert_array_equal(_np_bucket(offsets, bidirectional), expected)
 
@@ -207,8 +207,8 @@ def test_buckets_match_t5x_fixture(bidirectional):
 def test_numpy_and_jax_buckets_agree(bidirectional):
   """Host (numpy) and traced (jnp) bucketing give the same int32 buckets at every offset."""
   offsets = np.arange(-70000, 70001, dtype=np.int32)
-  on_host = attention.relative_position_bucket(offsets, bidirectional)
-  traced = jax.jit(attention.relative_position_bucket, static_argnums=1)(
+  on_host = reference.relative_position_bucket(offsets, bidirectional)
+  traced = jax.jit(reference.relative_position_bucket, static_argnums=1)(
       jnp.asarray(offsets), bidirectional)
   assert isinstance(on_host, np.ndarray) and on_host.dtype == np.int32
   np.testing.assert_array_equal(on_host, np.asarray(traced))
@@ -220,8 +220,8 @@ def test_bias_by_offset_covers_every_offset(bidirectional):
   """The clipped-offset table equals the bucketed table at every offset of a 5000-token input."""
   table = np.asarray(_inputs()[3])
   offsets = np.arange(-5000, 5001)
-  lut = np.asarray(attention.bias_by_offset(jnp.asarray(table), bidirectional))
-  index = np.asarray(attention.offset_index(jnp.zeros((1,), jnp.int32), jnp.asarray(offsets)))[0]
+  lut = np.asarray(reference.bias_by_offset(jnp.asarray(table), bidirectional))
+  index = np.asarray(reference.offset_index(jnp.zeros((1,), jnp.int32), jnp.asarray(offsets)))[0]
   np.testing.assert_array_equal(lut[:, index], table[:, _np_bucket(offsets, bidirectional)])
 
 
@@ -247,7 +247,7 @@ def test_reference_matches_numpy_float64(tau):
   pmax = probs.max(-1)  # [b, h, q]
   entropy = -np.sum(np.where(probs > 0, probs * np.log(np.maximum(probs, 1e-300)), 0.0), -1)
 
-  actual, stats = attention.reference_self_attention(
+  actual, stats = reference.reference_self_attention(
       *(jnp.asarray(x, jnp.float32) for x in (query, key, value)),
       rel_embedding=jnp.asarray(table, jnp.float32), segment_ids=jnp.asarray(ids),
       temperature=jnp.asarray(tau, jnp.float32), with_stats=True)
@@ -288,8 +288,8 @@ def test_tile_kinds_match_a_brute_force_classification(bidirectional):
     for j in range(expected.shape[1]):
       rows, cols = slice(i * block_q, (i + 1) * block_q), slice(j * block_k, (j + 1) * block_k)
       tile, tile_offsets = mask[rows, cols], offsets[rows, cols]
-      far = (np.all(tile_offsets <= -attention.MAX_DISTANCE)
-             or np.all(tile_offsets >= attention.MAX_DISTANCE))
+      far = (np.all(tile_offsets <= -reference.MAX_DISTANCE)
+             or np.all(tile_offsets >= reference.MAX_DISTANCE))
       assert right[i, j] == (far and tile_offsets.min() > 0)
       if not tile.any():
         expected[i, j] = blockwise.SKIP
@@ -327,7 +327,7 @@ def test_blockwise_vmap_over_temperatures():
   out, stats = jax.jit(jax.vmap(run))(jnp.asarray(taus))  # [t, b, l, h, d], [t, b, h, l]
   valid = np.broadcast_to((np.asarray(ids) > 0)[:, None, :], stats.pmax.shape[1:])
   for i, tau in enumerate(taus):
-    ref_out, ref_stats = attention.reference_self_attention(
+    ref_out, ref_stats = reference.reference_self_attention(
         query, key, value, rel_embedding=table, segment_ids=ids, temperature=tau,
         with_stats=True)
     np.testing.assert_allclose(out[i], ref_out, **F32)
@@ -360,7 +360,7 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
   """
   batch, length, heads, depth = 2, 300, 2, 64  # 300: not a block multiple.
   spec = jax.ShapeDtypeStruct((batch, length, heads, depth), dtype)
-  fn = jax.jit(lambda q, k, v, table, ids, tau: pallas_attention.pallas_attention(
+  fn = jax.jit(lambda q, k, v, table, ids, tau: pallas_gpu.pallas_attention(
       q, k, v, rel_embedding=table, segment_ids=ids, temperature=tau,
       bidirectional=bidirectional, dtype=dtype, with_stats=True, block_q=blocks[0],
       block_k=blocks[1], interpret=False))
@@ -376,20 +376,20 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
 
 
 def test_registry_and_switches():
-  assert {'reference', 'blockwise', 'pallas_gpu', 'pallas_tpu'} == set(layers.IMPLEMENTATIONS)
+  assert {'reference', 'blockwise', 'pallas_gpu', 'pallas_tpu'} == set(dispatch.IMPLEMENTATIONS)
   query, key, value, table = _inputs(length=16, depth=16)
   with pytest.raises(ValueError, match='power of 2'):
-    pallas_attention.pallas_attention(query, key, value, rel_embedding=table,
+    pallas_gpu.pallas_attention(query, key, value, rel_embedding=table,
                                       segment_ids=jnp.ones((2, 16), jnp.int32), block_q=48)
   with pytest.raises(ValueError, match='block_k=64: the TPU kernel takes multiples of 128'):
     pallas_tpu.pallas_tpu_attention(query, key, value, rel_embedding=table,
                                     segment_ids=jnp.ones((2, 16), jnp.int32), block_k=64)
   with pytest.raises(ValueError, match=r"are not those of attention_impl='blockwise'"):
-    layers.self_attention(query, key, value, rel_embedding=table, impl='blockwise',
+    dispatch.self_attention(query, key, value, rel_embedding=table, impl='blockwise',
                           segment_ids=jnp.ones((2, 16), jnp.int32),
                           options=pallas_tpu.Options(block_q=128))
   with pytest.raises(ValueError, match=r"attention_impl='fused'; expected 'pallas' or one of"):
-    layers.self_attention(query, key, value, rel_embedding=table, impl='fused',
+    dispatch.self_attention(query, key, value, rel_embedding=table, impl='fused',
                           segment_ids=jnp.ones((2, 16), jnp.int32))
 
 
@@ -399,45 +399,50 @@ def test_registry_and_switches():
 def test_dispatch_table(platform, fused, long):
   """'pallas' is the platform's fused kernel; 'auto' is 'reference' up to the threshold and above
   it the fused kernel on GPU / TPU, 'blockwise' on CPU; names are kept as they are."""
-  assert layers.resolve('pallas', 100, 2048, platform) == fused
-  assert [layers.resolve('auto', n, 2048, platform) for n in (100, 2048, 2049, 32768)] == [
+  assert dispatch.resolve('pallas', 100, 2048, platform) == fused
+  assert [dispatch.resolve('auto', n, 2048, platform) for n in (100, 2048, 2049, 32768)] == [
       'reference', 'reference', long, long]
-  for name in layers.IMPLEMENTATIONS:
-    assert layers.resolve(name, 32768, 2048, platform) == name
+  for name in dispatch.IMPLEMENTATIONS:
+    assert dispatch.resolve(name, 32768, 2048, platform) == name
   with pytest.raises(ValueError, match="no fused kernel for platform 'metal'"):
-    layers.resolve('pallas', 100, 2048, 'metal')
+    dispatch.resolve('pallas', 100, 2048, 'metal')
 
 
 def test_target_platform_is_the_mesh_platform():
   """Without a mesh, jax's default backend; under `jax.set_mesh`, the mesh's devices' platform
   (tests/pallas_tpu_test.py: 'tpu' for a TPU topology's devices on this CPU host)."""
-  assert attention.target_platform() == jax.default_backend()
+  assert reference.target_platform() == jax.default_backend()
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('data',))
   with jax.set_mesh(mesh):
-    assert attention.target_platform() == jax.devices()[0].platform
+    assert reference.target_platform() == jax.devices()[0].platform
   # A foreign kernel is refused by name rather than compiled for the wrong platform.
   other = 'pallas_gpu' if jax.default_backend() == 'tpu' else 'pallas_tpu'
   if jax.default_backend() != 'cpu':
     with pytest.raises(ValueError, match=f'attention_impl={other!r} is the'):
-      layers._interpret(other, jax.default_backend())  # pylint: disable=protected-access
+      dispatch._interpret(other, jax.default_backend())  # pylint: disable=protected-access
 
 
-def test_math_modules_depend_one_way():
-  """attention.py imports nothing of t5align's; blockwise/pallas build on it, never the reverse."""
+def test_attention_package_depends_one_way():
+  """attention/ imports nothing else of t5align; reference imports none of its siblings,
+  blockwise builds on it, the kernels on both, dispatch on all (never the reverse)."""
   import ast  # pylint: disable=g-import-not-at-top
-  root = pathlib.Path(attention.__file__).parent
+  root = pathlib.Path(reference.__file__).parent
 
   def ours(name):
     tree = ast.parse((root / f'{name}.py').read_text())
     found = set()
     for node in ast.walk(tree):
       if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('t5align'):
-        found |= {a.name for a in node.names} if node.module == 't5align' else {node.module}
+        found |= {f'{node.module}.{a.name}' for a in node.names}
       elif isinstance(node, ast.Import):
         found |= {a.name for a in node.names if a.name.startswith('t5align')}
     return found
 
-  assert ours('attention') == set()
-  assert ours('blockwise') == {'attention'}
-  assert ours('pallas_attention') == {'attention', 'blockwise'}
-  assert ours('pallas_tpu') == {'attention', 'blockwise'}
+  pkg = 't5align.attention.'
+  assert ours('reference') == set()
+  assert ours('blockwise') == {pkg + 'reference'}
+  assert ours('pallas_gpu') == {pkg + 'reference', pkg + 'blockwise'}
+  assert ours('pallas_tpu') == {pkg + 'reference', pkg + 'blockwise'}
+  assert ours('dispatch') == {pkg + m for m in ('reference', 'blockwise', 'pallas_gpu',
+                                                'pallas_tpu')}
+  assert ours('__init__') == set()

@@ -36,7 +36,7 @@ def load_t5x_fixture():
 def _numpy_layer0_sorted(config, params, tokens):
   """Layer 0's logits materialized in full (float64 numpy), each row sorted, the rows averaged."""
   import jax  # pylint: disable=g-import-not-at-top
-  from t5align import attention  # pylint: disable=g-import-not-at-top
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   model = network.Transformer(config)
   _, state = jax.jit(lambda x: model.apply({'params': params}, x, method='encode',
@@ -45,7 +45,7 @@ def _numpy_layer0_sorted(config, params, tokens):
   inputs = state['attention_inputs']['encoder']['layers_0']['attention']
   q, k = (np.asarray(inputs[f'projected_{n}'][0], np.float64) for n in ('query', 'key'))
   table = params['encoder']['relpos_bias']['rel_embedding']
-  bias = np.asarray(attention.relative_position_bias(table, tokens.shape[1], tokens.shape[1],
+  bias = np.asarray(reference.relative_position_bias(table, tokens.shape[1], tokens.shape[1],
                                                      True), np.float64)
   # [b, q, h, d] x [b, k, h, d] -> [b, h, q, k] -> sorted rows averaged: [k]
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) + bias
@@ -79,14 +79,14 @@ def _numpy_head_stats(config, params, tokens, temperature):
   Returns:
     (pmax `[n, h]`, entropy `[n, h]`).
   """
-  from t5align import attention  # pylint: disable=g-import-not-at-top
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   state = _attention_inputs(config, params, tokens, temperature)
   n, h, (b, l) = config.num_encoder_layers, config.num_heads, tokens.shape
   taus = np.broadcast_to(np.asarray(network.layer_temperatures(temperature, n, b, h),
                                     np.float64), (b, n, h))
   table = params['encoder']['relpos_bias']['rel_embedding']
-  bias = np.asarray(attention.relative_position_bias(table, l, l, True), np.float64)  # [1,h,l,l]
+  bias = np.asarray(reference.relative_position_bias(table, l, l, True), np.float64)  # [1,h,l,l]
   valid = tokens > 0  # [b, l]
   pmax, entropy = np.zeros((n, h)), np.zeros((n, h))
   for i in range(n):  # NOTE: padding query rows are all -inf (NaN rows), excluded below.

@@ -175,8 +175,9 @@ def test_decode_length_shorter_than_an_answer_is_refused():
 def test_demo_needs_no_seqio():
   """With seqio unimportable, the demo's modules import and its examples score (no TensorFlow)."""
   code = ('import sys; sys.modules["seqio"] = None\n'
-          'from t5align import demo, heldout, train_data\n'
-          'import os; from t5align import assets, vocabularies\n'
+          'from t5align import demo, vocabularies\n'
+          'from t5align.shipped import assets, heldout, train_data\n'
+          'import os\n'
           'v = vocabularies.SentencePieceVocabulary(\n'
           '    os.path.join(assets.ASSET_DIR, assets.VOCAB_FILE), t5_ids=True)\n'
           '[ex] = train_data.eval_examples("passkey", v, 256, 1, 1)\n'

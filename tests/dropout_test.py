@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align import attention
-from t5align import blockwise
+from t5align.attention import reference
+from t5align.attention import blockwise
 from t5align import layers
 from t5align import network
 
@@ -62,7 +62,7 @@ def _numpy_attention(params, x, ids, tau, table, keep):
 def _inputs():
   keys = jax.random.split(jax.random.PRNGKey(0), 2)
   x = jax.random.normal(keys[0], (BATCH, LENGTH, EMBED))
-  table = jax.random.normal(keys[1], (HEADS, attention.NUM_BUCKETS))
+  table = jax.random.normal(keys[1], (HEADS, reference.NUM_BUCKETS))
   ids = np.zeros((BATCH, LENGTH), np.int32)
   ids[0, :15], ids[0, 15:35] = 1, 2  # Two packed segments, then padding.
   ids[1, :25] = 1

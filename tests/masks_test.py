@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import attention
+from t5align.attention import reference
 from t5align import layers
 
 
@@ -70,7 +70,7 @@ def test_combine_masks_is_elementwise_and_skips_none():
 def test_mask_from_ids_equal_nonpad_segments():
   q_ids = jnp.array([[1, 1, 2, 0]])
   k_ids = jnp.array([[1, 2, 2, 0, 1]])
-  got = attention.mask_from_ids(q_ids, k_ids)
+  got = reference.mask_from_ids(q_ids, k_ids)
   expected = np.array([
       [1, 0, 0, 0, 1],
       [1, 0, 0, 0, 1],

@@ -91,14 +91,14 @@ def test_vmapped_calibration_stats_match_reference(impl):
 def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypatch):
   """On CPU, 'auto' is 'reference' up to the threshold and 'blockwise' above it (on GPU / TPU
   the fused kernel: attention_test.test_dispatch_table)."""
-  from t5align import layers  # pylint: disable=g-import-not-at-top
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']  # [2, 160]
   called = []
   for name in ('reference', 'blockwise'):
-    spec = layers.IMPLEMENTATIONS[name]
+    spec = dispatch.IMPLEMENTATIONS[name]
     traced = lambda *a, _fn=spec.fn, _name=name, **k: called.append(_name) or _fn(*a, **k)
-    monkeypatch.setitem(layers.IMPLEMENTATIONS, name, dataclasses.replace(spec, fn=traced))
+    monkeypatch.setitem(dispatch.IMPLEMENTATIONS, name, dataclasses.replace(spec, fn=traced))
   auto = dataclasses.replace(config, attention_impl='auto', blockwise_threshold=threshold)
   actual, _ = _encode(auto, params, tokens, 0.8)
   assert set(called) == {expected_impl}

@@ -1,4 +1,4 @@
-"""The TPU kernel (pallas_tpu.py): Mosaic compiles for a TPU topology without a TPU; its tiles.
+"""The TPU kernel (attention/pallas_tpu.py): Mosaic compiles for a TPU topology without a TPU; its tiles.
 
 Deviceless compiles need libtpu (`pip install "jax[tpu]"`); without it those tests skip. Numerical
 equality with 'reference' in interpret mode: tests/attention_test.py (every case of CASES) and
@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align import attention
-from t5align import layers
+from t5align.attention import reference
+from t5align.attention import dispatch
 from t5align import network
-from t5align import pallas_tpu
+from t5align.attention import pallas_tpu
 from t5align import partitioning
 
 # NOTE: libtpu refuses to start while another process holds its lock file; a deviceless compile
@@ -42,10 +42,10 @@ def test_the_mesh_picks_the_tpu_kernel():
   """Under a TPU mesh on this CPU host the target platform is 'tpu': 'pallas' and 'auto' above
   the threshold are the Mosaic kernel."""
   with jax.set_mesh(_tpu_mesh()):
-    assert attention.target_platform() == 'tpu'
-    assert layers.resolve('pallas', 1000, 512) == 'pallas_tpu'
-    assert layers.resolve('auto', 1000, 512) == 'pallas_tpu'
-  assert attention.target_platform() == jax.default_backend()
+    assert reference.target_platform() == 'tpu'
+    assert dispatch.resolve('pallas', 1000, 512) == 'pallas_tpu'
+    assert dispatch.resolve('auto', 1000, 512) == 'pallas_tpu'
+  assert reference.target_platform() == jax.default_backend()
 
 
 @needs_libtpu
@@ -104,13 +104,13 @@ def test_skipped_and_unmasked_tiles_match_reference(bidirectional):
   length, heads, depth = 520, 2, 16
   keys = jax.random.split(jax.random.PRNGKey(3), 4)
   q, k, v = (jax.random.normal(key, (3, length, heads, depth)) for key in keys[:3])
-  table = jax.random.normal(keys[3], (heads, attention.NUM_BUCKETS))
+  table = jax.random.normal(keys[3], (heads, reference.NUM_BUCKETS))
   ids = _ids([[(1, 128), (2, 172), (3, 200)], [(1, length)], [(1, 100)]], length)
   kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids), bidirectional=bidirectional,
                 temperature=jnp.asarray([0.7, 1.1, 0.9]), with_stats=True)
   out, stats = pallas_tpu.pallas_tpu_attention(q, k, v, block_q=128, block_k=128,
                                                interpret=True, **kwargs)
-  ref_out, ref_stats = attention.reference_self_attention(q, k, v, **kwargs)
+  ref_out, ref_stats = reference.reference_self_attention(q, k, v, **kwargs)
   np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(stats.pmax, ref_stats.pmax, rtol=1e-5, atol=1e-5)
   valid = np.broadcast_to((ids > 0)[:, None, :], stats.entropy.shape)

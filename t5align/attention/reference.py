@@ -11,8 +11,8 @@ divides the raw sum, relative-position bias included. Masked keys carry -1e10 be
 so they keep ~0 probability at any tau > 0; fully masked (padding) query rows stay uniform, as in
 t5x.
 
-This module is the math only and imports nothing of t5align's: blockwise.py and
-pallas_attention.py build on it, and layers.py chooses among the three ('reference' here).
+This module is the math only and imports nothing of t5align's: attention/blockwise.py and
+attention/pallas_gpu.py build on it, and layers.py chooses among the three ('reference' here).
 
 Row statistics from flash-attention accumulators: with s = logits / tau, m = max s,
 l = sum exp(s - m), w = sum exp(s - m) * s over keys, each probability is p = exp(s - m) / l, so
@@ -281,7 +281,7 @@ def reference_self_attention(
 ) -> tuple[Array, RowStats | None]:
   """Self-attention with T5 relative bias and padding/segment mask, `[L, L]` materialized.
 
-  The 'reference' implementation (see `layers.self_attention` for the others, which take the
+  The 'reference' implementation (see `dispatch.self_attention` for the others, which take the
   same parts: table and ids, never a materialized bias).
 
   Args:

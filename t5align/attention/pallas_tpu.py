@@ -1,6 +1,6 @@
 """Pallas TPU (Mosaic) self-attention kernel ('pallas' on TPU) with the T5 bias built in-kernel.
 
-The same math as 'reference' (attention.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
+The same math as 'reference' (attention/reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
 float32, q.k in the inputs' dtype with float32 accumulation, fully masked (padding) query rows
 uniform over all keys, and per-row P_max and entropy from the same pass: the flash accumulators
 of `blockwise.init_carry` / `online_softmax_step` / `finalize`, which lower under Mosaic as they
@@ -21,7 +21,7 @@ bucket (T5's bucketing), so a tile wholly beyond the band adds one scalar per he
 With aligned blocks the bias of a tile depends only on `k_start - q_start` (T5's bias is
 Toeplitz), so the few tiles that touch the band (3 for 512 x 512 blocks) are built once per
 (example, head) into VMEM scratch, at the first tile, and reused by every query block. They are
-built from the bucket structure, not by bucketing each offset: `attention.offset_buckets`
+built from the bucket structure, not by bucketing each offset: `reference.offset_buckets`
 (host numpy, the same buckets as 'reference' on every platform) gives the offsets at which the
 bucket changes, so a 128 x 128 piece is a chain of compare/selects over the thresholds its
 offset range crosses, and a piece beyond the band is one constant. The bucket table rather than
@@ -54,8 +54,8 @@ from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import attention
-from t5align import blockwise
+from t5align.attention import reference
+from t5align.attention import blockwise
 
 Array = jax.Array
 
@@ -105,7 +105,7 @@ def _band(block_q: int, block_k: int) -> tuple[int, int, int]:
   MAX_DISTANCE - 1`, and deltas are multiples of `gcd(block_q, block_k)`.
   """
   step = math.gcd(block_q, block_k)
-  far = attention.MAX_DISTANCE
+  far = reference.MAX_DISTANCE
   first = -((block_k + far - 2) // step) * step
   last = ((block_q + far - 2) // step) * step
   return first, step, (last - first) // step + 1
@@ -123,7 +123,7 @@ def _bias_piece(table_ref, head, base: int, thresholds, rows: int, cols: int) ->
     rows, cols: static piece shape.
   """
   lo, hi = base - rows + 1, base + cols - 1
-  nb = attention.NUM_BUCKETS
+  nb = reference.NUM_BUCKETS
   start = [b for o, b in thresholds if o <= lo][-1]
   piece = jnp.full((rows, cols), table_ref[head * nb + start], jnp.float32)
   changes = [(o, b) for o, b in thresholds if lo < o <= hi]
@@ -137,8 +137,8 @@ def _bias_piece(table_ref, head, base: int, thresholds, rows: int, cols: int) ->
 
 def _thresholds(bidirectional: bool) -> tuple[tuple[int, int], ...]:
   """`((offset, bucket), ...)`: T5's bucket as a step function of the offset (host numpy)."""
-  far = attention.MAX_DISTANCE
-  buckets = attention.offset_buckets(bidirectional)  # [2 * far + 1]
+  far = reference.MAX_DISTANCE
+  buckets = reference.offset_buckets(bidirectional)  # [2 * far + 1]
   steps = [(-(2 ** 31) + 1, int(buckets[0]))]
   for i in range(1, len(buckets)):
     if buckets[i] != buckets[i - 1]:
@@ -161,7 +161,7 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
   nq, nk = pl.num_programs(1), pl.num_programs(2)
   first, step, count = _band(block_q, block_k)
   thresholds = _thresholds(bidirectional)
-  nb = attention.NUM_BUCKETS
+  nb = reference.NUM_BUCKETS
   far_left = table_ref[h * nb + thresholds[0][1]]
   far_right = table_ref[h * nb + thresholds[-1][1]]
 
@@ -194,7 +194,7 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
     live = live & (k_start <= q_start + block_q - 1)
     whole = whole & (k_start + block_k - 1 <= q_start)
   delta = k_start - q_start
-  far = attention.MAX_DISTANCE
+  far = reference.MAX_DISTANCE
   in_band = (delta > -(block_k + far - 1)) & (delta < block_q + far - 1)
 
   def attend(bias, masked: bool):
@@ -274,7 +274,7 @@ def _cost(batch: int, heads: int, padded: int, depth: int, block_q: int, block_k
   keys = tiles * block_k * (depth * (qk_bytes + v_bytes) + 4)
   # bias buckets [h * 32] and 1 / tau [b * h] float32; q_lo, q_hi, q_one, k_first, k_last
   # [b * nq] and k_lo, k_hi, k_one [b * nk] int32.
-  tables = 4 * (heads * attention.NUM_BUCKETS + batch * heads + batch * (5 * nq + 3 * nk))
+  tables = 4 * (heads * reference.NUM_BUCKETS + batch * heads + batch * (5 * nq + 3 * nk))
   return pl.CostEstimate(flops=batch * heads * per_pair * pairs,
                          transcendentals=batch * heads * pairs,
                          bytes_accessed=batch * heads * (rows + keys + depth * 4) + tables)
@@ -299,7 +299,7 @@ def pallas_tpu_attention(
     block_k: int | None = None,
     interpret: bool = False,
     vmem_limit_bytes: int | None = None,
-) -> tuple[Array, attention.RowStats | None]:
+) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with in-kernel T5 bias.
 
   Args:
@@ -327,7 +327,7 @@ def pallas_tpu_attention(
   padded = blockwise.round_up(length, multiple)
   nq, nk = padded // block_q, padded // block_k
   # [1 or b, 1 or h] -> [b * h]
-  inv_tau = 1.0 / jnp.broadcast_to(attention.head_temperature(temperature, batch, heads),
+  inv_tau = 1.0 / jnp.broadcast_to(reference.head_temperature(temperature, batch, heads),
                                    (batch, heads)).reshape(-1)
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
@@ -354,9 +354,9 @@ def pallas_tpu_attention(
   # Sum of v over the real keys (fully masked rows average it): [b, h, 1, d].
   v_sum = jnp.sum(value.astype(jnp.float32), axis=1)[:, :, None, :]
   table = rel_embedding.astype(jnp.float32).reshape(-1)  # [h * num_buckets]
-  if rel_embedding.shape[-1] != attention.NUM_BUCKETS:
+  if rel_embedding.shape[-1] != reference.NUM_BUCKETS:
     raise ValueError(f'rel_embedding has {rel_embedding.shape[-1]} buckets; the TPU kernel '
-                     f'takes {attention.NUM_BUCKETS}.')
+                     f'takes {reference.NUM_BUCKETS}.')
 
   def q_map(bh, i, j, *prefetch):
     del j, prefetch
@@ -430,4 +430,4 @@ def pallas_tpu_attention(
   if not with_stats:
     return out, None
   stats = stats[0]  # [b, h, 2, padded]
-  return out, attention.RowStats(pmax=stats[:, :, 0, :length], entropy=stats[:, :, 1, :length])
+  return out, reference.RowStats(pmax=stats[:, :, 0, :length], entropy=stats[:, :, 1, :length])

@@ -6,7 +6,7 @@ block_k]`: memory is O(L * block), never `[L, L]`. Each tile takes one of five p
 a `lax.switch`): a tile wholly beyond `MAX_DISTANCE` of the diagonal ('far': nearly every tile at
 long lengths) has one relative-position bias per head, folded into the row's softmax shift, not
 added per element; a near tile adds a window of the bias of every offset
-(`attention.bias_by_offset`, one contiguous copy per row); a tile whose queries and keys all share
+(`reference.bias_by_offset`, one contiguous copy per row); a tile whose queries and keys all share
 one segment gets no per-element mask; one where none do is skipped. The tile's tempered logits `(q.k
 + bias) / tau` are never materialized: `softmax_tile` shifts each row by its largest raw logit and
 tempers inside the exponential, and sums the entropy term as a dot. The values' sum (for fully
@@ -14,7 +14,7 @@ masked rows) is taken once per call. Block sizes are arguments (`Options`, from
 T5Config.attention_block_q / _k); None picks `default_blocks()` for the backend. On CPU a batch
 whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended a few examples at a time
 (`default_batch_block`, a `lax.map` over chunks of the batch). Same math as 'reference' (see
-attention.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout
+attention/reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout
 (training) uses t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key
 block, so it drops exactly the keys 'reference' (and t5x) drop.
 """
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import attention
+from t5align.attention import reference
 
 Array = jax.Array
 
@@ -41,14 +41,14 @@ class Options:
 
 
 def default_blocks(backend: str | None = None) -> tuple[int, int]:
-  """`(block_q, block_k)` for `backend` (default: `attention.target_platform()`, the traced
+  """`(block_q, block_k)` for `backend` (default: `reference.target_platform()`, the traced
   program's): measured on CPU, 512 x 512 elsewhere.
 
   CPU: 256 queries x 512 keys (a `[h, 256, 512]` float32 tile stays in cache; larger tiles
   measured slower on a 2-core machine, smaller ones no faster); accelerators: 512 x 512, large
   enough for their matmuls.
   """
-  if (backend or attention.target_platform()) == 'cpu':
+  if (backend or reference.target_platform()) == 'cpu':
     return 256, 512
   return 512, 512
 
@@ -67,7 +67,7 @@ def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
   for a batch of 50 in 256 x 512 tiles, 0.36 s with 64 x 64 tiles, 0.28 s one example at a time
   in 256 x 512 tiles.
   """
-  if (backend or attention.target_platform()) != 'cpu':
+  if (backend or reference.target_platform()) != 'cpu':
     return batch
   return max(1, min(batch, CPU_TILE_ELEMENTS // (heads * block_q * block_k)))
 
@@ -115,8 +115,8 @@ def tile_kinds(q_ids: Array, k_ids: Array, block_q: int, block_k: int,
   q_first = np.arange(nq)[:, None] * block_q  # [nq, 1]
   k_first = np.arange(nk)[None, :] * block_k  # [1, nk]
   q_last, k_last = q_first + block_q - 1, k_first + block_k - 1
-  far_left = q_first - k_last >= attention.MAX_DISTANCE  # [nq, nk]
-  far_right = k_first - q_last >= attention.MAX_DISTANCE  # [nq, nk]
+  far_left = q_first - k_last >= reference.MAX_DISTANCE  # [nq, nk]
+  far_right = k_first - q_last >= reference.MAX_DISTANCE  # [nq, nk]
 
   def summary(ids):
     """`[n, c, block]` -> per block and example: one segment throughout, its id, id range."""
@@ -349,8 +349,8 @@ def blockwise_attention(
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
     backend: str | None = None,
-) -> tuple[Array, attention.RowStats | None]:
-  """Self-attention with the T5 bias built block by block (see `layers.self_attention`).
+) -> tuple[Array, reference.RowStats | None]:
+  """Self-attention with the T5 bias built block by block (see `dispatch.self_attention`).
 
   Args:
     query: `[b, l, h, d]`.
@@ -359,7 +359,7 @@ def blockwise_attention(
     rel_embedding: `[h, num_buckets]` relative-position table.
     segment_ids: int `[b, l]`; 0 marks padding.
     temperature: per example and head, broadcastable to `[b, h]`
-      (`attention.head_temperature`); None for 1.
+      (`reference.head_temperature`); None for 1.
     bidirectional: encoder (True) or causal (False).
     dtype: dtype of the probabilities used against `value`.
     float32_logits: compute q.k in float32.
@@ -370,22 +370,22 @@ def blockwise_attention(
     batch_block: examples attended at once (a `lax.map` over chunks of the batch); None:
       `default_batch_block` (all of them but on CPU). Results agree to float32 rounding.
     dropout_rng: PRNG key, enables attention dropout: t5x's `[b, h, 1, l]` mask, drawn once
-      with `attention.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
+      with `reference.dropout_multiplier` (the same keys 'reference' drops for the same rng) and
       sliced per key block.
     dropout_rate: attention dropout rate.
     backend: the platform compiled for, which picks the default blocks and batch chunks; None:
-      jax's default backend (the dispatch passes the mesh's platform: `attention.target_platform`).
+      jax's default backend (the dispatch passes the mesh's platform: `reference.target_platform`).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
   batch, length, heads, depth = query.shape
-  tau = attention.head_temperature(temperature, batch, heads)  # [1 or b, 1 or h]
+  tau = reference.head_temperature(temperature, batch, heads)  # [1 or b, 1 or h]
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
-  lut = attention.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
+  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
   default_q, default_k = default_blocks(backend)
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = round_up(length, bq), round_up(length, bk)
@@ -397,7 +397,7 @@ def blockwise_attention(
   multiplier = None
   if dropout_rng is not None and dropout_rate > 0.0:
     # [b, h, 1, l] -> [b, h, 1, len_k]
-    multiplier = _pad_axis(attention.dropout_multiplier(
+    multiplier = _pad_axis(reference.dropout_multiplier(
         dropout_rng, dropout_rate, (batch, heads, length, length), jnp.float32), len_k, 3)
 
   def attend(q, k, v, ids, tau, mult):
@@ -420,10 +420,10 @@ def blockwise_attention(
     kinds, right = tile_kinds(q_ids, k_ids, bq, bk, bidirectional)  # [nq, nk] each
     # The bias of every offset a near tile holds (`tile_kinds`: within MAX_DISTANCE + block of
     # the diagonal), from `line_start` on: [h, 2 * (MAX_DISTANCE + bq + bk)].
-    line_start = -(attention.MAX_DISTANCE + bq + bk)
+    line_start = -(reference.MAX_DISTANCE + bq + bk)
     offsets = np.arange(line_start, -line_start, dtype=np.int32)
-    line = jnp.take(lut, np.clip(offsets, -attention.MAX_DISTANCE, attention.MAX_DISTANCE)
-                    + attention.MAX_DISTANCE, axis=1)
+    line = jnp.take(lut, np.clip(offsets, -reference.MAX_DISTANCE, reference.MAX_DISTANCE)
+                    + reference.MAX_DISTANCE, axis=1)
     scale = 1.0 / tau[:, :, None]  # [c or 1, h or 1, 1]
     # [h] -> [1, h, 1] tempered bias of far tiles, left and right of their queries.
     far_bias = [lut[None, :, col, None] * scale for col in (0, -1)]
@@ -459,7 +459,7 @@ def blockwise_attention(
               offset = jnp.where(is_right, far_bias[1], far_bias[0])  # [c or 1, h, 1]
             allowed = None
             if masked:
-              allowed = attention.mask_from_ids(qb_ids, kb_ids)  # [c, 1, bq, bk]
+              allowed = reference.mask_from_ids(qb_ids, kb_ids)  # [c, 1, bq, bk]
               if not bidirectional:
                 k_pos = k_start + jnp.arange(bk, dtype=jnp.int32)  # [bk]
                 allowed = allowed & (k_pos[None, :] <= q_pos[:, None])
@@ -502,4 +502,4 @@ def blockwise_attention(
   out = out[:, :length].astype(out_dtype)
   if not with_stats:
     return out, None
-  return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
+  return out, reference.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])

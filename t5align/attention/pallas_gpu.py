@@ -1,11 +1,11 @@
 """Pallas GPU ('pallas' on GPU, 'pallas_gpu') self-attention kernel with the T5 bias in-kernel.
 
 Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
-over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
+over key tiles with the online softmax of attention/blockwise.py, returning the output and per-row P_max and
 entropy. The bias never leaves the kernel: beyond `MAX_DISTANCE` every offset shares the last
 bucket of its side (T5's bucketing), so key tiles entirely left or right of the band
 `|key - query| < MAX_DISTANCE` use one constant per head and side; tiles touching the band compute
-buckets from their offsets with `attention.relative_position_bucket`. Three loops (far left, band,
+buckets from their offsets with `reference.relative_position_bucket`. Three loops (far left, band,
 far right) with bounds from the program id replace per-tile branching.
 
 Backend: Triton, chosen explicitly with `pltriton.CompilerParams` (jax's default Pallas GPU
@@ -33,8 +33,8 @@ from jax.experimental.pallas import triton as pltriton
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import attention
-from t5align import blockwise
+from t5align.attention import reference
+from t5align.attention import blockwise
 
 Array = jax.Array
 
@@ -69,7 +69,7 @@ def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_r
   qi = pl.program_id(1)
   padded = k_ref.shape[0]
   num_k_blocks = padded // block_k
-  num_buckets = attention.NUM_BUCKETS
+  num_buckets = reference.NUM_BUCKETS
   q_start = qi * block_q
   q = q_ref[...]  # [bq, d]
   q_ids = ids_ref[pl.ds(q_start, block_q)]  # [bq]
@@ -80,15 +80,15 @@ def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_r
 
   def bucket_of(offset: int) -> int:
     with jax.ensure_compile_time_eval():
-      return int(attention.relative_position_bucket(np.int32(offset), bidirectional))
+      return int(reference.relative_position_bucket(np.int32(offset), bidirectional))
 
   # NOTE: |key - query| >= MAX_DISTANCE lands in the last bucket of its side.
-  far = attention.MAX_DISTANCE
+  far = reference.MAX_DISTANCE
   left_bias, right_bias = table[bucket_of(-far)], table[bucket_of(far)]
 
   def band_bias(offsets):
     """`[bq, bk]` relpos bias from offsets: bucket, then a 32-way select (no gather)."""
-    buckets = attention.relative_position_bucket(offsets, bidirectional, num_buckets)
+    buckets = reference.relative_position_bucket(offsets, bidirectional, num_buckets)
     bias = jnp.zeros(offsets.shape, jnp.float32)
     for n in range(num_buckets):
       bias = jnp.where(buckets == n, table[n], bias)
@@ -149,7 +149,7 @@ def pallas_attention(
     num_warps: int = 4,
     num_stages: int = 2,
     interpret: bool = False,
-) -> tuple[Array, attention.RowStats | None]:
+) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
 
   `block_q` / `block_k` None: `default_blocks()`; `num_warps` / `num_stages`: Triton's launch
@@ -164,7 +164,7 @@ def pallas_attention(
     if size & (size - 1):
       raise ValueError(f'{name}={size} must be a power of 2.')
   # [1 or b, 1 or h] -> [b, h]
-  tau = jnp.broadcast_to(attention.head_temperature(temperature, batch, heads), (batch, heads))
+  tau = jnp.broadcast_to(reference.head_temperature(temperature, batch, heads), (batch, heads))
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
@@ -175,7 +175,7 @@ def pallas_attention(
   ids = pad(segment_ids.astype(jnp.int32))  # [b, padded]
   # [h, 32], [b, h] -> [b * h, _PARAMS]
   table = jnp.broadcast_to(rel_embedding.astype(jnp.float32),
-                           (batch, heads, attention.NUM_BUCKETS))
+                           (batch, heads, reference.NUM_BUCKETS))
   tau_col = tau[:, :, None]  # [b, h, 1]
   params = jnp.concatenate([table, tau_col], axis=-1)
   params = jnp.pad(params, [(0, 0), (0, 0), (0, _PARAMS - params.shape[-1])])
@@ -214,4 +214,4 @@ def pallas_attention(
   out = out[:, :length]  # [b, padded, h, d] -> [b, l, h, d]
   if not with_stats:
     return out, None
-  return out, attention.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
+  return out, reference.RowStats(pmax=pmax[..., :length], entropy=entropy[..., :length])
