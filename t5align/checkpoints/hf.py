@@ -13,8 +13,8 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import checkpoints_mesh_tf as mesh_tf
-from t5align import checkpoints_store as store
+from t5align.checkpoints import mesh_tf
+from t5align.checkpoints import store
 from t5align.runtime import outputs
 
 _HF_WEIGHT_FILES = ('model.safetensors.index.json', 'model.safetensors',

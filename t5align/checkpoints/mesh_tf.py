@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from t5align import checkpoints_store as store
+from t5align.checkpoints import store
 from t5align.runtime import fileio
 
 UNMAPPED = 'unmapped'  # Top-level key for source names no mapping rule knows.

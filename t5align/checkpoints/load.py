@@ -1,13 +1,5 @@
-"""T5 checkpoints of any supported format, loaded strictly: `load_params`.
-
-Formats (one module each): T5X legacy and Orbax, plus the T5X writer (`checkpoints_t5x`),
-HuggingFace (`checkpoints_hf`), Mesh-TF (`checkpoints_mesh_tf`); trees, locations and timed
-remote reads (`checkpoints_store`). Every reader returns the T5X 'params' tree
-(t5x/examples/t5/network.py names, kernels `[in, out]`) as a nested dict of numpy arrays in the
-stored dtype. `load_params` adds format detection, an explicit dtype policy and a strict check
-against `network.param_shapes(config)` that raises one `CheckpointMismatchError` naming every
-missing, unexpected and mis-shaped parameter. With a `mesh`, `load_params` returns sharded
-`jax.Array`s and reads T5X checkpoints per device slice.
+"""The loader: `load_params` (format detection, dtype policy, strict shape check, sharded reads
+with a `mesh`), `read_params`, `infer_config`; the formats' readers are its sibling modules.
 
 Paths inside the tree are '/'-joined (`encoder/layers_0/attention/query/kernel`).
 """
@@ -27,46 +19,11 @@ import numpy as np
 from t5align.runtime import fileio
 from t5align import network
 from t5align.runtime import validate
-# The readers, writer and shared names, importable from here as before the split.
-from t5align.checkpoints_hf import hf_config_hints
-from t5align.checkpoints_hf import hf_flax_to_state_dict
-from t5align.checkpoints_hf import params_from_hf_state_dict
-from t5align.checkpoints_hf import read_hf_checkpoint
-from t5align.checkpoints_hf import read_hf_config
-from t5align.checkpoints_mesh_tf import params_from_mesh_tf
-from t5align.checkpoints_mesh_tf import read_mesh_tf_checkpoint
-from t5align.checkpoints_mesh_tf import UNMAPPED
-from t5align.checkpoints_store import CheckpointDtypeError
-from t5align.checkpoints_store import CheckpointMismatchError
-from t5align.checkpoints_store import CheckpointReadError
-from t5align.checkpoints_store import exists
-from t5align.checkpoints_store import flatten_params
-from t5align.checkpoints_store import is_gcs
-from t5align.checkpoints_store import kvstore_spec
-from t5align.checkpoints_store import Params
-from t5align.checkpoints_store import unflatten_params
-from t5align.checkpoints_t5x import adafactor_param_state
-from t5align.checkpoints_t5x import LazyArray
-from t5align.checkpoints_t5x import lazy_orbax_arrays
-from t5align.checkpoints_t5x import lazy_t5x_arrays
-from t5align.checkpoints_t5x import orbax_params_metadata
-from t5align.checkpoints_t5x import orbax_state_dir
-from t5align.checkpoints_t5x import read_t5x_checkpoint
-from t5align.checkpoints_t5x import read_t5x_orbax_checkpoint
-from t5align.checkpoints_t5x import resolve_ts_spec
-from t5align.checkpoints_t5x import save_t5x_checkpoint
-from t5align.checkpoints_t5x import t5x_checkpoint_paths
+from t5align.checkpoints import hf
+from t5align.checkpoints import mesh_tf
+from t5align.checkpoints import store
+from t5align.checkpoints import t5x
 
-__all__ = [  # What `t5align.checkpoints` offers: the loader, plus each format module's API.
-    'CheckpointDtypeError', 'CheckpointMismatchError', 'CheckpointReadError',
-    'DEFAULT_SOURCE_DTYPES', 'FORMATS', 'Params', 'UNMAPPED', 'adafactor_param_state',
-    'cast_params', 'check_params', 'detect_format', 'embedding_rows', 'flatten_params',
-    'hf_config_hints', 'hf_flax_to_state_dict', 'infer_config', 'kvstore_spec', 'load_params',
-    'params_from_hf_state_dict', 'params_from_mesh_tf', 'read_hf_checkpoint',
-    'read_mesh_tf_checkpoint', 'read_params', 'read_t5x_checkpoint',
-    'read_t5x_orbax_checkpoint', 'resolve_ts_spec', 'save_t5x_checkpoint',
-    't5x_checkpoint_paths', 'unflatten_params',
-]
 
 FORMATS = ('t5x', 't5x_orbax', 'hf', 'mesh_tf')
 DEFAULT_SOURCE_DTYPES = ('float32', 'bfloat16', 'float16')  # Stored dtypes cast without asking.
@@ -78,8 +35,8 @@ DEFAULT_SOURCE_DTYPES = ('float32', 'bfloat16', 'float16')  # Stored dtypes cast
 def detect_format(path: str) -> str:
   """One of `FORMATS` for a checkpoint path, from the files it holds."""
   path = str(path).rstrip('/')
-  if is_gcs(path):
-    if posixpath.basename(path) == 'checkpoint' or exists(fileio.join(path, 'checkpoint')):
+  if store.is_gcs(path):
+    if posixpath.basename(path) == 'checkpoint' or store.exists(fileio.join(path, 'checkpoint')):
       return 't5x'
     return 't5x_orbax'
   if not os.path.exists(path) and not os.path.exists(path + '.index'):
@@ -93,7 +50,7 @@ def detect_format(path: str) -> str:
                      'or a Mesh-TF checkpoint prefix.')
   if os.path.isfile(path) or os.path.isfile(os.path.join(path, 'checkpoint')):
     return 't5x'
-  if os.path.exists(os.path.join(orbax_state_dir(path), '_METADATA')):
+  if os.path.exists(os.path.join(t5x.orbax_state_dir(path), '_METADATA')):
     return 't5x_orbax'
   if os.path.exists(os.path.join(path, 'config.json')):
     return 'hf'
@@ -101,11 +58,11 @@ def detect_format(path: str) -> str:
                    '`state/`, HF `config.json` or TF `.index` file.')
 
 
-_READERS = {'t5x': read_t5x_checkpoint, 't5x_orbax': read_t5x_orbax_checkpoint,
-            'hf': read_hf_checkpoint, 'mesh_tf': read_mesh_tf_checkpoint}
+_READERS = {'t5x': t5x.read_t5x_checkpoint, 't5x_orbax': t5x.read_t5x_orbax_checkpoint,
+            'hf': hf.read_hf_checkpoint, 'mesh_tf': mesh_tf.read_mesh_tf_checkpoint}
 
 
-def read_params(path: str, *, format: str = 'auto') -> Params:  # pylint: disable=redefined-builtin
+def read_params(path: str, *, format: str = 'auto') -> store.Params:  # pylint: disable=redefined-builtin
   """Reads any supported checkpoint into the T5X tree, unchecked and in its stored dtypes."""
   format = detect_format(path) if format == 'auto' else format
   if format not in _READERS:
@@ -155,11 +112,11 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], source:
 
   `expected` leaves are anything with a `.shape`, e.g. `jax.ShapeDtypeStruct`.
   """
-  got = {k: tuple(np.shape(v)) for k, v in flatten_params(params).items()}
-  want = {k: tuple(v.shape) for k, v in flatten_params(expected).items()}
+  got = {k: tuple(np.shape(v)) for k, v in store.flatten_params(params).items()}
+  want = {k: tuple(v.shape) for k, v in store.flatten_params(expected).items()}
   mismatched = {k: (got[k], want[k]) for k in got.keys() & want.keys() if got[k] != want[k]}
   if mismatched or got.keys() != want.keys():
-    raise CheckpointMismatchError(want.keys() - got.keys(), got.keys() - want.keys(), mismatched,
+    raise store.CheckpointMismatchError(want.keys() - got.keys(), got.keys() - want.keys(), mismatched,
                                   source)
 
 
@@ -168,26 +125,26 @@ def _check_source_dtypes(dtypes: Mapping[str, Any], source_dtypes: tuple[str, ..
   bad = {k: np.dtype(d).name for k, d in dtypes.items() if np.dtype(d).name not in source_dtypes}
   if bad:
     lines = '\n'.join(f'  {k}: {d}' for k, d in sorted(bad.items()))
-    raise CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass them '
+    raise store.CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass them '
                                f'to allow a cast):\n{lines}')
 
 
 def cast_params(params: Mapping[str, Any], dtype: Any = np.float32, *,
-                source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES) -> Params:
+                source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES) -> store.Params:
   """Casts every array to `dtype`, refusing stored dtypes not named in `source_dtypes`.
 
   Raises:
     CheckpointDtypeError: listing every parameter whose stored dtype is not allowed.
   """
-  flat = flatten_params(params)
+  flat = store.flatten_params(params)
   _check_source_dtypes({k: np.asarray(v).dtype for k, v in flat.items()}, source_dtypes)
   dtype = np.dtype(dtype)
-  return unflatten_params({k: np.ascontiguousarray(np.asarray(v).astype(dtype, copy=False))
+  return store.unflatten_params({k: np.ascontiguousarray(np.asarray(v).astype(dtype, copy=False))
                            for k, v in flat.items()})
 
 
 @functools.lru_cache(maxsize=16)
-def _param_shapes(config: network.T5Config) -> Params:
+def _param_shapes(config: network.T5Config) -> store.Params:
   return network.param_shapes(config)  # Memoized: tracing the model takes about a second.
 
 
@@ -215,7 +172,7 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
                 mesh: jax.sharding.Mesh | None = None,
                 rules: Any = None,
                 check_finite: bool = True,
-                ) -> tuple[Params, network.T5Config]:
+                ) -> tuple[store.Params, network.T5Config]:
   """Reads a checkpoint of any supported format, checks it strictly and casts it.
 
   With `mesh`, the parameters come back as `jax.Array`s placed with
@@ -263,8 +220,8 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
   else:
     params = read_params(path, format=format)
     try:
-      hints = hf_config_hints(read_hf_config(str(path))) if format == 'hf' else {}
-    except CheckpointReadError:
+      hints = hf.hf_config_hints(hf.read_hf_config(str(path))) if format == 'hf' else {}
+    except store.CheckpointReadError:
       raise
     except ValueError as e:
       raise ValueError(f'{os.path.join(str(path), "config.json")}: {e}') from e
@@ -284,14 +241,14 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
 # Sharded T5X loading.
 
 
-def _whole_array(lazy: LazyArray, dtype: Any) -> tuple[np.ndarray, int]:
+def _whole_array(lazy: t5x.LazyArray, dtype: Any) -> tuple[np.ndarray, int]:
   """`lazy` read whole and cast, and its number of NaN / inf values."""
   data = np.ascontiguousarray(
       lazy.read(tuple(slice(0, n) for n in lazy.shape)).astype(dtype, copy=False))
   return data, validate.nonfinite_count(data)
 
 
-def _local_bytes(lazy: LazyArray, sharding: jax.sharding.Sharding | None, dtype: Any) -> int:
+def _local_bytes(lazy: t5x.LazyArray, sharding: jax.sharding.Sharding | None, dtype: Any) -> int:
   """Bytes this process holds of `lazy` cast to `dtype`: its distinct local shards (all of it
   without a sharding)."""
   if sharding is None:
@@ -301,7 +258,7 @@ def _local_bytes(lazy: LazyArray, sharding: jax.sharding.Sharding | None, dtype:
   return sum(math.prod(b - a for a, b in box) for box in slices) * np.dtype(dtype).itemsize
 
 
-def _sharded_array(lazy: LazyArray, sharding: jax.sharding.Sharding,
+def _sharded_array(lazy: t5x.LazyArray, sharding: jax.sharding.Sharding,
                    dtype: Any) -> tuple[jax.Array, int]:
   """A global array holding `lazy`; this process reads only the slices its devices hold.
 
@@ -360,7 +317,7 @@ def _release_free_heap() -> None:
 def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
                   config: network.T5Config | None, dtype: Any,
                   source_dtypes: tuple[str, ...], mesh: jax.sharding.Mesh | None,
-                  rules: Any) -> tuple[Params, network.T5Config, dict[str, int]]:
+                  rules: Any) -> tuple[store.Params, network.T5Config, dict[str, int]]:
   """`load_params` for T5X legacy and Orbax checkpoints: sharded over `mesh`, or whole (numpy)
   without one.
 
@@ -372,19 +329,19 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
   from t5align import memory  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   if format == 't5x':
-    stored = lazy_t5x_arrays(path)
+    stored = t5x.lazy_t5x_arrays(path)
   else:
-    state_dir, _, item = orbax_params_metadata(path)
-    stored = lazy_orbax_arrays(state_dir, item)
+    state_dir, _, item = t5x.orbax_params_metadata(path)
+    stored = t5x.lazy_orbax_arrays(state_dir, item)
   dtype = np.dtype(dtype)
   # At least this process's share (all of it without a mesh, else as if spread evenly over the
   # devices): checked first, as a corrupt shape can be too large even to infer a config from.
   share = 1.0 if mesh is None else jax.local_device_count() / jax.device_count()
   memory.check_host_fits({k: (int(math.prod(v.shape) * dtype.itemsize * share), v.shape)
                           for k, v in stored.items()}, f'checkpoint {path}', dtype)
-  config = _checked_config(unflatten_params(stored), config, path, {})
+  config = _checked_config(store.unflatten_params(stored), config, path, {})
   _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
-  shardings = (flatten_params(partitioning.param_shardings(config, mesh, rules))
+  shardings = (store.flatten_params(partitioning.param_shardings(config, mesh, rules))
                if mesh is not None else dict.fromkeys(stored))
   memory.check_host_fits({k: (_local_bytes(v, shardings[k], dtype), v.shape)
                           for k, v in stored.items()}, f'checkpoint {path}', dtype)
@@ -400,7 +357,7 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
     names = sorted(nonfinite)
     everyone = multihost_utils.process_allgather(np.array([nonfinite[k] for k in names]))
     nonfinite = dict(zip(names, np.asarray(everyone).reshape(-1, len(names)).max(0).tolist()))
-  return unflatten_params({k: arrays[k] for k in stored}), config, nonfinite
+  return store.unflatten_params({k: arrays[k] for k in stored}), config, nonfinite
 
 
 def embedding_rows(path: str, format: str = 'auto') -> int:  # pylint: disable=redefined-builtin
@@ -409,12 +366,12 @@ def embedding_rows(path: str, format: str = 'auto') -> int:  # pylint: disable=r
   vocab_size); Mesh-TF checkpoints are read."""
   format = detect_format(path) if format == 'auto' else format
   if format == 't5x':
-    return int(lazy_t5x_arrays(str(path))['token_embedder/embedding'].shape[0])
+    return int(t5x.lazy_t5x_arrays(str(path))['token_embedder/embedding'].shape[0])
   if format == 't5x_orbax':
-    _, _, item = orbax_params_metadata(str(path))
-    return int(flatten_params(item)['token_embedder/embedding'].shape[0])
+    _, _, item = t5x.orbax_params_metadata(str(path))
+    return int(store.flatten_params(item)['token_embedder/embedding'].shape[0])
   if format == 'hf':
-    rows = read_hf_config(str(path)).get('vocab_size')
+    rows = hf.read_hf_config(str(path)).get('vocab_size')
     if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0:
       return rows
   return int(np.shape(read_params(path, format=format)['token_embedder']['embedding'])[0])
