@@ -184,8 +184,8 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   length = 1000
   keys = jax.random.split(jax.random.PRNGKey(42), 4)
   q, k, v = (jax.random.normal(key, (2, length, heads, depth), dtype) for key in keys[:3])

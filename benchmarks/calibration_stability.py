@@ -22,10 +22,10 @@ import sys
 import time
 
 
-from t5align.shipped import assets
 from t5align import calibration
 from t5align import demo
 from t5align.runtime import fileio
+from t5align.shipped import assets
 
 
 def measure(num_samples: int, seeds: int, strategies: tuple[str, ...], params, config, vocab,

@@ -11,7 +11,7 @@ Run from the repository root:
 
 
 Random weights. 'forward' is one encoder pass (batch 1); 'calibration' is the encoder's mean
-P_max/entropy at 11 temperatures (t5align: `calibration_stats.encoder_attention_stats`, the
+P_max/entropy at 11 temperatures (t5align: `stats.encoder_attention_stats`, the
 compiled sweep calibration runs, taus vmapped `default_tau_chunk()` at a time; HF: 11 passes with
 tau applied by setting T5Attention.scaling = 1/tau and dividing the shared position bias by tau,
 statistics taken in forward hooks; HF draws its own random weights, so its statistics are of
@@ -155,7 +155,7 @@ def _check_worker(spec: dict) -> dict:
   """
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import stats  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   length = spec['length']
   config = _config(spec)
@@ -173,7 +173,7 @@ def _check_worker(spec: dict) -> dict:
           {'params': p}, t, method=model.encode, enable_dropout=False))(params, tokens)
       for_impl[impl] = np.asarray(out, np.float64)[real]
     else:
-      out = calibration_stats.encoder_attention_stats(params, model.config, tokens,
+      out = stats.encoder_attention_stats(params, model.config, tokens,
                                                       [1.0, 0.75, 0.5])
       for_impl[impl] = {'pmax': out.pmax, 'entropy': out.entropy}
   got, ref = for_impl[spec['impl']], for_impl['reference']
@@ -221,7 +221,7 @@ def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import stats  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   dtype = jnp.dtype(spec['dtype'])
@@ -242,13 +242,13 @@ def _jax_worker(spec: dict) -> dict:
     call = lambda: fn(params, tokens)
   else:  # What calibration runs: the library's compiled sweep (taus over 'tau', chunked).
     host_tokens = np.asarray(tokens)
-    call = lambda: calibration_stats.encoder_attention_stats(params, config, host_tokens, TAUS,
+    call = lambda: stats.encoder_attention_stats(params, config, host_tokens, TAUS,
                                                              mesh=mesh)
   result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'], _peak(spec))
   if spec['kind'] == 'calibration':
     result['pmax'] = [round(float(x), 5) for x in out.pmax]
     result['entropy'] = [round(float(x), 4) for x in out.entropy]
-    result['tau_chunk'] = calibration_stats.default_tau_chunk()
+    result['tau_chunk'] = stats.default_tau_chunk()
   weights = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   return {**result, 'device': str(jax.devices()[0].device_kind), 'mesh': dict(mesh.shape),
           'weights_bytes': int(weights), 'baseline_rss_bytes': baseline}

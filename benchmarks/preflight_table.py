@@ -32,8 +32,8 @@ import tempfile
 import textwrap
 import time
 
-from t5align.runtime import fileio
 from t5align import preflight
+from t5align.runtime import fileio
 from t5align.runtime import tpu_chips
 
 MODELS = {'xl': 'gin/models/flan_t5/xl.gin', 'xxl': 'gin/models/flan_t5/xxl.gin'}

@@ -7,8 +7,8 @@ metrics,catalog}`) still work, and `import seqio_tasks.tasks` raises the ImportE
 Gin (dynamic registration, `import seqio_tasks`): `seqio_tasks.options.*` (example counts, seed,
 user files), `seqio_tasks.vocabulary_path.path`, `seqio_tasks.data.data_dir.path`.
 """
-from seqio_tasks import data
 from seqio_tasks.catalog import options
+from seqio_tasks import data
 
 __all__ = ['data', 'options']
 

@@ -19,14 +19,14 @@ import gin
 import jax
 import numpy as np
 
-from t5align.runtime import batching
 from t5align import calibration
 from t5align import gin_cli
+from t5align import run_identity
+from t5align.runtime import batching
 from t5align.runtime import multihost
 from t5align.runtime import outputs
-from t5align import run_identity
-from t5align import schedule as schedule_lib
 from t5align.runtime import validate
+from t5align import schedule as schedule_lib
 from t5align import vocabularies
 
 if TYPE_CHECKING:  # Annotations only: the model is imported where the run needs it.
@@ -314,8 +314,8 @@ def run(
   """
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
-  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   _check_settings(checkpoint_path, output_path, (text_file, seqio_task, jsonl_file), lengths,
                   strategies, reference_length, num_samples, seed, batch_size, tau_batch_size,
                   params_dtype, grid, tol, mesh_shape)
@@ -352,11 +352,11 @@ def run(
       'per_task': bool(per_task), 'reference_tasks': reference_tasks, 'grid': list(grid),
       'tol': tol, 'mesh_shape': mesh_shape})
   # Every process must run the same command: compared before any weight is read.
-  multihost.check_same({'gin': run_identity.gin_config(ignore=()), **identity})
+  run_identity.check_same_processes({'gin': run_identity.gin_config(ignore=()), **identity})
   log_path = progress_path(output_path)
-  log = multihost.on_writer(lambda: schedule_lib.CalibrationLog(log_path, identity),
+  log = multihost.on_writer(lambda: calibration.CalibrationLog(log_path, identity),
                             f'opening {log_path}')
-  previous = schedule_lib.resumed_calibrations(
+  previous = calibration.resumed_calibrations(
       multihost.broadcast_json(log.done() if log is not None else {}), log_path)
   if previous and multihost.is_writer():
     print(f'resuming: {len(previous)} calibrations done before are in {log_path}',
@@ -383,7 +383,7 @@ def run(
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
   progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
-  schedule = schedule_lib.build_schedule(
+  schedule = calibration.build_schedule(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
                   'params_dtype': params_dtype,
@@ -393,7 +393,7 @@ def run(
       progress=progress, previous=previous, record=record, mesh=mesh, batch_size=batch_size,
       tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
   if inputs:
-    tasks = schedule_lib.calibrate_tasks(
+    tasks = calibration.calibrate_tasks(
         params, config, inputs, strategies, reference_length=reference_length,
         progress=progress, previous=previous, record=record, mesh=mesh, batch_size=batch_size,
         tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
@@ -412,7 +412,7 @@ def run(
     print(f'wrote {output_path}', file=sys.stderr)
   multihost.barrier('t5align.calibrate:schedule')
   if analysis_dir:
-    from t5align import analysis  # pylint: disable=g-import-not-at-top
+    from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
     numbers = analysis.collect(params, config, tokens, lengths, reference_length=reference_length,
                                grid=grid, eos_id=eos_id, mesh=mesh, batch_size=batch_size,
                                tau_batch_size=tau_batch_size, memo=memo)

@@ -34,22 +34,22 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from t5align.shipped import assets
-from t5align.runtime import batching
 from t5align import calibration
 from t5align import checkpoints
-from t5align.runtime import fileio
-from t5align.shipped import heldout
 from t5align import labels
-from t5align.runtime import multihost
 from t5align import network
-from t5align.runtime import outputs
 from t5align import partitioning
 from t5align import report
 from t5align import run_identity
-from t5align import schedule as schedule_lib
-from t5align.shipped import train_data
+from t5align.runtime import batching
+from t5align.runtime import fileio
+from t5align.runtime import multihost
+from t5align.runtime import outputs
 from t5align.runtime import validate
+from t5align import schedule as schedule_lib
+from t5align.shipped import assets
+from t5align.shipped import heldout
+from t5align.shipped import train_data
 from t5align import vocabularies
 
 # Strategies the full mode calibrates; all but `TABULATED` are also evaluated (report rows).
@@ -321,7 +321,7 @@ def task_calibration_inputs(vocab, task: str, lengths: Sequence[int], reference_
                             per_task: int | Mapping[int, int], seed: int = CALIBRATION_SEED,
                             num_references: int | None = None) -> list[tuple]:
   """Per length L_ex: (`[n_L, L_ex]` the task's held-out prompts filled to L_ex,
-  `[n_ref, L_tr]` the same task's prompts at L_tr), for `schedule.calibrate_tasks`: the
+  `[n_ref, L_tr]` the same task's prompts at L_tr), for `calibration.calibrate_tasks`: the
   paper's per-task calibration, its L_tr reference being the task at its training length.
 
   `per_task`: n_L, one count for every length or {L_ex: count}; `num_references`: n_ref
@@ -493,7 +493,7 @@ def observations(results: Mapping[str, Any], plan: Plan) -> list[str]:
 def plot_accuracy(results: Mapping[str, Any], plan: Plan, path: str) -> None:
   """Accuracy vs length, one panel per task, one line per row with its 95% Wilson interval,
   L_tr marked; the legend below the panels."""
-  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
   plt = analysis.pyplot()
   trials = results['settings']['num_examples']
   lengths = np.asarray(plan.eval_lengths, np.float64)
@@ -601,7 +601,7 @@ def calibrate_per_task(params, config, prompts: Mapping[str, Mapping[int, np.nda
   out = {task: {s: [] for s in plan.strategies} for task in prompts}
   for L in reversed(plan.lengths):
     for task in prompts:
-      found = schedule_lib.calibrate_tasks(
+      found = calibration.calibrate_tasks(
           params, config, {task: (prompts[task][L], references[task])}, plan.strategies,
           reference_length=plan.reference_length, mesh=mesh, memo=memo, tau_batch_size=1,
           progress=lambda d, t, c, task=task: progress(c, task))
@@ -627,7 +627,7 @@ def claim_outputs(output_dir: str):
 
 
 def _execute(settings: Settings) -> dict[str, Any]:
-  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
   start = time.time()
   phases = Phases()
   output_dir = settings.output_dir
@@ -774,7 +774,7 @@ def _calibrate(params, config, plan: Plan, prompts, references, identity, memo, 
     if 'grid' in {calibration.parse_strategy(s)[1] for s in plan.pooled}:
       memo.pooled_stats(params, config, groups, calibration.PAPER_GRID, mesh, tau_batch_size=1)
     pooled_inputs.append((np.concatenate(groups), np.concatenate(refs)))
-  pooled = schedule_lib.calibrate_tasks(
+  pooled = calibration.calibrate_tasks(
       params, config, {'pooled': list(reversed(pooled_inputs))}, plan.pooled,
       reference_length=plan.reference_length, mesh=mesh, memo=memo, tau_batch_size=1,
       progress=lambda d, t, c: progress(c, 'pooled', 0))['pooled']

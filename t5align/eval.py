@@ -18,8 +18,8 @@ targets. The model runs on a ('data', 'model') mesh over all devices (NUM_PARTIT
 'model', parameters sharded by their logical axes, batches split along 'data').
 
 Several processes (a TPU pod's hosts; JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
-JAX_PROCESS_ID elsewhere, see `t5align.runtime.multihost`) run the same command: the mesh spans every
-process's devices, each process places only its rows of each batch, predictions are gathered,
+JAX_PROCESS_ID elsewhere, see `t5align.runtime.multihost`) run the same command: the mesh spans
+every process's devices, each process places only its rows of each batch, predictions are gathered,
 and process 0 alone writes the task folders (resume included).
 
 seqio is imported inside functions only; the library part is `t5align.evaluation`.
@@ -38,21 +38,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5align.runtime import batching
 from t5align import checkpoints
+from t5align.evaluation import predictions
 from t5align.evaluation import scoring
-from t5align.runtime import fileio
+from t5align.evaluation import temperature as temperature_lib
 from t5align import gin_cli
 from t5align import memory
-from t5align.runtime import multihost
 from t5align import network
-from t5align.runtime import outputs
 from t5align import partitioning
-from t5align.evaluation import predictions
 from t5align import run_identity
-from t5align import schedule as schedule_lib
-from t5align.evaluation import temperature as temperature_lib
+from t5align.runtime import batching
+from t5align.runtime import fileio
+from t5align.runtime import multihost
+from t5align.runtime import outputs
 from t5align.runtime import validate
+from t5align import schedule as schedule_lib
 
 DEFAULT_MAX_DECODE_LENGTH = 64
 INPUT_WIDTH_MULTIPLE = 128  # Batches are padded to a multiple of this many tokens.
@@ -204,12 +204,13 @@ def evaluate(*,
   vocabulary_ids = {t: run_identity.vocabulary_fingerprint(v) for t, v in vocabularies.items()}
   options = catalog.options()
   # Every process must run the same command: compared before any checkpoint is read.
-  multihost.check_same({'gin': run_identity.gin_config(ignore=()), 'task_options': options,
-                        'vocabularies': vocabulary_ids, 'arguments': {
-                            'checkpoint_path': str(checkpoint_path), 'output_dir': str(output_dir),
-                            'tasks': [t.name for t in tasks], 'temperature': temperature,
-                            'schedule_path': schedule_path, 'num_examples': num_examples,
-                            'split': split, 'truncate_inputs': truncate_inputs}})
+  run_identity.check_same_processes({
+      'gin': run_identity.gin_config(ignore=()), 'task_options': options,
+      'vocabularies': vocabulary_ids, 'arguments': {
+          'checkpoint_path': str(checkpoint_path), 'output_dir': str(output_dir),
+          'tasks': [t.name for t in tasks], 'temperature': temperature,
+          'schedule_path': schedule_path, 'num_examples': num_examples,
+          'split': split, 'truncate_inputs': truncate_inputs}})
   rows = checkpoints.embedding_rows(checkpoint_path)
   for name, vocab in vocabularies.items():
     files = ','.join(run_identity.vocabulary_files(vocab))

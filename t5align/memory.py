@@ -41,8 +41,8 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from t5align.runtime import batching
 from t5align import network
+from t5align.runtime import batching
 
 GiB = 2**30
 

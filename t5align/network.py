@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5align.attention import reference
 from t5align.attention import dispatch
+from t5align.attention import reference
 from t5align import layers
 from t5align.runtime import validate
 
@@ -428,7 +428,7 @@ def mean_row_stats(stats: dict[str, Array]) -> dict[str, Array]:
 
   The one average of the row statistics: of one `encoder_row_stats` (jax arrays, traceable), and
   of a calibration sweep's float64 sums accumulated across calls (numpy in, numpy out, with
-  leading `[t]` candidate axes: `calibration_stats.encoder_attention_stats`).
+  leading `[t]` candidate axes: `calibration.stats.encoder_attention_stats`).
   A batch without any non-pad row has nothing to average: concrete stats raise ValueError; traced
   ones (inside jit, where nothing can be raised) give 0 rather than NaN (0/0).
 

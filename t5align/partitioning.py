@@ -26,8 +26,8 @@ from flax.linen import partitioning as nn_partitioning
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from t5align import network
 from t5align.attention import dispatch
+from t5align import network
 
 EVAL_AXES = ('data', 'model')
 CALIBRATION_AXES = ('tau', 'data', 'model')

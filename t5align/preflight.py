@@ -18,7 +18,7 @@ lowered with abstract arguments (shapes from the model's gin file via `jax.eval_
 checkpoint) and compiled by XLA's TPU compiler:
   eval         `evaluation.partitioned_greedy_decode`: encoder, then greedy decoding
                (MAX_DECODE_LENGTH steps, default 64, counted without an early stop);
-  calibration  `calibration_stats.sweep_fn`: the encoder swept over a tau batch
+  calibration  `stats.sweep_fn`: the encoder swept over a tau batch
                (TAU_BATCH_SIZE, default the grid's 11 candidates), with its statistics.
 Printed per chip: XLA's memory (arguments, temporaries, outputs, code, and the parameters the
 run holds but the program does not read: `memory.Compiled`) against what XLA lets a program use
@@ -469,11 +469,11 @@ def lower(settings: Settings) -> Program:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
-  from t5align import calibration_stats  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import stats  # pylint: disable=g-import-not-at-top
   from t5align import memory as memory_lib  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   devices = compile_only_devices(settings.target)
   config = settings.config
   params = _abstract_params(config, np.dtype(jnp.dtype(settings.params_dtype)).name)
@@ -498,12 +498,12 @@ def lower(settings: Settings) -> Program:
     taus = batching.round_up(settings.tau_batch, mesh.shape['tau'])
     # Calibration windows are exactly the length (no padding to a multiple).
     shapes = {'inputs': (batch, settings.length), 'taus': (taus, layers, 1)}
-    fn = calibration_stats.sweep_fn(config, mesh,
-                                    calibration_stats.default_tau_chunk(devices[0].platform),
+    fn = stats.sweep_fn(config, mesh,
+                                    stats.default_tau_chunk(devices[0].platform),
                                     tuple(sorted(params)))
     units, unit = batch * taus, 'encoder pass (one sample at one tau)'
   rows = partitioning.batch_sharding(mesh, 2)
-  taus_sharding = rows if settings.program == 'eval' else calibration_stats.tau_sharding(mesh)
+  taus_sharding = rows if settings.program == 'eval' else stats.tau_sharding(mesh)
   inputs = (jax.ShapeDtypeStruct(shapes['inputs'], jnp.int32, sharding=rows),
             jax.ShapeDtypeStruct(shapes['taus'], jnp.float32, sharding=taus_sharding))
   params = jax.tree.map(lambda p, sh: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sh),
@@ -515,9 +515,9 @@ def lower(settings: Settings) -> Program:
 def memory_estimate(settings: Settings, mesh: Mapping[str, int]) -> Any:
   """`memory.estimate` (the analytic figure the runs check before compiling) for the settings
   on a mesh of these axis sizes, with the arguments `t5align.eval` / `t5align.calibrate` give."""
-  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   from t5align import memory as memory_lib  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   calibration = settings.program == 'calibration'
   length = (settings.length if calibration else
             batching.round_up(settings.length, t5align_eval.INPUT_WIDTH_MULTIPLE))
@@ -826,8 +826,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   # The run modules register their gin configurables before the configuration is locked.
   from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  from t5align.runtime import fileio  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import fileio  # pylint: disable=g-import-not-at-top
   gin_cli.configure(rest, prog='python -m t5align.preflight', unset_required=True,
                     example_file='gin/runs/eval.gin (or gin/calibrate.gin) plus a gin/models file')
   try:

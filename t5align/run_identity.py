@@ -6,9 +6,9 @@ run's settings (task options, seeds, temperature or schedule entry, dtypes, atte
 implementation, ...). A resumed run compares the identity it would record with the one recorded,
 field by field (`differences`), and refuses naming each differing field (`check_same`):
   - `predictions.check_run`: eval's run.json per task folder;
-  - `schedule.CalibrationLog`: calibrate's progress beside OUTPUT_PATH, and a schedule's
+  - `calibration.CalibrationLog`: calibrate's progress beside OUTPUT_PATH, and a schedule's
     provenance['identity'] (what a reused schedule was calibrated for);
-  - `multihost.check_same`: every process of a multi-process run against process 0.
+  - `check_same_processes`: every process of a multi-process run against process 0.
 
 Fingerprints read content, not paths, so a checkpoint replaced at the same path is a different
 run, and one moved elsewhere is the same:
@@ -290,3 +290,22 @@ def check_same(before: Mapping[str, Any] | None, now: Mapping[str, Any], *, what
   if diff:
     raise RunMismatchError(f'{what} holds results of a different run; differing fields (before '
                            f'-> now): {describe_differences(diff)}. {hint}', diff)
+
+
+def check_same_processes(settings: Mapping[str, Any], what: str = 'settings') -> None:
+  """Refuses, on every process alike, to go on if any process's `settings` (JSON-able) differ
+  from process 0's, naming the processes and fields (`differences`)."""
+  import jax  # pylint: disable=g-import-not-at-top  (this module is JAX-free otherwise)
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
+  if jax.process_count() == 1:
+    return
+  everyone = multihost.gather_json([json.loads(json.dumps(settings, sort_keys=True))])
+  problems = []
+  for i, other in enumerate(everyone[1:], start=1):
+    diff = differences(everyone[0], other, ignore=())
+    if diff:
+      problems.append(f'process {i}: {describe_differences(diff)}')
+  if problems:
+    raise RunMismatchError(
+        f'the processes were started with different {what} (process 0 -> the other): '
+        + ' | '.join(problems) + '. Start every process with the same command.')

@@ -16,29 +16,41 @@ or from gin: `temperature_schedule = @t5align.schedule.load_schedule()` with
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t5align import calibration
-from t5align.runtime import fileio
 from t5align import labels
+from t5align.runtime import fileio
 from t5align.runtime import outputs
-from t5align import partitioning
-from t5align.evaluation import predictions
-from t5align import run_identity
 from t5align.runtime import validate
 
 if TYPE_CHECKING:  # Annotations only: the schedule's data needs no model at run time.
-  from t5align import network
+  pass
 
 FORMAT = 't5align.temperature_schedule.v1'
+
+Tau = float | tuple[float, ...] | tuple[tuple[float, ...], ...]  # scalar, [n] or [n, h]
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """One chosen temperature and the numbers that justify it (JSON-able via `asdict`)."""
+
+  strategy: str
+  length: int  # L_ex
+  reference_length: int  # L_tr
+  # A tuple (one per layer) for per-layer strategies, `[layers][heads]` tuples for per-head ones.
+  tau: Tau
+  target: Tau | None = None  # statistic at L_tr, tau = 1 (of the encoder, each layer or head)
+  achieved: Tau | None = None  # statistic at L_ex, chosen tau
+  clamped: bool = False  # the target lay outside the searched range, or tau was clamped to 1
+  details: dict = dataclasses.field(default_factory=dict)
+  note: str = ''  # why `clamped` is set, in words (shown under `TemperatureSchedule.table`)
 
 
 def _need(mapping: Any, key: str, kind: Any, source: str, where: str) -> Any:
@@ -52,18 +64,18 @@ def _need(mapping: Any, key: str, kind: Any, source: str, where: str) -> Any:
 
 
 def calibration_from_dict(item: Mapping[str, Any], source: str,
-                          where: str = 'calibration') -> calibration.Calibration:
+                          where: str = 'calibration') -> Calibration:
   """A `Calibration` from its JSON form (`dataclasses.asdict`); errors name `source`, `where`."""
   _need(item, 'strategy', str, source, where)
   _need(item, 'length', int, source, where)
   _need(item, 'reference_length', int, source, where)
   _need(item, 'tau', (int, float, list), source, where)
-  fields = {f.name for f in dataclasses.fields(calibration.Calibration)}
+  fields = {f.name for f in dataclasses.fields(Calibration)}
   item = {k: v for k, v in item.items() if k in fields}
   for key in ('tau', 'target', 'achieved'):
     if key == 'tau' or item.get(key) is not None:
       item[key] = _taus(item[key], source, where, key)
-  return calibration.Calibration(**item)
+  return Calibration(**item)
 
 
 def _taus(value: Any, source: str, where: str, key: str) -> Any:
@@ -88,12 +100,12 @@ class TemperatureSchedule:
   """Calibrations per strategy (sorted by length), the strategy applied, and provenance."""
 
   reference_length: int
-  calibrations: Mapping[str, tuple[calibration.Calibration, ...]]
+  calibrations: Mapping[str, tuple[Calibration, ...]]
   strategy: str
   provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   # Per-task calibrations ({task: {strategy: calibrations}}), each calibrated on that task's own
   # inputs as the paper does; `calibrations` is then the pooled fallback (`for_task`).
-  tasks: Mapping[str, Mapping[str, tuple[calibration.Calibration, ...]]] = dataclasses.field(
+  tasks: Mapping[str, Mapping[str, tuple[Calibration, ...]]] = dataclasses.field(
       default_factory=dict)
 
   def __post_init__(self):
@@ -316,215 +328,3 @@ def load_schedule(path: str = gin.REQUIRED, strategy: str | None = None) -> Temp
   data = outputs.read_json(path, 'temperature schedule')
   schedule = TemperatureSchedule.from_dict(data, source=f'temperature schedule {path}')
   return schedule.with_strategy(strategy) if strategy else schedule
-
-
-def _sweep_order(strategies: Sequence[str]) -> list[str]:
-  """`strategies` in the order one length computes them: Algorithm 1's grids first, so the
-  continuous and per-layer searches start from their shared sweep (`calibration.Memo`)."""
-  rank = {'grid': 0, 'closed_form': 1, 'bisect': 2}
-  return sorted(strategies, key=lambda s: rank[calibration.parse_strategy(s)[1]])
-
-
-def build_schedule(
-    params: Any,
-    config: network.T5Config,
-    tokens: Any,
-    lengths: Sequence[int],
-    strategies: Sequence[str],
-    *,
-    reference_length: int = 512,
-    reference_tokens: Any = None,
-    provenance: Mapping[str, Any] | None = None,
-    progress: Callable[[int, int, calibration.Calibration], None] | None = None,
-    previous: Mapping[str, calibration.Calibration] | None = None,
-    record: Callable[[str | None, calibration.Calibration], None] | None = None,
-    **calibrate_kwargs,
-) -> TemperatureSchedule:
-  """Calibrates every (length, strategy) pair on the same documents.
-
-  Args:
-    params: the T5X 'params' tree.
-    config: the model config.
-    tokens: int `[b, >= max(lengths)]` samples; each length uses them cut to it.
-    lengths: target lengths L_ex (each >= reference_length).
-    strategies: names from `calibration.STRATEGIES`; the first is applied by default.
-    reference_length: L_tr.
-    reference_tokens: separate `[b', L_tr]` reference samples; None cuts `tokens` to L_tr.
-    provenance: extra facts to record (checkpoint, source, seed, ...).
-    progress: called as `progress(done, total, calibration)` after each pair.
-    previous: calibrations an interrupted run made, by `calibration_key` (task None), taken as
-      they are (`_resumed`: a grid strategy whose sweep a continuous search still needs is
-      made again), so the schedule equals an uninterrupted run's.
-    record: called as `record(None, calibration)` for each new calibration, as it finishes
-      (`CalibrationLog.add`).
-    **calibrate_kwargs: passed to `calibration.calibrate` (grid, tol, mesh, batch_size, memo,
-      ...); every pair shares one `calibration.Memo` (a new one unless `memo` is given).
-
-  Returns:
-    The schedule, its provenance holding lengths, strategies, sample counts and settings.
-  """
-  tokens = calibration.check_tokens(tokens)
-  lengths = sorted({int(L) for L in lengths})
-  if not lengths or not strategies:
-    raise ValueError('need at least one length and one strategy.')
-  if lengths[-1] > tokens.shape[1]:
-    raise ValueError(f'samples have {tokens.shape[1]} positions; the longest length is '
-                     f'{lengths[-1]}.')
-  for L in lengths:
-    calibration.check_lengths(L, reference_length)
-  for s in strategies:
-    calibration.parse_strategy(s)
-  params = partitioning.place_params(params, config, calibrate_kwargs.get('mesh'))
-  calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or calibration.Memo()
-  cals = {s: [] for s in strategies}
-  total = len(lengths) * len(strategies)
-  eos_id = calibrate_kwargs.get('eos_id', 1)
-  for i, L in enumerate(lengths):
-    cut = calibration.cut_to_length(tokens, L, eos_id)
-    done = _resumed(previous, None, strategies, L)
-    for j, s in enumerate(_sweep_order(strategies)):
-      c = done.get(s) or calibration.calibrate(
-          params, config, cut, s, reference_tokens=reference_tokens,
-          reference_length=reference_length, **calibrate_kwargs)
-      cals[s].append(c)
-      if record is not None and s not in done and calibration_key(None, s, L) not in (
-          previous or {}):
-        record(None, c)
-      if progress is not None:
-        progress(i * len(strategies) + j + 1, total, c)
-  settings = {k: v for k, v in calibrate_kwargs.items() if k not in ('mesh', 'memo')}
-  if calibrate_kwargs.get('mesh') is not None:
-    settings['mesh'] = dict(calibrate_kwargs['mesh'].shape)
-  record = {
-      'lengths': lengths, 'strategies': list(strategies), 'reference_length': reference_length,
-      'num_samples': int(tokens.shape[0]), 'sample_width': int(tokens.shape[1]),
-      'samples_sha256': hashlib.sha256(tokens.tobytes()).hexdigest(),  # int32 [b, width]
-      'reference': 'same documents cut to L_tr' if reference_tokens is None else
-                   f'{len(reference_tokens)} separate samples',
-      'settings': settings, **(provenance or {})}
-  return TemperatureSchedule(reference_length=reference_length, strategy=strategies[0],
-                             calibrations={k: tuple(v) for k, v in cals.items()},
-                             provenance=record)
-
-
-def calibrate_tasks(
-    params: Any,
-    config: network.T5Config,
-    task_inputs: Mapping[str, tuple[Any, Any]],
-    strategies: Sequence[str],
-    *,
-    reference_length: int,
-    progress: Callable[[int, int, calibration.Calibration], None] | None = None,
-    previous: Mapping[str, calibration.Calibration] | None = None,
-    record: Callable[[str | None, calibration.Calibration], None] | None = None,
-    **calibrate_kwargs,
-) -> dict[str, dict[str, tuple[calibration.Calibration, ...]]]:
-  """Per-task calibration, as the paper does it: each task on its own inputs.
-
-  Args:
-    params: the T5X 'params' tree.
-    config: the model config.
-    task_inputs: {task: (tokens, reference_tokens)}: int `[b, L_ex]` whole task inputs (0-padded;
-      L_ex = the width, i.e. the longest) and `[b', <= L_tr]` the same task at L_tr (its setting
-      nearest L_tr, or its examples cut by `calibration.cut_at_boundary`); or {task: a list of
-      such pairs}, one per L_ex (distinct widths).
-    strategies: names from `calibration.STRATEGIES`.
-    reference_length: L_tr.
-    progress: called as `progress(done, total, calibration)`.
-    previous, record: as `build_schedule`'s, per (task, L_ex).
-    **calibrate_kwargs: passed to `calibration.calibrate` (a shared Memo unless `memo` given).
-
-  Returns:
-    {task: {strategy: (calibration,)}}, ready for `TemperatureSchedule(tasks=...)`.
-  """
-  calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or calibration.Memo()
-  params = partitioning.place_params(params, config, calibrate_kwargs.get('mesh'))
-  pairs = {t: v if isinstance(v, list) else [v] for t, v in task_inputs.items()}
-  out, done, total = {}, 0, sum(len(v) for v in pairs.values()) * len(strategies)
-  for task, items in pairs.items():
-    out[task] = {s: [] for s in strategies}
-    for tokens, reference in items:
-      length = int(np.shape(tokens)[1])
-      resumed = _resumed(previous, task, strategies, length)
-      for s in _sweep_order(strategies):
-        try:
-          c = resumed.get(s) or calibration.calibrate(
-              params, config, tokens, s, reference_tokens=reference,
-              reference_length=reference_length, **calibrate_kwargs)
-        except ValueError as e:
-          raise ValueError(f'task {task!r}: {e}') from e
-        if record is not None and s not in resumed and calibration_key(task, s, length) not in (
-            previous or {}):
-          record(task, c)
-        out[task][s].append(c)
-        done += 1
-        if progress is not None:
-          progress(done, total, c)
-  return {t: {s: tuple(v) for s, v in cals.items()} for t, cals in out.items()}
-
-
-def calibration_key(task: str | None, strategy: str, length: int) -> str:
-  """The key of one calibration of a run: pooled (task None) or a task's, at one length."""
-  return f'{task or ""}|{strategy}|{int(length)}'
-
-
-def _resumed(previous: Mapping[str, calibration.Calibration] | None, task: str | None,
-             strategies: Sequence[str], length: int) -> dict[str, calibration.Calibration]:
-  """{strategy: calibration} of `previous` at (`task`, `length`) to take as they are: all found,
-  except the grid strategies' when a continuous search there is still to do (it starts from
-  their sweep, which is then made again, as in one uninterrupted run)."""
-  found = {s: (previous or {}).get(calibration_key(task, s, length)) for s in strategies}
-  searches = any(c is None and calibration.parse_strategy(s)[1] == 'bisect'
-                 for s, c in found.items())
-  return {s: c for s, c in found.items()
-          if c is not None and not (searches and calibration.parse_strategy(s)[1] == 'grid')}
-
-
-class CalibrationLog:
-  """The calibrations a run has finished, one JSON line each, appended and fsynced as each one
-  finishes (`predictions.PredictionLog`): a rerun after a kill or a failed write (a full disk)
-  redoes none of them.
-
-  Its first record, written with the first calibration, is the run identity (`run_identity`);
-  the log of a run with another identity is refused, naming the differing fields.
-  """
-
-  def __init__(self, path: str, identity: Mapping[str, Any]):
-    self.path = path
-    self._log = predictions.PredictionLog(path, key='key')
-    self._identity = None  # To write with the first calibration.
-    if self.done():
-      recorded = self._log.records.get('identity')
-      run_identity.check_same(
-          None if recorded is None else recorded.get('identity'), identity,
-          what=f'calibration progress {path}',
-          hint=f'Rerun with the settings it was made with, or delete {path} to start over.')
-      return
-    if len(self._log):  # An identity alone: its run made nothing.
-      self.remove()
-      self._log = predictions.PredictionLog(path, key='key')
-    self._identity = {'key': 'identity', 'identity': dict(identity)}
-
-  def done(self) -> dict[str, dict[str, Any]]:
-    """{`calibration_key`: the calibration as JSON} of every logged calibration."""
-    return {k: r['calibration'] for k, r in self._log.records.items() if k != 'identity'}
-
-  def add(self, task: str | None, c: calibration.Calibration) -> None:
-    """Appends `c` (`task`'s, or pooled: None) in one write."""
-    record = {'key': calibration_key(task, c.strategy, c.length), 'task': task,
-              'calibration': outputs.jsonable(dataclasses.asdict(c), what=self.path)}
-    self._log.append([self._identity, record] if self._identity else [record])
-    self._identity = None
-
-  def remove(self) -> None:
-    """Deletes the log (the run's schedule is written)."""
-    if fileio.is_remote(self.path):
-      fileio.write_atomic(self.path, b'')  # Object stores: an empty log holds nothing.
-    elif os.path.exists(self.path):
-      os.remove(self.path)
-
-
-def resumed_calibrations(done: Mapping[str, Mapping[str, Any]], source: str
-                         ) -> dict[str, calibration.Calibration]:
-  """`CalibrationLog.done()` as `Calibration`s, for `build_schedule`'s `previous`."""
-  return {k: calibration_from_dict(v, source, k) for k, v in done.items()}

@@ -39,17 +39,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t5align.shipped import assets
 from t5align import checkpoints
-from t5align.runtime import fileio
-from t5align import gin_cli
-from t5align.shipped import heldout
-from t5align import network
-from t5align.runtime import outputs
 from t5align.evaluation import predictions
+from t5align import gin_cli
+from t5align import network
 from t5align import run_identity
-from t5align.shipped import train_data
+from t5align.runtime import fileio
+from t5align.runtime import outputs
 from t5align.runtime import validate
+from t5align.shipped import assets
+from t5align.shipped import heldout
+from t5align.shipped import train_data
 from t5align import vocabularies
 
 Array = jax.Array

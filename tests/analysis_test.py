@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from t5align import analysis
 from t5align import calibration
+from t5align.calibration import analysis
 
 L_TR, LENGTHS = 16, (32, 81)
 

@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align.attention import reference
 from t5align.attention import blockwise
 from t5align.attention import dispatch
 from t5align.attention import pallas_gpu
 from t5align.attention import pallas_tpu
+from t5align.attention import reference
 
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny' / 'reference.npz'
 F32 = dict(rtol=1e-5, atol=1e-5)

@@ -11,7 +11,7 @@ from benchmarks import attention_bench
 from benchmarks import encoder_bench
 from benchmarks import preflight_table
 from benchmarks import tpu_kernel_bench
-from t5align import calibration_stats
+from t5align.calibration import stats
 
 
 def _args(argv):
@@ -80,7 +80,7 @@ def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
 
 
 def test_encoder_bench_calibration_row_is_the_library_sweep(capsys):
-  """The calibration row times `calibration_stats.encoder_attention_stats` (checked first against
+  """The calibration row times `stats.encoder_attention_stats` (checked first against
   'reference'); its statistics are the same sweep's, in the paper grid's order."""
   encoder_bench.main(['--preset', 'smoke', '--no-hf', '--decode-lengths', '--lengths'])
   (row,) = [r for r in json.loads(capsys.readouterr().out)['rows'] if r['kind'] != 'peak']
@@ -88,7 +88,7 @@ def test_encoder_bench_calibration_row_is_the_library_sweep(capsys):
   assert 'error' not in row and row['seconds'] > 0, row
   check = row['check_vs_reference']
   assert check['all_finite'] and check['pmax_max_abs_err'] < 1e-5, check
-  assert row['tau_chunk'] == calibration_stats.default_tau_chunk() == 1  # CPU.
+  assert row['tau_chunk'] == stats.default_tau_chunk() == 1  # CPU.
   # Sharper with lower tau: P_max rises and entropy falls along 1.0, 0.95, ..., 0.5.
   assert len(row['pmax']) == len(encoder_bench.TAUS) == 11
   assert all(a < b for a, b in zip(row['pmax'], row['pmax'][1:]))

@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align.shipped import assets
 from t5align import calibrate
 from t5align import calibration
 from t5align import checkpoints
 from t5align import network
 from t5align import schedule
+from t5align.shipped import assets
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from t5align import calibration
-from t5align import calibration_stats
+from t5align.calibration import stats as calibration_stats
 from t5align import network
 from t5align import partitioning
 

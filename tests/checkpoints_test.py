@@ -1,4 +1,4 @@
-"""Tests for t5align/checkpoints/load.py: T5X legacy/Orbax, HF, Mesh-TF readers and the T5X writer."""
+"""Tests for t5align/checkpoints/: T5X legacy/Orbax, HF, Mesh-TF readers and the T5X writer."""
 from __future__ import annotations
 
 import json

@@ -14,9 +14,9 @@ import pytest
 from t5align import checkpoints
 from t5align import decoding
 from t5align import eval as t5align_eval
-from t5align.runtime import batching
 from t5align import network
 from t5align import report
+from t5align.runtime import batching
 from t5align import vocabularies
 from vocabularies_test import train_bpe  # pylint: disable=g-bad-import-order
 

@@ -114,7 +114,7 @@ def numpy_head_stats():
 @pytest.fixture
 def saved_figure(monkeypatch):
   """`saved_figure(draw)`: the matplotlib figure `draw()` saves (its closing made a no-op)."""
-  from t5align import analysis  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
   from t5align.runtime import fileio  # pylint: disable=g-import-not-at-top
 
   def capture(draw):

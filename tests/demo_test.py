@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from seqio_tasks import metrics
-from t5align.shipped import assets
 from t5align import calibration
 from t5align import demo
-from t5align.shipped import heldout
 from t5align import network
-from t5align.runtime import outputs
 from t5align import run_identity
+from t5align.runtime import outputs
+from t5align.shipped import assets
+from t5align.shipped import heldout
 from t5align.shipped import train_data
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align.attention import reference
 from t5align.attention import blockwise
+from t5align.attention import reference
 from t5align import layers
 from t5align import network
 

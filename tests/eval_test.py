@@ -1,5 +1,5 @@
-"""Tests for t5align/evaluation/predictions.py, evaluation/temperature.py, runtime/batching.py, evaluation.py, scheduled.py,
-report.py and eval.py.
+"""Tests for t5align/evaluation/ (scoring, predictions, temperature), runtime/batching.py,
+scheduled.py, report.py and eval.py.
 
 The library tests need no seqio. The end-to-end test runs `python -m t5align.eval` with the gin
 run file on the t5x tiny fixture (vocabulary 128) and a SentencePiece model trained here, kills it
@@ -23,18 +23,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align.runtime import batching
 from t5align import calibration
-from t5align.evaluation import scoring
-from t5align.runtime import fileio
-from t5align import network
-from t5align.runtime import outputs
-from t5align import partitioning
 from t5align.evaluation import predictions
+from t5align.evaluation import scoring
+from t5align.evaluation import temperature
+from t5align import network
+from t5align import partitioning
 from t5align import report
+from t5align.runtime import batching
+from t5align.runtime import fileio
+from t5align.runtime import outputs
 from t5align import schedule
 from t5align import scheduled
-from t5align.evaluation import temperature
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'

@@ -29,8 +29,8 @@ pytest.importorskip('seqio')
 import seqio  # pylint: disable=g-import-not-at-top,wrong-import-position
 import seqio_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 import t5align  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5align import scheduled  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import network  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import scheduled  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 T5X_FILES = sorted(p.name for p in (pathlib.Path(t5align.gin_dir()) / 'gin' / 't5x').glob('*.gin'))
@@ -446,9 +446,9 @@ def test_schedule_gin_applies_per_head_temperatures(tmp_path):
   length's `[layers, heads]` taus, as `network.Transformer` does when given them."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   from t5align import calibration  # pylint: disable=g-import-not-at-top
   from t5align import schedule  # pylint: disable=g-import-not-at-top
+  from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
   params, shipped, _ = assets.load_shipped()
   n, h = shipped.num_encoder_layers, shipped.num_heads
   rng = np.random.default_rng(0)

@@ -10,10 +10,10 @@ import pytest
 
 from t5align import calibration
 from t5align import demo
+from t5align.evaluation import temperature
 from t5align import labels
 from t5align import report
 from t5align import schedule
-from t5align.evaluation import temperature
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

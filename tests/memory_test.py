@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from t5align.shipped import assets
 from t5align import memory
 from t5align import network
+from t5align.shipped import assets
 
 # Flan-T5-XXL (T5 1.1 XXL shapes): 11,135,332,352 parameters (t5x's published count).
 XXL = network.T5Config(vocab_size=32128, dtype=jnp.bfloat16, emb_dim=4096, num_heads=64,

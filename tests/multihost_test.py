@@ -247,8 +247,8 @@ def test_initialize_names_missing_settings(monkeypatch):
 
 def test_one_process_helpers():
   import jax  # pylint: disable=g-import-not-at-top
-  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   sharding = partitioning.batch_sharding(partitioning.eval_mesh(1), 2)
   np.testing.assert_array_equal(multihost.process_rows(sharding, 4), [0, 1, 2, 3])
   x = np.arange(8, dtype=np.int32).reshape(4, 2)

@@ -1,4 +1,5 @@
-"""The TPU kernel (attention/pallas_tpu.py): Mosaic compiles for a TPU topology without a TPU; its tiles.
+"""The TPU kernel (attention/pallas_tpu.py): Mosaic compiles for a TPU topology without a TPU;
+its tiles.
 
 Deviceless compiles need libtpu (`pip install "jax[tpu]"`); without it those tests skip. Numerical
 equality with 'reference' in interpret mode: tests/attention_test.py (every case of CASES) and
@@ -15,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t5align.attention import reference
 from t5align.attention import dispatch
-from t5align import network
 from t5align.attention import pallas_tpu
+from t5align.attention import reference
+from t5align import network
 from t5align import partitioning
 
 # NOTE: libtpu refuses to start while another process holds its lock file; a deviceless compile

@@ -31,13 +31,13 @@ _SCRIPT = textwrap.dedent('''
     import jax
     sys.path.insert(0, 'tests')
     from conftest import _load
-    from t5align.runtime import batching
     from t5align import calibration
-    from t5align import calibration_stats
+    from t5align.calibration import stats
     from t5align import decoding
     from t5align.evaluation import scoring
     from t5align import network
     from t5align import partitioning
+    from t5align.runtime import batching
     from t5align.runtime import multihost
 
     config, params, ref = _load('t5_1_1_tiny')
@@ -89,11 +89,11 @@ _SCRIPT = textwrap.dedent('''
         continue
       # The compiled statistics call: its parameter shardings and per-device argument bytes.
       placed = partitioning.place_params(params, config, mesh)
-      compiled = calibration_stats.sweep_fn(
-          config, mesh, calibration_stats.default_tau_chunk()).lower(
+      compiled = stats.sweep_fn(
+          config, mesh, stats.default_tau_chunk()).lower(
           placed, partitioning.global_array(tokens, partitioning.batch_sharding(mesh, 2)),
           partitioning.global_array(np.ones((len(cal_taus), 2), np.float32),
-                                    calibration_stats.tau_sharding(mesh))).compile()
+                                    stats.tau_sharding(mesh))).compile()
       specs = jax.tree.map(lambda s: [a for a in s.spec], compiled.input_shardings[0][0],
                            is_leaf=lambda s: hasattr(s, 'spec'))
       out['calibration'][''.join(map(str, shape))].update({

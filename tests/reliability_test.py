@@ -18,14 +18,14 @@ import pytest
 from t5align import calibrate
 from t5align import checkpoints
 from t5align.evaluation import predictions
-from t5align.runtime import fileio
 from t5align import gin_cli
 from t5align import network
-from t5align.runtime import outputs
 from t5align import report
+from t5align.runtime import fileio
+from t5align.runtime import outputs
+from t5align.runtime import validate
 from t5align import schedule
 from t5align import train
-from t5align.runtime import validate
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTDATA = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_0_tiny'

@@ -24,20 +24,21 @@ import gin
 import numpy as np
 import pytest
 
-from t5align.shipped import assets
 from t5align import calibrate
+from t5align import calibration
 from t5align import checkpoints
-from t5align.runtime import fileio
+from t5align.evaluation import predictions
 from t5align import gin_cli
 from t5align import memory
-from t5align.runtime import multihost
 from t5align import network
-from t5align.runtime import outputs
-from t5align.evaluation import predictions
 from t5align import run_identity
-from t5align import schedule
-from t5align import train
+from t5align.runtime import fileio
+from t5align.runtime import multihost
+from t5align.runtime import outputs
 from t5align.runtime import validate
+from t5align import schedule
+from t5align.shipped import assets
+from t5align import train
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
@@ -204,7 +205,7 @@ def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_g
     seen.append(json.loads(json.dumps(settings)))
     raise Stop()
 
-  monkeypatch.setattr(t5align_eval.multihost, 'check_same', capture)
+  monkeypatch.setattr(t5align_eval.run_identity, 'check_same_processes', capture)
   for tau in ('1.0', '0.5'):
     with pytest.raises(Stop):
       _run_eval(*_eval_args(pathlib.Path('/tmp/unused'), CKPT, f'--gin.TEMPERATURE={tau}'))
@@ -214,13 +215,13 @@ def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_g
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'started with different settings \(process 0 -> the other\): '
                            r"process 1: .*gin\.TEMPERATURE: '1\.0' -> '0\.5'"):
-    multihost.check_same(seen[0])
+    run_identity.check_same_processes(seen[0])
   monkeypatch.setattr(multihost, 'gather_json', lambda values: values + [seen[0]])
-  multihost.check_same(seen[0])  # The same settings start.
+  run_identity.check_same_processes(seen[0])  # The same settings start.
 
 
 def test_6_a_schedule_is_reused_only_for_what_it_was_calibrated_for(tmp_path):
-  cals = {'pmax': (schedule.calibration.Calibration('pmax', 2048, 256, 0.9),)}
+  cals = {'pmax': (schedule.Calibration('pmax', 2048, 256, 0.9),)}
   wanted = {'lengths': [2048], 'strategies': ['pmax'], 'checkpoint': {'sha256': 'a'}}
   saved = schedule.TemperatureSchedule(256, cals, 'pmax', provenance={'identity': wanted})
   saved.save(str(tmp_path / 'schedule.json'))
@@ -338,8 +339,8 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
     return write
 
   calls = []
-  real_calibrate = schedule.calibration.calibrate
-  monkeypatch.setattr(schedule.calibration, 'calibrate',
+  real_calibrate = calibration.strategies.calibrate
+  monkeypatch.setattr(calibration.strategies, 'calibrate',
                       lambda *a, **k: calls.append(a[3]) or real_calibrate(*a, **k))
   # Room for three writes: L_ex = 384's two calibrations (the first with the run identity) and
   # 512's first.
@@ -368,8 +369,8 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
     assert written.calibrations[strategy][0] == first == result.calibrations[strategy][0]
   assert written.provenance['identity']['lengths'] == [384, 512]
   # A grid strategy is made again where a continuous search still needs its sweep.
-  done = {schedule.calibration_key(None, 'pmax', 512): first}
-  resumed = schedule._resumed  # pylint: disable=protected-access
+  done = {calibration.calibration_key(None, 'pmax', 512): first}
+  resumed = calibration.build._resumed  # pylint: disable=protected-access
   assert resumed(done, None, ('pmax', 'prop1'), 512) == {'pmax': first}
   assert resumed(done, None, ('pmax', 'pmax_bisect'), 512) == {}
 
@@ -543,7 +544,7 @@ def test_18_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
   with pytest.raises(ValueError, match=r"TEMPERATURE='abc' is not a temperature: give a number "
                                        r'\(e\.g\. TEMPERATURE=0\.8\) or a tuple of 3'):
     t5align_eval.make_temperature(config, 'abc')
-  cals = {'pmax_per_layer': tuple(schedule.calibration.Calibration(
+  cals = {'pmax_per_layer': tuple(schedule.Calibration(
       'pmax_per_layer', L, 256, (0.9,) * 5) for L in (512, 1024))}
   path = tmp_path / 's.json'
   schedule.TemperatureSchedule(256, cals, 'pmax_per_layer').save(str(path))

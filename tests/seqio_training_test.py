@@ -1,4 +1,5 @@
-"""The trainable seqio tasks (t5align.shipped.seqio_training): train and validation splits, shuffling."""
+"""The trainable seqio tasks (t5align.shipped.seqio_training): train and validation splits,
+shuffling."""
 from __future__ import annotations
 
 import ast
@@ -11,10 +12,10 @@ import pytest
 
 seqio = pytest.importorskip('seqio')
 
-from t5align.shipped import seqio_training  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align.shipped import assets  # pylint: disable=g-import-not-at-top,wrong-import-position
-from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align.shipped import seqio_training  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align.shipped import train_data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import vocabularies  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 LENGTHS = {'inputs': 256, 'targets': 80}  # gin/t5x/finetune.gin's TASK_FEATURE_LENGTHS

@@ -1,5 +1,5 @@
-"""Tests for t5align/train.py, shipped/train_data.py, shipped/heldout.py, the vocabulary training and the shipped
-model."""
+"""Tests for t5align/train.py, shipped/train_data.py, shipped/heldout.py, the vocabulary training
+and the shipped model."""
 from __future__ import annotations
 
 import json
@@ -14,12 +14,12 @@ import jax
 import numpy as np
 import pytest
 
-from t5align.shipped import assets
 from t5align import checkpoints
-from t5align.shipped import heldout
 from t5align import network
-from t5align import train
+from t5align.shipped import assets
+from t5align.shipped import heldout
 from t5align.shipped import train_data
+from t5align import train
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ masked rows) is taken once per call. Block sizes are arguments (`Options`, from
 T5Config.attention_block_q / _k); None picks `default_blocks()` for the backend. On CPU a batch
 whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended a few examples at a time
 (`default_batch_block`, a `lax.map` over chunks of the batch). Same math as 'reference' (see
-attention/reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout
+reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout
 (training) uses t5x's `[b, h, 1, l]` key mask drawn once from the module's rng, sliced per key
 block, so it drops exactly the keys 'reference' (and t5x) drop.
 """

@@ -190,8 +190,8 @@ def self_attention(
     temperature: softmax temperature per example and head, broadcastable to `[b, h]`
       (`reference.head_temperature`); None for 1.
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
-    impl: a key of `IMPLEMENTATIONS` ('reference': materialized, attention/reference.py; 'blockwise':
-      attention/blockwise.py; 'pallas_gpu': Triton, attention/pallas_gpu.py; 'pallas_tpu': Mosaic,
+    impl: a key of `IMPLEMENTATIONS` ('reference': materialized, reference.py; 'blockwise':
+      blockwise.py; 'pallas_gpu': Triton, pallas_gpu.py; 'pallas_tpu': Mosaic,
       attention/pallas_tpu.py), or 'pallas': the target platform's fused kernel (`resolve`).
     options: `IMPLEMENTATIONS[impl].options` instance (tiles, launch parameters); None: its
       defaults.

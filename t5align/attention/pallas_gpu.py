@@ -1,7 +1,7 @@
 """Pallas GPU ('pallas' on GPU, 'pallas_gpu') self-attention kernel with the T5 bias in-kernel.
 
 Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
-over key tiles with the online softmax of attention/blockwise.py, returning the output and per-row P_max and
+over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
 entropy. The bias never leaves the kernel: beyond `MAX_DISTANCE` every offset shares the last
 bucket of its side (T5's bucketing), so key tiles entirely left or right of the band
 `|key - query| < MAX_DISTANCE` use one constant per head and side; tiles touching the band compute
@@ -33,8 +33,8 @@ from jax.experimental.pallas import triton as pltriton
 import jax.numpy as jnp
 import numpy as np
 
-from t5align.attention import reference
 from t5align.attention import blockwise
+from t5align.attention import reference
 
 Array = jax.Array
 

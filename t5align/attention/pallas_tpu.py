@@ -1,6 +1,6 @@
 """Pallas TPU (Mosaic) self-attention kernel ('pallas' on TPU) with the T5 bias built in-kernel.
 
-The same math as 'reference' (attention/reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
+The same math as 'reference' (reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
 float32, q.k in the inputs' dtype with float32 accumulation, fully masked (padding) query rows
 uniform over all keys, and per-row P_max and entropy from the same pass: the flash accumulators
 of `blockwise.init_carry` / `online_softmax_step` / `finalize`, which lower under Mosaic as they
@@ -54,8 +54,8 @@ from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 
-from t5align.attention import reference
 from t5align.attention import blockwise
+from t5align.attention import reference
 
 Array = jax.Array
 

@@ -16,13 +16,13 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from t5align.runtime import fileio
-from t5align import network
-from t5align.runtime import validate
 from t5align.checkpoints import hf
 from t5align.checkpoints import mesh_tf
 from t5align.checkpoints import store
 from t5align.checkpoints import t5x
+from t5align import network
+from t5align.runtime import fileio
+from t5align.runtime import validate
 
 
 FORMATS = ('t5x', 't5x_orbax', 'hf', 'mesh_tf')
@@ -116,8 +116,8 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], source:
   want = {k: tuple(v.shape) for k, v in store.flatten_params(expected).items()}
   mismatched = {k: (got[k], want[k]) for k in got.keys() & want.keys() if got[k] != want[k]}
   if mismatched or got.keys() != want.keys():
-    raise store.CheckpointMismatchError(want.keys() - got.keys(), got.keys() - want.keys(), mismatched,
-                                  source)
+    raise store.CheckpointMismatchError(want.keys() - got.keys(), got.keys() - want.keys(),
+                                        mismatched, source)
 
 
 def _check_source_dtypes(dtypes: Mapping[str, Any], source_dtypes: tuple[str, ...]) -> None:
@@ -125,8 +125,8 @@ def _check_source_dtypes(dtypes: Mapping[str, Any], source_dtypes: tuple[str, ..
   bad = {k: np.dtype(d).name for k, d in dtypes.items() if np.dtype(d).name not in source_dtypes}
   if bad:
     lines = '\n'.join(f'  {k}: {d}' for k, d in sorted(bad.items()))
-    raise store.CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass them '
-                               f'to allow a cast):\n{lines}')
+    raise store.CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass '
+                                     f'them to allow a cast):\n{lines}')
 
 
 def cast_params(params: Mapping[str, Any], dtype: Any = np.float32, *,

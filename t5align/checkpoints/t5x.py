@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
 
-from t5align.runtime import batching
 from t5align.checkpoints import store
+from t5align.runtime import batching
 from t5align.runtime import fileio
 
 T5X_DUMMY_BUCKET = 't5x-dummy-bucket'  # In t5x gcs specs: "the checkpoint's own location".

@@ -17,10 +17,10 @@ from typing import IO, Any, Callable, Mapping, Sequence
 
 import tqdm
 
+from t5align import run_identity
 from t5align.runtime import batching
 from t5align.runtime import fileio
 from t5align.runtime import outputs
-from t5align import run_identity
 
 
 class PredictionLog:

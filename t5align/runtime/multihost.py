@@ -5,7 +5,6 @@ the same code on the same global arrays; the helpers here cover what differs per
   - which rows of a global batch it supplies (`process_rows`, `global_batch`),
   - bringing small results back to every host (`gather`, `broadcast`),
   - writing files from process 0 only (`is_writer`, `on_writer`), then `barrier`;
-  - refusing to start when the processes were given different settings (`check_same`).
 With one process each helper reduces to the plain single-host operation.
 
 Starting is bounded: with JAX_NUM_PROCESSES, `initialize` first meets every process at the
@@ -20,7 +19,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, TypeVar
 
 import jax
 import numpy as np
@@ -287,24 +286,6 @@ def broadcast_json(value: Any) -> Any:
   data = _json_bytes(value) if is_writer() else np.zeros(0, np.uint8)
   size = int(broadcast(np.int64(data.size)))
   return _json_value(broadcast(_padded(data, size)), size)
-
-
-def check_same(settings: Mapping[str, Any], what: str = 'settings') -> None:
-  """Refuses, on every process alike, to go on if any process's `settings` (JSON-able) differ
-  from process 0's, naming the processes and fields (`run_identity.differences`)."""
-  if jax.process_count() == 1:
-    return
-  from t5align import run_identity  # pylint: disable=g-import-not-at-top
-  everyone = gather_json([json.loads(json.dumps(settings, sort_keys=True))])
-  problems = []
-  for i, other in enumerate(everyone[1:], start=1):
-    diff = run_identity.differences(everyone[0], other, ignore=())
-    if diff:
-      problems.append(f'process {i}: {run_identity.describe_differences(diff)}')
-  if problems:
-    raise run_identity.RunMismatchError(
-        f'the processes were started with different {what} (process 0 -> the other): '
-        + ' | '.join(problems) + '. Start every process with the same command.')
 
 
 def read_on_writer(fn: Callable[[], T], what: str) -> T:

@@ -9,62 +9,27 @@ Strategies (`STRATEGIES`), each giving tau for a target length L_ex from a refer
   'pmax_per_head', ...     one tau per head of each layer, each head aligned to its own L_tr
                            statistic: layers in order, a layer's heads searched together (each
                            head's statistic depends on its own tau and the layers before only;
-                           `calibration_search.align_heads`).
+                           `search_lib.align_heads`).
   'log_length'             tau = log_{L_ex} L_tr (length-only baseline).
   'prop1', 'prop2'         closed forms from layer 0's average sorted logit vector.
 
-This module is the strategy level (`calibrate`); below it, by level:
-  calibration_stats        attention statistics at candidate taus (vmapped), inputs, `Memo`;
-  calibration_search       Algorithm 1's grid and the continuous / per-layer / per-head searches;
-  calibration_closed_form  Propositions 1-2 and the log-length baseline.
-Their public names are importable from here too.
+This module is the strategy level (`calibrate`), over `search`, `stats` and `closed_form` (see
+the package's docstring).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
 import numpy as np
 from jax.sharding import Mesh
 
+from t5align.calibration import closed_form as closed_form_lib
+from t5align.calibration import search as search_lib
+from t5align.calibration import stats as stats_lib
 from t5align import network
 from t5align import partitioning
-from t5align.calibration_closed_form import clamp_tau
-from t5align.calibration_closed_form import closed_form_tau
-from t5align.calibration_closed_form import log_length_tau
-from t5align.calibration_closed_form import LogitSummary
-from t5align.calibration_closed_form import prop1_tau
-from t5align.calibration_closed_form import prop2_tau
-from t5align.calibration_closed_form import reference_pmax
-from t5align.calibration_closed_form import summarize_logit_vector
-from t5align.calibration_search import align_heads
-from t5align.calibration_search import align_layers
-from t5align.calibration_search import bisect_search
-from t5align.calibration_search import bisect_steps
-from t5align.calibration_search import grid_search
-from t5align.calibration_search import grid_steps
-from t5align.calibration_search import run_lockstep
-from t5align.calibration_search import run_steps
-from t5align.calibration_search import PAPER_GRID
-from t5align.calibration_stats import AttentionStats
-from t5align.calibration_stats import check_lengths
-from t5align.calibration_stats import check_sweep_memory
-from t5align.calibration_stats import check_tokens
-from t5align.calibration_stats import cut_at_boundary
-from t5align.calibration_stats import cut_to_length
-from t5align.calibration_stats import encoder_attention_stats
-from t5align.calibration_stats import layer0_sorted_logits
-from t5align.calibration_stats import length_groups
-from t5align.calibration_stats import Memo
+from t5align import schedule
 
-__all__ = [  # What `t5align.calibration` offers: `calibrate`, plus each level's API.
-    'align_heads', 'align_layers', 'AttentionStats', 'bisect_search', 'bisect_steps', 'calibrate',
-    'Calibration', 'check_lengths', 'check_sweep_memory', 'check_tokens', 'clamp_tau',
-    'closed_form_tau', 'cut_at_boundary', 'cut_to_length', 'encoder_attention_stats', 'grid_search',
-    'grid_steps', 'layer0_sorted_logits', 'length_groups', 'log_length_tau', 'LogitSummary', 'Memo',
-    'PAPER_GRID', 'parse_strategy', 'prop1_tau', 'prop2_tau', 'reference_pmax', 'run_lockstep',
-    'run_steps', 'SCOPES', 'STATISTICS', 'STRATEGIES', 'summarize_logit_vector', 'T5_EOS_ID', 'Tau',
-]
 
 # T5's SentencePiece EOS: the default of the library calls below; pass another vocabulary's
 # `eos_id` (e.g. 2 for CodeT5's BPE) where it differs.
@@ -75,23 +40,6 @@ STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_laye
               'prop2')
 # What one calibration's tau covers (`parse_strategy`): the whole encoder, each layer, each head.
 SCOPES = ('encoder', 'layer', 'head')
-Tau = float | tuple[float, ...] | tuple[tuple[float, ...], ...]  # scalar, [n] or [n, h]
-
-
-@dataclasses.dataclass(frozen=True)
-class Calibration:
-  """One chosen temperature and the numbers that justify it (JSON-able via `asdict`)."""
-
-  strategy: str
-  length: int  # L_ex
-  reference_length: int  # L_tr
-  # A tuple (one per layer) for per-layer strategies, `[layers][heads]` tuples for per-head ones.
-  tau: Tau
-  target: Tau | None = None  # statistic at L_tr, tau = 1 (of the encoder, each layer or head)
-  achieved: Tau | None = None  # statistic at L_ex, chosen tau
-  clamped: bool = False  # the target lay outside the searched range, or tau was clamped to 1
-  details: dict = dataclasses.field(default_factory=dict)
-  note: str = ''  # why `clamped` is set, in words (shown under `TemperatureSchedule.table`)
 
 
 def parse_strategy(strategy: str) -> tuple[str, str, str]:
@@ -106,7 +54,7 @@ def parse_strategy(strategy: str) -> tuple[str, str, str]:
   return base, ('grid' if not variant else 'bisect'), scope
 
 
-def _as_float(x: Any) -> Tau:
+def _as_float(x: Any) -> schedule.Tau:
   """A float, or nested tuples of floats (JSON-able, hashable) of a `[]`, `[n]` or `[n, h]`."""
   x = np.asarray(x, np.float64)
   if x.ndim == 0:
@@ -129,16 +77,16 @@ def _align(params, config, tokens, statistic, target_stats, *, search, scope, gr
 
   def run_search(evaluate, target, known=None):
     if search == 'grid':
-      return grid_search(evaluate, target, grid)
-    return bisect_search(evaluate, target, increasing=increasing, bracket=bracket, tol=tol,
-                         points=points, known=known)
+      return search_lib.grid_search(evaluate, target, grid)
+    return search_lib.bisect_search(evaluate, target, increasing=increasing, bracket=bracket,
+                                    tol=tol, points=points, known=known)
 
   if scope == 'head':
     head = f'head_{statistic}'  # Per-head strategies search continuously (`parse_strategy`).
-    steps = lambda target, known, guess: bisect_steps(
+    steps = lambda target, known, guess: search_lib.bisect_steps(
         target, increasing=increasing, bracket=bracket, tol=tol, points=points, known=known,
         guess=guess)
-    chosen, values, infos = align_heads(
+    chosen, values, infos = search_lib.align_heads(
         lambda rows: getattr(stats(rows), head), getattr(target_stats, head)[0], steps=steps,
         known_first=(grid_taus, getattr(sweep, head)) if sweep is not None else None)
     clamped = any(info.pop('clamped') for layer in infos for info in layer['heads'])
@@ -149,7 +97,7 @@ def _align(params, config, tokens, statistic, target_stats, *, search, scope, gr
                                   float(target_stats.values(statistic)[0]), known)
     return tau, value, info.pop('clamped'), info
   layer = f'layer_{statistic}'
-  chosen, values, infos = align_layers(
+  chosen, values, infos = search_lib.align_layers(
       lambda rows: getattr(stats(rows), layer), getattr(target_stats, layer)[0].tolist(),
       increasing=increasing, search=run_search,
       known_first=(grid_taus, getattr(sweep, layer)) if sweep is not None else None)
@@ -165,7 +113,7 @@ def calibrate(
     *,
     reference_tokens: Any = None,
     reference_length: int | None = None,
-    grid: Sequence[float] = PAPER_GRID,
+    grid: Sequence[float] = search_lib.PAPER_GRID,
     bracket: tuple[float, float] = (0.05, 1.0),
     tol: float = 1e-3,
     points: int | None = None,
@@ -174,8 +122,8 @@ def calibrate(
     tau_batch_size: int | None = None,
     eos_id: int | None = T5_EOS_ID,
     chunk: int = 128,
-    memo: Memo | None = None,
-) -> Calibration:
+    memo: stats_lib.Memo | None = None,
+) -> schedule.Calibration:
   """Chooses the encoder temperature for inputs like `tokens` (one strategy, one length).
 
   Args:
@@ -201,36 +149,38 @@ def calibrate(
     A Calibration with the chosen tau, the target and achieved statistic and search details.
   """
   statistic, search, scope = parse_strategy(strategy)
-  tokens = check_tokens(tokens)
+  tokens = stats_lib.check_tokens(tokens)
   length = tokens.shape[1]
   if reference_tokens is not None:
-    reference_tokens = check_tokens(reference_tokens, 'reference_tokens')
+    reference_tokens = stats_lib.check_tokens(reference_tokens, 'reference_tokens')
     reference_length = reference_length or reference_tokens.shape[1]
   reference_length = reference_length or 512
-  check_lengths(length, reference_length)
+  stats_lib.check_lengths(length, reference_length)
   if reference_tokens is None:
-    reference_tokens = cut_to_length(tokens, reference_length, eos_id)
+    reference_tokens = stats_lib.cut_to_length(tokens, reference_length, eos_id)
   common = dict(strategy=strategy, length=length, reference_length=reference_length)
-  memo = memo if memo is not None else Memo()
+  memo = memo if memo is not None else stats_lib.Memo()
   params = partitioning.place_params(params, config, mesh)
   if strategy == 'log_length':
-    return Calibration(tau=log_length_tau(length, reference_length), **common)
+    return schedule.Calibration(tau=closed_form_lib.log_length_tau(length, reference_length),
+                                **common)
   stats_kwargs = dict(mesh=mesh, batch_size=batch_size, tau_batch_size=tau_batch_size)
   if search == 'closed_form':
-    ref = summarize_logit_vector(memo.sorted_logits(params, config, reference_tokens, chunk))
-    ext = summarize_logit_vector(memo.sorted_logits(params, config, tokens, chunk))
+    ref = closed_form_lib.summarize_logit_vector(
+        memo.sorted_logits(params, config, reference_tokens, chunk))
+    ext = closed_form_lib.summarize_logit_vector(memo.sorted_logits(params, config, tokens, chunk))
     details = {'reference': ref._asdict(), 'extrapolation': ext._asdict()}
     p_tr = None
     if strategy == 'prop1':
-      p_tr = reference_pmax(memo.attention_stats(params, config, reference_tokens, [1.0],
-                                                 **stats_kwargs))
+      p_tr = closed_form_lib.reference_pmax(memo.attention_stats(
+          params, config, reference_tokens, [1.0], **stats_kwargs))
       details['p_tr'] = p_tr
     try:
-      tau, note, details['unclamped_tau'] = closed_form_tau(
+      tau, note, details['unclamped_tau'] = closed_form_lib.closed_form_tau(
           strategy, reference_length, length, ref.sigma, ext.sigma, p_tr)
     except ValueError as e:
       raise ValueError(f'{e} (L_ex={length}, L_tr={reference_length}, details={details})') from e
-    return Calibration(tau=tau, clamped=bool(note), note=note, details=details, **common)
+    return schedule.Calibration(tau=tau, clamped=bool(note), note=note, details=details, **common)
   if points is None:
     # Two taus per round (trisection) share one compiled shape with the bracket's two ends.
     points = mesh.shape['tau'] if mesh is not None else 2
@@ -240,6 +190,6 @@ def calibrate(
       grid=grid, bracket=bracket, tol=tol, points=points, memo=memo, stats_kwargs=stats_kwargs)
   prefix = {'encoder': '', 'layer': 'layer_', 'head': 'head_'}[scope]
   target = _as_float(getattr(target_stats, f'{prefix}{statistic}')[0])
-  return Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,
+  return schedule.Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,
                      note='target outside the searched range' if clamped else '',
                      details=details, **common)

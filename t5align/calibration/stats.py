@@ -19,9 +19,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t5align.attention import reference
-from t5align.runtime import batching
 from t5align import network
 from t5align import partitioning
+from t5align.runtime import batching
 from t5align.runtime import validate
 
 

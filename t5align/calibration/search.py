@@ -2,7 +2,7 @@
 one per layer and head).
 
 Each takes `evaluate`, a function from candidate taus `[t]` to the statistic `[t]` (one call of
-`calibration_stats.encoder_attention_stats` for all of them), so the candidates of a round go
+`stats.encoder_attention_stats` for all of them), so the candidates of a round go
 through one vmapped call; a search makes few calls, each of the same size (one compilation).
 The searches are written as generators of their rounds (`grid_steps`, `bisect_steps`: each
 yields the taus it wants evaluated and receives their values), so that one driver runs a

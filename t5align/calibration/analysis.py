@@ -14,12 +14,12 @@ import jax
 import numpy as np
 
 from t5align.attention import reference
-from t5align.runtime import batching
 from t5align import calibration
-from t5align.runtime import fileio
 from t5align import network
-from t5align.runtime import outputs
 from t5align import partitioning
+from t5align.runtime import batching
+from t5align.runtime import fileio
+from t5align.runtime import outputs
 from t5align.runtime import validate
 
 
@@ -77,7 +77,7 @@ def collect(params: Any, config: network.T5Config, tokens: Any, lengths: Sequenc
     eos_id: end id of rows cut short.
     qq_size: quantiles kept for the QQ plots.
     chunk: query chunk of the layer-0 sorted-logit computation.
-    memo: results already computed for this model (e.g. by `schedule.build_schedule`).
+    memo: results already computed for this model (e.g. by `calibration.build_schedule`).
     layer0_tokens: {length: int `[b, length]`} the samples of layer 0's sorted logits (the
       costliest part at long lengths: each row's logits sorted); None: every sample.
     **stats_kwargs: passed to `calibration.encoder_attention_stats` (mesh, batch_size, ...).
@@ -215,7 +215,7 @@ def task_statistics(params: Any, config: network.T5Config,
 
   Args:
     task_inputs: {task: (tokens `[b, L_ex]`, reference `[b', <= L_tr]`)}, as for
-      `schedule.calibrate_tasks` (whose Memo can be passed to reuse its sweeps).
+      `calibration.calibrate_tasks` (whose Memo can be passed to reuse its sweeps).
 
   Returns:
     {task: {'reference' | 'long': {'length', 'pmax', 'entropy', 'lmax'}}}.

@@ -1,7 +1,7 @@
 """Closed-form temperatures: Propositions 1-2 and the log-length baseline (host float64 numpy).
 
 Inputs are summaries of layer 0's average sorted logit vector (`summarize_logit_vector` of
-`calibration_stats.layer0_sorted_logits`) and Prop. 1's P_tr (`reference_pmax`).
+`stats.layer0_sorted_logits`) and Prop. 1's P_tr (`reference_pmax`).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-  from t5align.calibration_stats import AttentionStats
+  from t5align.calibration.stats import AttentionStats
 
 
 class LogitSummary(NamedTuple):

@@ -1,0 +1,76 @@
+"""What importing a module loads: the light modules stay light, and the package edges hold.
+
+Each import runs in a fresh interpreter; the modules of this repository it loaded are compared
+with the written-out expected set, so a new import edge shows up here as a named difference.
+"""
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+RUNTIME = {'t5align.runtime', 't5align.runtime.fileio', 't5align.runtime.outputs',
+           't5align.runtime.validate'}
+ATTENTION = {'t5align.attention', 't5align.attention.blockwise', 't5align.attention.dispatch',
+             't5align.attention.pallas_gpu', 't5align.attention.pallas_tpu',
+             't5align.attention.reference'}
+SCHEDULE = {'t5align', 't5align.labels', 't5align.schedule'} | RUNTIME
+
+
+def _loaded(module: str) -> tuple[set[str], set[str]]:
+  """(this repository's modules, heavy third-party packages) that `import module` loads."""
+  code = (f'import sys, {module}\n'
+          'print(sorted(k for k in sys.modules if k.split(".")[0] in ("t5align", "seqio_tasks")))\n'
+          'print(sorted(k for k in ("jax", "flax", "seqio", "tensorflow", "torch") '
+          'if k in sys.modules))\n')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       cwd=REPO_ROOT, check=True).stdout.splitlines()
+  return set(ast.literal_eval(out[-2])), set(ast.literal_eval(out[-1]))
+
+
+@pytest.mark.parametrize('module, expected, heavy', [
+    # Schedules are data: reading one needs no model and no calibration engine.
+    ('t5align.schedule', SCHEDULE, {'jax'}),
+    # The network t5x.eval loads: the schedule's data and the network, nothing of calibration,
+    # checkpoints, evaluation or the shipped model.
+    ('t5align.scheduled', SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
+                                                  't5align.layers'}, {'jax', 'flax'}),
+    # Tables from finished runs: no JAX at all.
+    ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.runtime',
+                        't5align.runtime.fileio', 't5align.runtime.outputs'}, set()),
+])
+def test_import_loads_only_what_it_uses(module, expected, heavy):
+  ours, third_party = _loaded(module)
+  assert ours == expected, (f'import {module}: loads also {sorted(ours - expected)}, '
+                            f'no longer {sorted(expected - ours)}')
+  assert third_party == heavy
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+  """Modules (absolute names) that `path` imports anywhere in its code."""
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module:
+      found |= {f'{node.module}.{a.name}' for a in node.names}
+    elif isinstance(node, ast.Import):
+      found |= {a.name for a in node.names}
+  return found
+
+
+def test_seqio_tasks_import_nothing_of_t5align_but_vocabularies():
+  for path in sorted((REPO_ROOT / 'seqio_tasks').glob('*.py')):
+    ours = {m for m in _imports(path) if m.split('.')[0] == 't5align'}
+    assert ours <= {'t5align.vocabularies'}, f'{path.name} imports {sorted(ours)}'
+
+
+@pytest.mark.parametrize('package, allowed', [
+    ('runtime', set()),  # Knows no model: only its own modules.
+    ('attention', set()),
+])
+def test_package_imports_only_itself(package, allowed):
+  for path in sorted((REPO_ROOT / 't5align' / package).glob('*.py')):
+    ours = {m for m in _imports(path) if m.split('.')[0] == 't5align'}
+    outside = {m for m in ours if not m.startswith(f't5align.{package}.')} - allowed
+    assert not outside, f't5align/{package}/{path.name} imports {sorted(outside)}'
