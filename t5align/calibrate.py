@@ -383,6 +383,8 @@ def run(
         f'{len(lengths)} lengths x {len(strategies)} strategies', file=sys.stderr, flush=True)
   memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
   progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
+  settings = calibration.Settings(grid=tuple(grid), tol=tol, mesh=mesh, batch_size=batch_size,
+                                  tau_batch_size=tau_batch_size, eos_id=eos_id)
   schedule = calibration.build_schedule(
       params, config, tokens, lengths, strategies, reference_length=reference_length,
       provenance={'checkpoint': checkpoint_path, 'seed': seed, 'dtype': dtype,
@@ -390,13 +392,11 @@ def run(
                   'attention_impl': config.attention_impl, **data.source,
                   'process_count': jax.process_count(), 'device_count': jax.device_count(),
                   'created_unix': int(time.time()), 'identity': identity},
-      progress=progress, previous=previous, record=record, mesh=mesh, batch_size=batch_size,
-      tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
+      progress=progress, previous=previous, record=record, settings=settings, memo=memo)
   if inputs:
     tasks = calibration.calibrate_tasks(
         params, config, inputs, strategies, reference_length=reference_length,
-        progress=progress, previous=previous, record=record, mesh=mesh, batch_size=batch_size,
-        tau_batch_size=tau_batch_size, grid=tuple(grid), tol=tol, eos_id=eos_id, memo=memo)
+        progress=progress, previous=previous, record=record, settings=settings, memo=memo)
     schedule = dataclasses.replace(schedule, tasks=tasks, provenance={
         **schedule.provenance, 'per_task': {
             t: {'num_examples': int(len(x)), 'length': int(x.shape[1]),

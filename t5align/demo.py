@@ -593,7 +593,8 @@ def spread_table(spread: Mapping[str, Any], seeds: Sequence[int], lengths: Seque
 
 
 def calibrate_per_task(params, config, prompts: Mapping[str, Mapping[int, np.ndarray]],
-                       references: Mapping[str, np.ndarray], plan: Plan, *, memo, mesh,
+                       references: Mapping[str, np.ndarray], plan: Plan, *,
+                       settings: calibration.Settings, memo: calibration.Memo,
                        progress: Callable[[calibration.Calibration, str], None]
                        ) -> dict[str, dict[str, tuple[calibration.Calibration, ...]]]:
   """Each tuned task calibrated on its own prompts at every L_ex against its own at L_tr,
@@ -603,7 +604,7 @@ def calibrate_per_task(params, config, prompts: Mapping[str, Mapping[int, np.nda
     for task in prompts:
       found = calibration.calibrate_tasks(
           params, config, {task: (prompts[task][L], references[task])}, plan.strategies,
-          reference_length=plan.reference_length, mesh=mesh, memo=memo, tau_batch_size=1,
+          reference_length=plan.reference_length, settings=settings, memo=memo,
           progress=lambda d, t, c, task=task: progress(c, task))
       for s, items in found[task].items():
         out[task][s].extend(items)
@@ -759,24 +760,25 @@ def _calibrate(params, config, plan: Plan, prompts, references, identity, memo, 
          f'tau {np.round(c.tau, 3).tolist()}{" (calibration" + left[1:] + ")" if left else ""}',
          start)
 
+  settings = calibration.Settings(mesh=mesh, tau_batch_size=1)
   per_seed = []
   for k in range(len(plan.seeds)):
     per_seed.append(calibrate_per_task(
-        params, config, prompts[k], references[k], plan, memo=memo, mesh=mesh,
+        params, config, prompts[k], references[k], plan, settings=settings, memo=memo,
         progress=lambda c, task, k=k: progress(c, task, k)))
   # Pooled over the tuned tasks: the grid strategies from the per-task sweeps (computing
   # nothing), the others (full mode) searched on the pooled prompts.
   pooled_inputs = []
   refs = [references[0][t] for t in plan.tuned_tasks]
-  memo.pooled_stats(params, config, refs, [1.0], mesh, tau_batch_size=1)
+  memo.pooled_stats(params, config, refs, [1.0], **settings.stats_kwargs())
   for L in plan.lengths:
     groups = [prompts[0][t][L] for t in plan.tuned_tasks]
     if 'grid' in {calibration.parse_strategy(s)[1] for s in plan.pooled}:
-      memo.pooled_stats(params, config, groups, calibration.PAPER_GRID, mesh, tau_batch_size=1)
+      memo.pooled_stats(params, config, groups, settings.grid, **settings.stats_kwargs())
     pooled_inputs.append((np.concatenate(groups), np.concatenate(refs)))
   pooled = calibration.calibrate_tasks(
       params, config, {'pooled': list(reversed(pooled_inputs))}, plan.pooled,
-      reference_length=plan.reference_length, mesh=mesh, memo=memo, tau_batch_size=1,
+      reference_length=plan.reference_length, settings=settings, memo=memo,
       progress=lambda d, t, c: progress(c, 'pooled', 0))['pooled']
   provenance = {
       'identity': identity, 'source': 'held-out prompts of ' + ', '.join(plan.tuned_tasks),

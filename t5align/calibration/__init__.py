@@ -48,6 +48,7 @@ from t5align.calibration.stats import Memo
 from t5align.calibration.strategies import calibrate
 from t5align.calibration.strategies import parse_strategy
 from t5align.calibration.strategies import SCOPES
+from t5align.calibration.strategies import Settings
 from t5align.calibration.strategies import STATISTICS
 from t5align.calibration.strategies import STRATEGIES
 from t5align.calibration.strategies import T5_EOS_ID
@@ -61,6 +62,7 @@ __all__ = [
     'closed_form_tau', 'cut_at_boundary', 'cut_to_length', 'encoder_attention_stats', 'grid_search',
     'grid_steps', 'layer0_sorted_logits', 'length_groups', 'log_length_tau', 'LogitSummary', 'Memo',
     'PAPER_GRID', 'parse_strategy', 'prop1_tau', 'prop2_tau', 'reference_pmax',
-    'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'STATISTICS', 'STRATEGIES',
+    'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'Settings', 'STATISTICS',
+    'STRATEGIES',
     'summarize_logit_vector', 'T5_EOS_ID', 'Tau',
 ]

@@ -44,7 +44,8 @@ def build_schedule(
     progress: Callable[[int, int, schedule.Calibration], None] | None = None,
     previous: Mapping[str, schedule.Calibration] | None = None,
     record: Callable[[str | None, schedule.Calibration], None] | None = None,
-    **calibrate_kwargs,
+    settings: strategies_lib.Settings | None = None,
+    memo: stats.Memo | None = None,
 ) -> schedule.TemperatureSchedule:
   """Calibrates every (length, strategy) pair on the same documents.
 
@@ -63,8 +64,8 @@ def build_schedule(
       made again), so the schedule equals an uninterrupted run's.
     record: called as `record(None, calibration)` for each new calibration, as it finishes
       (`CalibrationLog.add`).
-    **calibrate_kwargs: passed to `strategies_lib.calibrate` (grid, tol, mesh, batch_size, memo,
-      ...); every pair shares one `stats.Memo` (a new one unless `memo` is given).
+    settings: how every calibration searches and computes (`strategies.Settings`).
+    memo: results shared by every pair (a new `stats.Memo` if None).
 
   Returns:
     The schedule, its provenance holding lengths, strategies, sample counts and settings.
@@ -80,34 +81,31 @@ def build_schedule(
     stats.check_lengths(L, reference_length)
   for s in strategies:
     strategies_lib.parse_strategy(s)
-  params = partitioning.place_params(params, config, calibrate_kwargs.get('mesh'))
-  calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or stats.Memo()
+  settings = settings or strategies_lib.Settings()
+  memo = memo or stats.Memo()
+  params = partitioning.place_params(params, config, settings.mesh)
   cals = {s: [] for s in strategies}
   total = len(lengths) * len(strategies)
-  eos_id = calibrate_kwargs.get('eos_id', 1)
   for i, L in enumerate(lengths):
-    cut = stats.cut_to_length(tokens, L, eos_id)
+    cut = stats.cut_to_length(tokens, L, settings.eos_id)
     done = _resumed(previous, None, strategies, L)
     for j, s in enumerate(_sweep_order(strategies)):
       c = done.get(s) or strategies_lib.calibrate(
           params, config, cut, s, reference_tokens=reference_tokens,
-          reference_length=reference_length, **calibrate_kwargs)
+          reference_length=reference_length, settings=settings, memo=memo)
       cals[s].append(c)
       if record is not None and s not in done and calibration_key(None, s, L) not in (
           previous or {}):
         record(None, c)
       if progress is not None:
         progress(i * len(strategies) + j + 1, total, c)
-  settings = {k: v for k, v in calibrate_kwargs.items() if k not in ('mesh', 'memo')}
-  if calibrate_kwargs.get('mesh') is not None:
-    settings['mesh'] = dict(calibrate_kwargs['mesh'].shape)
   record = {
       'lengths': lengths, 'strategies': list(strategies), 'reference_length': reference_length,
       'num_samples': int(tokens.shape[0]), 'sample_width': int(tokens.shape[1]),
       'samples_sha256': hashlib.sha256(tokens.tobytes()).hexdigest(),  # int32 [b, width]
       'reference': 'same documents cut to L_tr' if reference_tokens is None else
                    f'{len(reference_tokens)} separate samples',
-      'settings': settings, **(provenance or {})}
+      'settings': settings.record(), **(provenance or {})}
   return schedule.TemperatureSchedule(reference_length=reference_length, strategy=strategies[0],
                              calibrations={k: tuple(v) for k, v in cals.items()},
                              provenance=record)
@@ -123,7 +121,8 @@ def calibrate_tasks(
     progress: Callable[[int, int, schedule.Calibration], None] | None = None,
     previous: Mapping[str, schedule.Calibration] | None = None,
     record: Callable[[str | None, schedule.Calibration], None] | None = None,
-    **calibrate_kwargs,
+    settings: strategies_lib.Settings | None = None,
+    memo: stats.Memo | None = None,
 ) -> dict[str, dict[str, tuple[schedule.Calibration, ...]]]:
   """Per-task calibration, as the paper does it: each task on its own inputs.
 
@@ -138,13 +137,15 @@ def calibrate_tasks(
     reference_length: L_tr.
     progress: called as `progress(done, total, calibration)`.
     previous, record: as `build_schedule`'s, per (task, L_ex).
-    **calibrate_kwargs: passed to `strategies_lib.calibrate` (a shared Memo unless `memo` given).
+    settings: how every calibration searches and computes (`strategies.Settings`).
+    memo: results shared by every calibration (a new `stats.Memo` if None).
 
   Returns:
     {task: {strategy: (calibration,)}}, ready for `TemperatureSchedule(tasks=...)`.
   """
-  calibrate_kwargs['memo'] = calibrate_kwargs.get('memo') or stats.Memo()
-  params = partitioning.place_params(params, config, calibrate_kwargs.get('mesh'))
+  settings = settings or strategies_lib.Settings()
+  memo = memo or stats.Memo()
+  params = partitioning.place_params(params, config, settings.mesh)
   pairs = {t: v if isinstance(v, list) else [v] for t, v in task_inputs.items()}
   out, done, total = {}, 0, sum(len(v) for v in pairs.values()) * len(strategies)
   for task, items in pairs.items():
@@ -156,7 +157,7 @@ def calibrate_tasks(
         try:
           c = resumed.get(s) or strategies_lib.calibrate(
               params, config, tokens, s, reference_tokens=reference,
-              reference_length=reference_length, **calibrate_kwargs)
+              reference_length=reference_length, settings=settings, memo=memo)
         except ValueError as e:
           raise ValueError(f'task {task!r}: {e}') from e
         if record is not None and s not in resumed and calibration_key(task, s, length) not in (

@@ -18,7 +18,8 @@ the package's docstring).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import dataclasses
+from typing import Any
 
 import numpy as np
 from jax.sharding import Mesh
@@ -42,6 +43,55 @@ STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_laye
 SCOPES = ('encoder', 'layer', 'head')
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How calibrations search and compute (not what they align): one object per job.
+
+  Attributes:
+    grid: Algorithm 1's candidate taus (grid strategies).
+    bracket: tau interval of the continuous searches.
+    tol: bracket width at which a continuous search stops.
+    points: taus per search round (None: the mesh's 'tau' size, else 2).
+    mesh: optional ('tau', 'data', 'model') mesh of the statistics sweeps.
+    batch_size: examples per call (None: all at once).
+    tau_batch_size: candidate taus per call (None: all at once).
+    eos_id: id that ends a row cut to L_tr (None: leave cut rows as they are).
+    chunk: query chunk of the layer-0 sorted-logit computation (closed forms).
+  """
+
+  grid: tuple[float, ...] = search_lib.PAPER_GRID
+  bracket: tuple[float, float] = (0.05, 1.0)
+  tol: float = 1e-3
+  points: int | None = None
+  mesh: Mesh | None = None
+  batch_size: int | None = None
+  tau_batch_size: int | None = None
+  eos_id: int | None = T5_EOS_ID
+  chunk: int = 128
+
+  def __post_init__(self):
+    object.__setattr__(self, 'grid', tuple(float(t) for t in self.grid))
+    object.__setattr__(self, 'bracket', tuple(float(t) for t in self.bracket))
+
+  @property
+  def search_points(self) -> int:
+    """Taus per round of a continuous search: two (trisection) share one compiled shape with
+    the bracket's two ends; with a mesh, one per 'tau' device."""
+    if self.points is not None:
+      return self.points
+    return self.mesh.shape['tau'] if self.mesh is not None else 2
+
+  def stats_kwargs(self) -> dict[str, Any]:
+    """The keywords of `Memo.attention_stats` / `stats.encoder_attention_stats`."""
+    return dict(mesh=self.mesh, batch_size=self.batch_size, tau_batch_size=self.tau_batch_size)
+
+  def record(self) -> dict[str, Any]:
+    """JSON-able form for a schedule's provenance (the mesh as its axis sizes)."""
+    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    fields['mesh'] = None if self.mesh is None else dict(self.mesh.shape)
+    return fields
+
+
 def parse_strategy(strategy: str) -> tuple[str, str, str]:
   """(statistic, search, scope in `SCOPES`): 'pmax_per_layer' -> ('pmax', 'bisect', 'layer');
   'entropy' -> ('entropy', 'grid', 'encoder'); 'prop1' -> ('prop1', 'closed_form', 'encoder')."""
@@ -62,8 +112,8 @@ def _as_float(x: Any) -> schedule.Tau:
   return tuple(_as_float(v) for v in x)
 
 
-def _align(params, config, tokens, statistic, target_stats, *, search, scope, grid, bracket,
-           tol, points, memo, stats_kwargs) -> tuple[Any, Any, bool, dict]:
+def _align(params, config, tokens, statistic, target_stats, *, search: str, scope: str,
+           settings: Settings, memo: stats_lib.Memo) -> tuple[Any, Any, bool, dict]:
   """Searches tau (or per-layer or per-head taus) so the statistic at `tokens` matches
   `target_stats`."""
   increasing = statistic == 'entropy'  # flatter with larger tau: entropy up, P_max down.
@@ -71,9 +121,12 @@ def _align(params, config, tokens, statistic, target_stats, *, search, scope, gr
   # it): it warm-starts the continuous searches. Layer 0's statistic depends on layer 0's tau
   # only, so the sweep (every layer at the grid tau) also warm-starts the per-layer search, and
   # each layer-0 head's statistic on its own tau only: the per-head search too.
+  grid, bracket, tol, points = (settings.grid, settings.bracket, settings.tol,
+                                settings.search_points)
   sweep = memo.computed_stats(params, config, tokens, grid) if search == 'bisect' else None
   grid_taus = np.asarray(grid, np.float64)
-  stats = lambda taus: memo.attention_stats(params, config, tokens, taus, **stats_kwargs)
+  stats = lambda taus: memo.attention_stats(params, config, tokens, taus,
+                                            **settings.stats_kwargs())
 
   def run_search(evaluate, target, known=None):
     if search == 'grid':
@@ -113,15 +166,7 @@ def calibrate(
     *,
     reference_tokens: Any = None,
     reference_length: int | None = None,
-    grid: Sequence[float] = search_lib.PAPER_GRID,
-    bracket: tuple[float, float] = (0.05, 1.0),
-    tol: float = 1e-3,
-    points: int | None = None,
-    mesh: Mesh | None = None,
-    batch_size: int | None = None,
-    tau_batch_size: int | None = None,
-    eos_id: int | None = T5_EOS_ID,
-    chunk: int = 128,
+    settings: Settings | None = None,
     memo: stats_lib.Memo | None = None,
 ) -> schedule.Calibration:
   """Chooses the encoder temperature for inputs like `tokens` (one strategy, one length).
@@ -134,21 +179,14 @@ def calibrate(
     reference_tokens: int `[b', L_tr]` reference samples; if None, `tokens` cut to
       `reference_length` (the same documents, as in the paper).
     reference_length: L_tr; defaults to `reference_tokens`' width, else 512.
-    grid: Algorithm 1's candidate taus (grid strategies).
-    bracket: tau interval of the continuous search.
-    tol: bracket width at which the continuous search stops.
-    points: taus per search round (default: the mesh's 'tau' size, else 2).
-    mesh: optional ('tau', 'data', 'model') mesh for `encoder_attention_stats`.
-    batch_size: examples per call.
-    tau_batch_size: candidate taus per call.
-    eos_id: id that ends a row cut to L_tr (None: leave cut rows as they are).
-    chunk: query chunk of the layer-0 sorted-logit computation (closed forms).
+    settings: how to search and compute (`Settings`); None: the defaults.
     memo: results shared with other calls on the same model (see `Memo`); None: a fresh one.
 
   Returns:
     A Calibration with the chosen tau, the target and achieved statistic and search details.
   """
   statistic, search, scope = parse_strategy(strategy)
+  settings = settings or Settings()
   tokens = stats_lib.check_tokens(tokens)
   length = tokens.shape[1]
   if reference_tokens is not None:
@@ -157,23 +195,23 @@ def calibrate(
   reference_length = reference_length or 512
   stats_lib.check_lengths(length, reference_length)
   if reference_tokens is None:
-    reference_tokens = stats_lib.cut_to_length(tokens, reference_length, eos_id)
+    reference_tokens = stats_lib.cut_to_length(tokens, reference_length, settings.eos_id)
   common = dict(strategy=strategy, length=length, reference_length=reference_length)
   memo = memo if memo is not None else stats_lib.Memo()
-  params = partitioning.place_params(params, config, mesh)
+  params = partitioning.place_params(params, config, settings.mesh)
   if strategy == 'log_length':
     return schedule.Calibration(tau=closed_form_lib.log_length_tau(length, reference_length),
                                 **common)
-  stats_kwargs = dict(mesh=mesh, batch_size=batch_size, tau_batch_size=tau_batch_size)
   if search == 'closed_form':
     ref = closed_form_lib.summarize_logit_vector(
-        memo.sorted_logits(params, config, reference_tokens, chunk))
-    ext = closed_form_lib.summarize_logit_vector(memo.sorted_logits(params, config, tokens, chunk))
+        memo.sorted_logits(params, config, reference_tokens, settings.chunk))
+    ext = closed_form_lib.summarize_logit_vector(
+        memo.sorted_logits(params, config, tokens, settings.chunk))
     details = {'reference': ref._asdict(), 'extrapolation': ext._asdict()}
     p_tr = None
     if strategy == 'prop1':
       p_tr = closed_form_lib.reference_pmax(memo.attention_stats(
-          params, config, reference_tokens, [1.0], **stats_kwargs))
+          params, config, reference_tokens, [1.0], **settings.stats_kwargs()))
       details['p_tr'] = p_tr
     try:
       tau, note, details['unclamped_tau'] = closed_form_lib.closed_form_tau(
@@ -181,13 +219,11 @@ def calibrate(
     except ValueError as e:
       raise ValueError(f'{e} (L_ex={length}, L_tr={reference_length}, details={details})') from e
     return schedule.Calibration(tau=tau, clamped=bool(note), note=note, details=details, **common)
-  if points is None:
-    # Two taus per round (trisection) share one compiled shape with the bracket's two ends.
-    points = mesh.shape['tau'] if mesh is not None else 2
-  target_stats = memo.attention_stats(params, config, reference_tokens, [1.0], **stats_kwargs)
+  target_stats = memo.attention_stats(params, config, reference_tokens, [1.0],
+                                      **settings.stats_kwargs())
   tau, achieved, clamped, details = _align(
       params, config, tokens, statistic, target_stats, search=search, scope=scope,
-      grid=grid, bracket=bracket, tol=tol, points=points, memo=memo, stats_kwargs=stats_kwargs)
+      settings=settings, memo=memo)
   prefix = {'encoder': '', 'layer': 'layer_', 'head': 'head_'}[scope]
   target = _as_float(getattr(target_stats, f'{prefix}{statistic}')[0])
   return schedule.Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,
