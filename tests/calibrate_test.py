@@ -12,6 +12,7 @@ import pytest
 
 from t5align import calibrate
 from t5align import calibration
+from t5align.calibration import samples
 from t5align import checkpoints
 from t5align import network
 from t5align import schedule
@@ -79,8 +80,8 @@ def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
   loaded = schedule.load_schedule(str(out))
   assert loaded.provenance['dtype'] == 'bfloat16'
   cal = loaded.calibrations['pmax'][0]
-  stream = calibrate.text_file_stream(text, vocabularies.load_vocabulary(vocab))
-  tokens = calibrate.sample_windows(stream, 2, 128, seed=0, eos_id=1)
+  stream = samples.text_file_stream(text, vocabularies.load_vocabulary(vocab))
+  tokens = samples.sample_windows(stream, 2, 128, seed=0, eos_id=1)
   reference = calibration.cut_to_length(tokens, 64, 1)
   grid = cal.details['grid']
   calibrated = np.asarray([cal.target] + list(cal.details['values']))
@@ -158,8 +159,8 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   assert 'Dispersion per task' in printed and 'l_max' in printed
   assert 'Dispersion per task' in (tmp_path / 'analysis' / 'dispersion.txt').read_text()
   # The reference rows end at a sentence boundary ('.' piece) then EOS.
-  rows = calibrate.jsonl_examples(jsonl, sp.encode, sp.eos_id(), 2)['passkey']
-  _, ref = calibrate.task_inputs(rows, 64, sp.eos_id(), sorted(period))
+  rows = samples.jsonl_examples(jsonl, sp.encode, sp.eos_id(), 2)['passkey']
+  _, ref = samples.task_inputs(rows, 64, sp.eos_id(), sorted(period))
   for row in ref:
     row = row[row > 0]
     assert row[-1] == sp.eos_id() and row[-2] in period and len(row) <= 64
@@ -227,9 +228,9 @@ def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
   assert sorted(loaded.tasks) == ['t5align_passkey_2k', 't5align_passkey_5k']
   assert loaded.provenance['seqio_task'] == 't5align_passkey_2k, t5align_passkey_5k'
   # The pooled samples are windows of both tasks' inputs, concatenated.
-  stream = np.concatenate([calibrate.seqio_task_stream(t, 'test')
+  stream = np.concatenate([samples.seqio_task_stream(t, 'test')
                            for t in ('t5align_passkey_2k', 't5align_passkey_5k')])
-  want = calibrate.sample_windows(stream, 1, 512, 0, eos_id=1)
+  want = samples.sample_windows(stream, 1, 512, 0, eos_id=1)
   assert loaded.provenance['samples_sha256'] == hashlib.sha256(want.tobytes()).hexdigest()
 
 

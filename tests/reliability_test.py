@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from t5align import calibrate
+from t5align.calibration import samples
 from t5align import checkpoints
 from t5align.evaluation import predictions
 from t5align import gin_cli
@@ -197,7 +198,7 @@ def test_non_utf8_calibration_text_and_prediction_line(tmp_path):
   text = tmp_path / 'corpus.txt'
   text.write_bytes(b'fine line\nbad \xff line\n')
   with pytest.raises(ValueError, match=rf'{text}:2: not UTF-8 text'):
-    calibrate.text_file_stream(str(text), 'unused.model')
+    samples.text_file_stream(str(text), 'unused.model')
   log = tmp_path / 'predictions.jsonl'
   log.write_bytes(b'{"index": 0}\n{"index": 1, "prediction": "\xff"}\n')
   with pytest.raises(ValueError, match=rf'{log}:2: not UTF-8 text'):

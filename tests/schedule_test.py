@@ -18,6 +18,7 @@ import pytest
 
 from t5align import calibrate
 from t5align import calibration
+from t5align.calibration import samples
 from t5align import network
 from t5align import schedule
 
@@ -206,8 +207,8 @@ def test_cli_module_entry_point_and_flag_errors(tmp_path):
   assert proc.returncode != 0
   assert 'set CHECKPOINT_PATH and OUTPUT_PATH' in proc.stderr, proc.stderr[-2000:]
   with pytest.raises(ValueError, match='has 5 tokens'):
-    calibrate.sample_windows(np.arange(5), 2, 64, eos_id=1)
-  windows = calibrate.sample_windows(np.arange(3, 200), 3, 16, seed=1, eos_id=1)
+    samples.sample_windows(np.arange(5), 2, 64, eos_id=1)
+  windows = samples.sample_windows(np.arange(3, 200), 3, 16, seed=1, eos_id=1)
   assert windows.shape == (3, 16) and np.all(windows[:, -1] == 1) and np.all(windows > 0)
 
 
