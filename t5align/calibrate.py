@@ -325,6 +325,7 @@ def mesh_for(mesh_shape: Sequence[int] | None) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  gin_cli.log_plainly()
   multihost.initialize()  # First: before anything starts a JAX backend.
   argv = sys.argv[1:] if argv is None else argv
   if any('SEQIO_TASK' in arg or 'seqio_tasks.' in arg for arg in argv):

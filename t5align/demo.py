@@ -36,6 +36,7 @@ import numpy as np
 
 from t5align import calibration
 from t5align import checkpoints
+from t5align import gin_cli
 from t5align import labels
 from t5align import network
 from t5align import partitioning
@@ -926,6 +927,7 @@ def write_report(output_dir: str, results: Mapping[str, Any], plan: Plan, temper
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  gin_cli.log_plainly()
   multihost.initialize()  # First: before anything starts a JAX backend.
   parser = argparse.ArgumentParser(prog='python -m t5align.demo', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -482,6 +482,7 @@ def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
 
 
 def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
+  gin_cli.log_plainly()
   multihost.initialize()  # First: before anything starts a JAX backend.
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.eval',
                     description=__doc__,

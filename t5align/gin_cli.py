@@ -4,14 +4,26 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import logging as std_logging
 import os
 import re
 import warnings
 from typing import Sequence
 
+from absl import flags
+from absl import logging
 import gin
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log_plainly() -> None:
+  """For a command line: the library's log records (absl, as t5x) at INFO and above on stderr as
+  bare messages, the form they had when the library printed them."""
+  flags.FLAGS.mark_as_parsed()  # No absl flags here; absl would warn that none were parsed.
+  logging.use_absl_handler()
+  logging.get_absl_handler().setFormatter(std_logging.Formatter('%(message)s'))
+  logging.set_verbosity(logging.INFO)
 
 
 def binding(name: str, value: str) -> str:

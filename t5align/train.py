@@ -425,6 +425,7 @@ def train(*,
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  gin_cli.log_plainly()
   argv = sys.argv[1:] if argv is None else list(argv)
   gin_cli.configure(argv, prog='python -m t5align.train', description=__doc__,
                     example_file='gin/runs/train_retrieval.gin plus gin/models/retrieval_small.gin')

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
 from t5align import gin_cli
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_binding_quotes_only_non_literals():
@@ -97,3 +102,18 @@ def test_unset_required_binds_required_macros_to_none(tmp_path):
       gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t')
   finally:
     gin.clear_config()
+
+
+def test_command_lines_show_library_log_records_as_bare_lines(tmp_path):
+  """The library logs (absl); a command line (`log_plainly`) shows the records as the messages
+  alone, as it printed them before; a library user gets absl's default form."""
+  torn = tmp_path / 'records.jsonl'
+  code = ('import sys\nfrom t5align import gin_cli\nfrom t5align.runtime import outputs\n'
+          'if sys.argv[2] == "cli":\n  gin_cli.log_plainly()\noutputs.repair_jsonl(sys.argv[1])\n')
+  line = f'{torn}: dropped a torn last line (4 bytes, an interrupted write).\n'
+  for mode, expected in (('cli', line), ('library', 'WARNING:absl:' + line)):
+    torn.write_bytes(b'{"a": 1}\n{"b"')
+    done = subprocess.run([sys.executable, '-c', code, str(torn), mode], capture_output=True,
+                          text=True, check=True, cwd=REPO_ROOT)
+    assert done.stderr == expected
+    assert torn.read_bytes() == b'{"a": 1}\n'

@@ -236,7 +236,7 @@ time.sleep(120)
 '''
 
 
-def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_path, capsys):
+def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_path, caplog):
   out = tmp_path / 'out'
   with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # In-process: another open handle is refused.
     with pytest.raises(outputs.OutputLockedError, match=rf'pid={os.getpid()} host='):
@@ -256,8 +256,7 @@ def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_pa
     child.stdout.close()
   with outputs.claim(out, 'EVAL_OUTPUT_DIR') as lock:  # Killed: its lock is stale, taken over.
     assert lock is not None
-  assert f'taking over the stale lock of EVAL_OUTPUT_DIR {out} (pid={child.pid}' in (
-      capsys.readouterr().err)
+  assert f'taking over the stale lock of EVAL_OUTPUT_DIR {out} (pid={child.pid}' in caplog.text
 
 
 def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(tmp_path):

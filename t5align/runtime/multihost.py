@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 from typing import Any, Callable, TypeVar
 
+from absl import logging
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
@@ -232,8 +232,8 @@ def initialize() -> bool:
       raise ValueError(f'JAX_PROCESS_ID={process_id} must be in 0..{count - 1} '
                        f'(JAX_NUM_PROCESSES={count}).')
     address, timeout = os.environ['JAX_COORDINATOR_ADDRESS'], distributed_timeout_s()
-    print(f'process {process_id} of {count}: meeting the others at {address} (at most '
-          f'{timeout:g} s, {DISTRIBUTED_TIMEOUT_ENV})', file=sys.stderr, flush=True)
+    logging.info('process %d of %d: meeting the others at %s (at most %g s, %s)', process_id,
+                 count, address, timeout, DISTRIBUTED_TIMEOUT_ENV)
     rendezvous(address, count, process_id, timeout)
     _use_gloo()
     jax.distributed.initialize(address, num_processes=count, process_id=process_id,

@@ -32,6 +32,8 @@ import tempfile
 import time
 from typing import Any, Callable, Iterator
 
+from absl import logging
+
 from t5align.runtime import fileio
 
 LOCK_NAME = '.t5align.lock'
@@ -98,8 +100,8 @@ class FolderLock:
     host, pid = fields.get('host'), fields.get('pid', '')
     if host == socket.gethostname() or not host:
       state = 'dead' if pid.isdigit() and not _pid_alive(int(pid)) else 'no longer holding it'
-      print(f'warning: taking over the stale lock of {self.what} ({previous}, {state}).',
-            file=sys.stderr)
+      logging.warning('warning: taking over the stale lock of %s (%s, %s).', self.what, previous,
+                      state)
       return
     os.close(self._fd)
     raise OutputLockedError(
@@ -249,7 +251,7 @@ def claim(path: fileio.PathLike | None, what: str, *,
     else:
       leftovers = remove_stale_tmp(path)
     for leftover in leftovers:
-      print(f'removed {leftover} (left by an interrupted run)', file=sys.stderr)
+      logging.warning('removed %s (left by an interrupted run)', leftover)
     yield lock
 
 
@@ -281,8 +283,8 @@ def repair_jsonl(path: fileio.PathLike) -> bytes:
   raw = fileio.read_bytes(path)
   keep = raw.rfind(b'\n') + 1  # Bytes up to and including the last newline.
   if keep < len(raw) and not fileio.is_remote(path):
-    print(f'{path}: dropped a torn last line ({len(raw) - keep} bytes, an interrupted write).',
-          file=sys.stderr)
+    logging.warning('%s: dropped a torn last line (%d bytes, an interrupted write).', path,
+                    len(raw) - keep)
     with open(path, 'r+b') as f:
       f.truncate(keep)
   return raw[:keep]
