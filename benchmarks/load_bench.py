@@ -83,7 +83,7 @@ config = network.T5Config(**model)
 mesh = partitioning.make_mesh({'data': 1, 'model': count}) if count > 1 else None
 # Costs that do not grow with the checkpoint, paid before measuring: tracing the model for its
 # shapes and axis names, and jax's first transfer to the device.
-checkpoints._param_shapes(config)
+checkpoints.load._param_shapes(config)
 jax.block_until_ready(jax.device_put(np.zeros(8)))
 for path in paths:
   gc.collect()

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5align.attention import dispatch
 from t5align import calibration
 from t5align.evaluation import predictions
 from t5align.evaluation import scoring
@@ -202,7 +203,7 @@ def test_param_specs_shard_along_model_axis(tiny):
     shape = {'data': 1, 'model': 2}
 
   names, shapes = partitioning.logical_param_axes(config), network.param_shapes(config)
-  spec = lambda *path: partitioning.spec_for(
+  spec = lambda *path: dispatch.spec_for(
       functools.reduce(lambda n, k: n[k], path, names),
       functools.reduce(lambda n, k: n[k], path, shapes).shape, FakeMesh(),
       partitioning.standard_logical_axis_rules())
