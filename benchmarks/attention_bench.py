@@ -169,8 +169,7 @@ def kernel_options(spec: dict) -> dict:
 
 def config_options(spec: dict) -> dict:
   """The same settings as `T5Config` fields (for the encoder benchmark)."""
-  names = ('attention_block_q', 'attention_block_k', 'pallas_num_warps', 'pallas_num_stages')
-  return dict(zip(names, spec.get('pallas') or ()))
+  return {'attention_options': tuple(kernel_options(spec).values())}
 
 
 def check_against_reference(impl: str, heads: int, depth: int, dtype,

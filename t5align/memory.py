@@ -165,8 +165,9 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
   else:
     from t5align.attention import blockwise  # pylint: disable=g-import-not-at-top
     # NOTE: the accelerators' default tiles (see blockwise.default_blocks).
+    options = network.attention_options(config, 'blockwise')
     block_q, block_k = (min(length, given or default) for given, default in zip(
-        (config.attention_block_q, config.attention_block_k), blockwise.default_blocks('tpu')))
+        (options.block_q, options.block_k), blockwise.default_blocks('tpu')))
     attention = 4 * b * h * (2 * length * config.head_dim + 3 * block_q * block_k)
   width = (2 * config.emb_dim + 2 * h * config.head_dim
            + (len(config.mlp_activations) + 1) * batching.ceil_div(config.mlp_dim, model_shards))

@@ -47,15 +47,14 @@ class T5Config:
   # most `blockwise_threshold` tokens, above it 'pallas' on GPU / TPU and 'blockwise' on CPU.
   attention_impl: str = 'reference'
   blockwise_threshold: int = 2048
-  # Tiles of 'blockwise' and the fused kernels (queries, keys); None: the implementation's
-  # default (blockwise / pallas_attention / pallas_tpu .default_blocks). See `attention_options`.
-  attention_block_q: int | None = None
-  attention_block_k: int | None = None
-  # 'pallas' on GPU: Triton launch parameters.
-  pallas_num_warps: int = 4
-  pallas_num_stages: int = 2
-  # 'pallas' on TPU: Mosaic's scoped VMEM limit in bytes (larger tiles); None: the compiler's.
-  pallas_vmem_limit_bytes: int | None = None
+  # Tiles and launch parameters, per implementation: a tuple of the implementations' frozen
+  # Options objects (`dispatch.IMPLEMENTATIONS[name].options`: blockwise.Options,
+  # pallas_gpu.Options, pallas_tpu.Options), at most one per implementation; an implementation
+  # without one runs with its defaults (`attention_options`). In gin (dynamic registration,
+  # `from t5align.attention import blockwise`):
+  #   network.T5Config.attention_options = (@blockwise.Options(),)
+  #   blockwise.Options.block_q = 1024
+  attention_options: tuple[Any, ...] = ()
 
   def __post_init__(self):
     tau = validate.constant_temperature(self.encoder_attention_temperature,
@@ -76,15 +75,25 @@ class T5Config:
     if self.attention_impl not in dispatch.NAMES:
       raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
                        f'{sorted(dispatch.NAMES)}.')
-    for name in ('attention_block_q', 'attention_block_k', 'pallas_num_warps',
-                 'pallas_num_stages', 'pallas_vmem_limit_bytes'):
-      value = getattr(self, name)
-      optional = name not in ('pallas_num_warps', 'pallas_num_stages')
-      if value is None and optional:
-        continue
-      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f'T5Config.{name} must be a positive int{" or None" if optional else ""}'
-                         f'; got {value!r}.')
+    object.__setattr__(self, 'attention_options', tuple(self.attention_options))
+    classes = {spec.options: name for name, spec in dispatch.IMPLEMENTATIONS.items()
+               if spec.options is not None}
+    seen = set()
+    for options in self.attention_options:
+      name = classes.get(type(options))
+      if name is None:
+        raise ValueError(f'T5Config.attention_options: {options!r} is not the Options of an '
+                         f'attention implementation (those of {sorted(classes.values())}).')
+      if name in seen:
+        raise ValueError(f'T5Config.attention_options gives {name!r} options twice.')
+      seen.add(name)
+      for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        if value is None and field.default is None:
+          continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+          raise ValueError(f'T5Config.attention_options: {name} {field.name} must be a positive '
+                           f'int{" or None" if field.default is None else ""}; got {value!r}.')
 
 
 def encoder_attention_impl(config: T5Config, length: int, platform: str | None = None) -> str:
@@ -94,20 +103,14 @@ def encoder_attention_impl(config: T5Config, length: int, platform: str | None =
   return dispatch.resolve(config.attention_impl, length, config.blockwise_threshold, platform)
 
 
-# The T5Config field behind each field of the implementations' options objects.
-_OPTION_FIELDS = {'block_q': 'attention_block_q', 'block_k': 'attention_block_k',
-                  'num_warps': 'pallas_num_warps', 'num_stages': 'pallas_num_stages',
-                  'vmem_limit_bytes': 'pallas_vmem_limit_bytes'}
-
-
 def attention_options(config: T5Config, impl: str) -> Any:
-  """The options object of implementation `impl` (`dispatch.IMPLEMENTATIONS[impl].options`) with
-  the config's values, or None for an implementation without options."""
+  """The options object of implementation `impl` (`dispatch.IMPLEMENTATIONS[impl].options`):
+  the config's (`T5Config.attention_options`), else the defaults; None for an implementation
+  without options."""
   options = dispatch.IMPLEMENTATIONS[impl].options
   if options is None:
     return None
-  return options(**{f.name: getattr(config, _OPTION_FIELDS[f.name])
-                    for f in dataclasses.fields(options)})
+  return next((o for o in config.attention_options if type(o) is options), options())
 
 
 def layer_temperatures(temperature: Any, num_layers: int, batch: int, num_heads: int) -> Array:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from t5align.attention import blockwise
+from t5align.attention import dispatch
 from t5align.attention import reference
 from t5align import layers
 from t5align import network
@@ -121,8 +122,9 @@ def test_encoder_dropout_same_in_reference_and_blockwise():
   params = _random_params(_tiny_config())
   encoded = {}
   for impl in ('reference', 'blockwise'):
-    model = network.Transformer(_tiny_config(attention_impl=impl, attention_block_q=16,
-                                             attention_block_k=16))
+    kind = dispatch.IMPLEMENTATIONS[impl].options
+    options = () if kind is None else (kind(block_q=16, block_k=16),)
+    model = network.Transformer(_tiny_config(attention_impl=impl, attention_options=options))
     encoded[impl] = jax.jit(lambda p, r, model=model: model.apply(
         {'params': p}, tokens, enable_dropout=True, method=model.encode, rngs={'dropout': r}))(
             params, jax.random.PRNGKey(4))

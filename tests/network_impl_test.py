@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t5align.attention import dispatch
 from t5align import checkpoints
 from t5align import network
 
@@ -42,8 +43,10 @@ def _assert_matches_reference(config, params, tokens, tau, impl, block):
   """`impl` in `block` x `block` tiles equals 'reference' (outputs and row statistics);
   returns the reference statistics."""
   expected, expected_stats = _encode(config, params, tokens, tau)
-  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl, attention_block_q=block,
-                                              attention_block_k=block), params, tokens, tau)
+  kind = dispatch.IMPLEMENTATIONS[dispatch.resolve(impl, 1, 0)].options
+  options = kind(block_q=block, block_k=block)
+  actual, stats = _encode(dataclasses.replace(config, attention_impl=impl,
+                                              attention_options=(options,)), params, tokens, tau)
   np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
   for name in ('pmax_sum', 'entropy_sum', 'rows'):
     np.testing.assert_allclose(stats[name], expected_stats[name], rtol=1e-5, atol=1e-4)
@@ -69,8 +72,10 @@ def test_vmapped_calibration_stats_match_reference(impl):
   tokens = ref['encoder_input_tokens']
   taus = np.linspace(1.0, 0.5, 11, dtype=np.float32)
   blocks = 128 if impl == 'pallas' else None  # blockwise: the backend's default.
-  sweep_config = dataclasses.replace(config, attention_impl=impl, attention_block_q=blocks,
-                                     attention_block_k=blocks)
+  sweep_config = dataclasses.replace(
+      config, attention_impl=impl,
+      attention_options=(dispatch.IMPLEMENTATIONS[dispatch.resolve(impl, 1, 0)].options(
+          block_q=blocks, block_k=blocks),))
 
   @jax.jit
   @jax.vmap
@@ -91,7 +96,6 @@ def test_vmapped_calibration_stats_match_reference(impl):
 def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypatch):
   """On CPU, 'auto' is 'reference' up to the threshold and 'blockwise' above it (on GPU / TPU
   the fused kernel: attention_test.test_dispatch_table)."""
-  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   config, params, ref = _fixture()
   tokens = ref['encoder_input_tokens']  # [2, 160]
   called = []
@@ -120,3 +124,23 @@ def test_per_head_temperatures_match_reference(impl, block):
   # The taus matter per head: one layer-wide tau (their mean) gives other statistics.
   _, flat = _encode(config, params, tokens, tau.mean(-1))
   assert np.abs(np.asarray(flat['pmax_sum']) - np.asarray(expected_stats['pmax_sum'])).max() > 1e-2
+
+
+def test_attention_options_are_per_implementation_and_checked():
+  from t5align.attention import blockwise  # pylint: disable=g-import-not-at-top
+  from t5align.attention import pallas_gpu  # pylint: disable=g-import-not-at-top
+  from t5align.attention import pallas_tpu  # pylint: disable=g-import-not-at-top
+  tiles = blockwise.Options(block_q=16, block_k=32)
+  tpu = pallas_tpu.Options(vmem_limit_bytes=1 << 20)
+  config = network.T5Config(vocab_size=32, attention_options=[tiles, tpu])
+  assert config.attention_options == (tiles, tpu)  # A tuple: the config stays hashable.
+  assert network.attention_options(config, 'blockwise') == tiles
+  assert network.attention_options(config, 'pallas_tpu') == tpu
+  assert network.attention_options(config, 'pallas_gpu') == pallas_gpu.Options()  # Defaults.
+  assert network.attention_options(config, 'reference') is None
+  with pytest.raises(ValueError, match=r"gives 'blockwise' options twice"):
+    network.T5Config(vocab_size=32, attention_options=(tiles, blockwise.Options()))
+  with pytest.raises(ValueError, match=r'is not the Options of an attention implementation'):
+    network.T5Config(vocab_size=32, attention_options=({'block_q': 16},))
+  with pytest.raises(ValueError, match=r'pallas_gpu num_warps must be a positive int; got 0'):
+    network.T5Config(vocab_size=32, attention_options=(pallas_gpu.Options(num_warps=0),))

@@ -11,7 +11,7 @@ one segment gets no per-element mask; one where none do is skipped. The tile's t
 + bias) / tau` are never materialized: `softmax_tile` shifts each row by its largest raw logit and
 tempers inside the exponential, and sums the entropy term as a dot. The values' sum (for fully
 masked rows) is taken once per call. Block sizes are arguments (`Options`, from
-T5Config.attention_block_q / _k); None picks `default_blocks()` for the backend. On CPU a batch
+T5Config.attention_options); None picks `default_blocks()` for the backend. On CPU a batch
 whose tiles would outgrow the cache (`CPU_TILE_ELEMENTS`) is attended a few examples at a time
 (`default_batch_block`, a `lax.map` over chunks of the batch). Same math as 'reference' (see
 reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in float32. Attention dropout

@@ -19,7 +19,7 @@ against Triton's lowering rules. Compiling and timing it need a GPU
   Flan-T5. Lengths are padded internally to a multiple of the blocks.
 - The table lookup is a chain of 32 selects (Triton has no gather), paid only on band tiles.
 - The table row and tau travel as one `[64]` float32 vector per (batch, head) program.
-- Defaults (`default_blocks`, T5Config.attention_block_q / _k when None): block_q = block_k = 64,
+- Defaults (`default_blocks`, where T5Config.attention_options sets none): block_q = block_k = 64,
   num_warps = 4, num_stages = 2; the benchmarks' `--pallas-configs` measure others.
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ _PARAMS = 64  # Per-program float32 vector: table row [0, 32), tau at 32, zeros 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """'pallas_gpu' tiles and Triton launch parameters (keywords of `pallas_attention`; from
-  T5Config.attention_block_q / _k, pallas_num_warps / _stages); None: `default_blocks()`."""
+  """'pallas_gpu' tiles and Triton launch parameters (keywords of `pallas_attention`; set in
+  T5Config.attention_options); None: `default_blocks()`."""
 
   block_q: int | None = None
   block_k: int | None = None

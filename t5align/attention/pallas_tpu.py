@@ -70,8 +70,8 @@ _STATS_PER_PAIR = 2
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """'pallas_tpu' tiles and VMEM limit (keywords of `pallas_tpu_attention`; from
-  T5Config.attention_block_q / _k and pallas_vmem_limit_bytes); None: `default_blocks()` and
+  """'pallas_tpu' tiles and VMEM limit (keywords of `pallas_tpu_attention`; set in
+  T5Config.attention_options); None: `default_blocks()` and
   Mosaic's default scoped VMEM limit."""
 
   block_q: int | None = None
@@ -90,8 +90,7 @@ def default_blocks(device_kind: str | None = None) -> tuple[int, int]:
   takes 25.8 MB on v6e and exceeds the others'. A larger tile schedules no faster per (query,
   key) pair: libtpu's static schedule of an unmasked v5e tile (`--llo --blocks BQ BK`) is 6.0
   bundles per 1,000 pairs at 512 x 512 and 6.1 at 512 x 1024; larger query blocks would only
-  re-read k and v less often. T5Config.attention_block_q / _k and pallas_vmem_limit_bytes set
-  others.
+  re-read k and v less often. T5Config.attention_options sets others.
   """
   del device_kind
   return 512, 512
