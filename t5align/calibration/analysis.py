@@ -14,7 +14,9 @@ import jax
 import numpy as np
 
 from t5align.attention import reference
-from t5align import calibration
+from t5align.calibration import closed_form
+from t5align.calibration import search
+from t5align.calibration import stats as stats_lib
 from t5align import network
 from t5align import partitioning
 from t5align.runtime import batching
@@ -58,9 +60,9 @@ def relpos_bias_row(rel_embedding: Any, length: int, query_position: int) -> np.
 
 
 def collect(params: Any, config: network.T5Config, tokens: Any, lengths: Sequence[int], *,
-            reference_length: int = 512, grid: Sequence[float] = calibration.PAPER_GRID,
+            reference_length: int = 512, grid: Sequence[float] = search.PAPER_GRID,
             eos_id: int | None = 1, qq_size: int = 256, chunk: int = 128,
-            memo: calibration.Memo | None = None,
+            memo: stats_lib.Memo | None = None,
             layer0_tokens: Mapping[int, Any] | None = None, **stats_kwargs) -> dict[str, Any]:
   """Statistics for the analysis: curves over `grid` and layer-0 logit summaries per length.
 
@@ -93,19 +95,19 @@ def collect(params: Any, config: network.T5Config, tokens: Any, lengths: Sequenc
                 reverse=True)
   all_lengths = [reference_length] + sorted(int(L) for L in set(lengths) if L != reference_length)
   for L in all_lengths[1:]:
-    calibration.check_lengths(L, reference_length)
+    stats_lib.check_lengths(L, reference_length)
   if isinstance(tokens, Mapping):
     missing = [L for L in all_lengths if not tokens.get(L)]
     if missing:
       raise ValueError(f'tokens has no samples for lengths {missing}; it needs L_tr '
                        f'({reference_length}) and every length.')
-    groups = {L: [calibration.check_tokens(g, f'tokens[{L}]') for g in tokens[L]]
+    groups = {L: [stats_lib.check_tokens(g, f'tokens[{L}]') for g in tokens[L]]
               for L in all_lengths}
   else:
-    tokens = calibration.check_tokens(tokens)
-    groups = {L: [calibration.cut_to_length(tokens, L, eos_id)] for L in all_lengths}
+    tokens = stats_lib.check_tokens(tokens)
+    groups = {L: [stats_lib.cut_to_length(tokens, L, eos_id)] for L in all_lengths}
   params = partitioning.place_params(params, config, stats_kwargs.get('mesh'))
-  memo = memo if memo is not None else calibration.Memo()
+  memo = memo if memo is not None else stats_lib.Memo()
   numbers = {'reference_length': reference_length, 'lengths': all_lengths, 'grid': grid,
              'statistics': {}, 'layer0': {}}
   one = grid.index(1.0)
@@ -118,13 +120,13 @@ def collect(params: Any, config: network.T5Config, tokens: Any, lengths: Sequenc
         'head_pmax_tau1': stats.head_pmax[one].tolist(),
         'head_entropy_tau1': stats.head_entropy[one].tolist()}
     if layer0_tokens is not None and L in layer0_tokens:
-      samples = calibration.check_tokens(layer0_tokens[L], f'layer0_tokens[{L}]')
+      samples = stats_lib.check_tokens(layer0_tokens[L], f'layer0_tokens[{L}]')
     else:
       width = max(g.shape[1] for g in groups[L])
       # [b_g, w_g] -> [sum b_g, width], 0-padded
       samples = np.concatenate([np.pad(g, ((0, 0), (0, width - g.shape[1]))) for g in groups[L]])
     vector = memo.sorted_logits(params, config, samples, chunk)
-    summary = calibration.summarize_logit_vector(vector)
+    summary = closed_form.summarize_logit_vector(vector)
     numbers['layer0'][str(L)] = {**summary._asdict(), 'qq': qq_points(vector, qq_size)}
   numbers['rel_embedding'] = np.asarray(
       jax.device_get(params['encoder']['relpos_bias']['rel_embedding']), np.float64).tolist()
@@ -156,9 +158,9 @@ def closed_form_curves(numbers: Mapping[str, Any], points: int = 64) -> dict[str
   # P_tr as `calibration.reference_pmax`: layer 0's mean row P_max at L_tr, tau = 1.
   p_tr = numbers['statistics'][str(L_tr)]['layer_pmax_tau1'][0]
   return {'length': dense.tolist(),
-          'prop1': calibration.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, p_tr).tolist(),
-          'prop2': calibration.prop2_tau(L_tr, dense, ref['sigma'], sigma_ex).tolist(),
-          'log_length': np.atleast_1d(calibration.log_length_tau(dense, L_tr)).tolist()}
+          'prop1': closed_form.prop1_tau(L_tr, dense, ref['sigma'], sigma_ex, p_tr).tolist(),
+          'prop2': closed_form.prop2_tau(L_tr, dense, ref['sigma'], sigma_ex).tolist(),
+          'log_length': np.atleast_1d(closed_form.log_length_tau(dense, L_tr)).tolist()}
 
 
 def dispersion_table(numbers: Mapping[str, Any]) -> str:
@@ -208,7 +210,7 @@ def lmax_table(numbers: Mapping[str, Any]) -> str:
 
 def task_statistics(params: Any, config: network.T5Config,
                     task_inputs: Mapping[str, tuple[Any, Any]], *,
-                    chunk: int = 128, memo: calibration.Memo | None = None,
+                    chunk: int = 128, memo: stats_lib.Memo | None = None,
                     **stats_kwargs) -> dict[str, dict[str, dict[str, float]]]:
   """Tables 1 and 7 per task: at tau = 1, mean P_max, mean entropy and layer 0's l_max of each
   task's L_tr reference and of its long inputs.
@@ -220,18 +222,18 @@ def task_statistics(params: Any, config: network.T5Config,
   Returns:
     {task: {'reference' | 'long': {'length', 'pmax', 'entropy', 'lmax'}}}.
   """
-  memo = memo if memo is not None else calibration.Memo()
+  memo = memo if memo is not None else stats_lib.Memo()
   params = partitioning.place_params(params, config, stats_kwargs.get('mesh'))
   out = {}
   for task, pair in task_inputs.items():
     out[task] = {}
     for key, tokens in zip(('long', 'reference'), pair):
-      tokens = calibration.check_tokens(tokens)
+      tokens = stats_lib.check_tokens(tokens)
       stats = memo.attention_stats(params, config, tokens, [1.0], **stats_kwargs)
       vector = memo.sorted_logits(params, config, tokens, chunk)
       out[task][key] = {'length': int(tokens.shape[1]), 'pmax': float(stats.pmax[0]),
                         'entropy': float(stats.entropy[0]),
-                        'lmax': calibration.summarize_logit_vector(vector).lmax}
+                        'lmax': closed_form.summarize_logit_vector(vector).lmax}
   return out
 
 
