@@ -3,7 +3,8 @@
 #                   TensorFlow), then the demo's default run -> demo_output/
 #   make demo-full  the same venv, every task x every strategy (P_max per head too) and 5
 #                   calibration seeds -> demo_output_full/
-#   make test       .venv: the runtime requirements and the test extras, then pytest
+#   make test       .venv: the runtime requirements and the test extras, then pytest on 2
+#                   workers (pytest-xdist, one test file per worker)
 PYTHON ?= python3
 VENV := .venv
 DEMO_VENV := .venv-demo
@@ -33,7 +34,7 @@ demo-full: demo-venv
 	$(DEMO_VENV)/bin/python -m t5align.demo --full --output_dir=demo_output_full
 
 test: venv
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV)

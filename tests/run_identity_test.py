@@ -192,8 +192,9 @@ def test_4_another_task_seed_is_another_run(finished_eval, clean_gin, monkeypatc
 
 
 def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_gin, monkeypatch):
-  """Process 0's and process 1's settings, as `evaluate` hands them to `multihost.check_same`,
-  compared through the collective with process 1's fed in (two processes: test 22)."""
+  """Process 0's and process 1's settings, as `evaluate` hands them to
+  `run_identity.check_same_processes`, compared through the collective with process 1's fed in
+  (two processes: test 22)."""
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('T5ALIGN_VOCABULARY', str(VOCAB))
   seen = []

@@ -1,6 +1,6 @@
 """Resumable per-example records of an evaluation: the prediction log, its run check, the loop.
 
-No JAX here (`t5align.evaluation` computes; this keeps what was computed). Files of a task folder:
+No JAX here (`scoring` computes; this keeps what was computed). Files of a task folder:
   predictions.jsonl  one JSON record per example, keyed by 'index', appended batch by batch
                      (one write + fsync each); a torn last line from a kill is dropped on reopen.
   run.json           the run identity the records were made with (`run_identity`: content
