@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from t5align.runtime import fileio
-from t5align.runtime import outputs
-from t5align import partitioning
-from t5align.evaluation import predictions
-from t5align import run_identity
-from t5align import schedule
 from t5align.calibration import stats
 from t5align.calibration import strategies as strategies_lib
+from t5align.evaluation import predictions
+from t5align import partitioning
+from t5align import run_identity
+from t5align.runtime import fileio
+from t5align.runtime import outputs
+from t5align import schedule
 
 if TYPE_CHECKING:
   from t5align import network

@@ -9,11 +9,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from t5align import run_identity
-from t5align import vocabularies
 from t5align.calibration import stats
+from t5align import run_identity
 from t5align.runtime import batching
 from t5align.runtime import outputs
+from t5align import vocabularies
 
 
 def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
