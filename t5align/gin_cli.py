@@ -18,11 +18,16 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def log_plainly() -> None:
-  """For a command line: the library's log records (absl, as t5x) at INFO and above on stderr as
-  bare messages, the form they had when the library printed them."""
+  """For a command line: t5align's own log records (absl, as t5x) at INFO and above, other
+  libraries' at WARNING and above, on stderr as bare messages, the form they had when the
+  library printed them."""
   flags.FLAGS.mark_as_parsed()  # No absl flags here; absl would warn that none were parsed.
   logging.use_absl_handler()
-  logging.get_absl_handler().setFormatter(std_logging.Formatter('%(message)s'))
+  handler = logging.get_absl_handler()
+  handler.setFormatter(std_logging.Formatter('%(message)s'))
+  package = os.path.join(REPO_ROOT, 't5align') + os.sep
+  handler.addFilter(lambda record: record.levelno >= std_logging.WARNING
+                    or record.pathname.startswith(package))
   logging.set_verbosity(logging.INFO)
 
 

@@ -106,10 +106,13 @@ def test_unset_required_binds_required_macros_to_none(tmp_path):
 
 def test_command_lines_show_library_log_records_as_bare_lines(tmp_path):
   """The library logs (absl); a command line (`log_plainly`) shows the records as the messages
-  alone, as it printed them before; a library user gets absl's default form."""
+  alone, as it printed them before, and no other library's INFO records; a library user gets
+  absl's default form."""
   torn = tmp_path / 'records.jsonl'
-  code = ('import sys\nfrom t5align import gin_cli\nfrom t5align.runtime import outputs\n'
-          'if sys.argv[2] == "cli":\n  gin_cli.log_plainly()\noutputs.repair_jsonl(sys.argv[1])\n')
+  code = ('import sys\nfrom absl import logging\nfrom t5align import gin_cli\n'
+          'from t5align.runtime import outputs\n'
+          'if sys.argv[2] == "cli":\n  gin_cli.log_plainly()\n'
+          'logging.info("another library\'s INFO record")\noutputs.repair_jsonl(sys.argv[1])\n')
   line = f'{torn}: dropped a torn last line (4 bytes, an interrupted write).\n'
   for mode, expected in (('cli', line), ('library', 'WARNING:absl:' + line)):
     torn.write_bytes(b'{"a": 1}\n{"b"')
