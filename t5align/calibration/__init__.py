@@ -6,9 +6,10 @@ By level, each module importing only those below it:
   strategies   one calibration by strategy name (`calibrate`, `STRATEGIES`);
   search       Algorithm 1's grid and the continuous / per-layer / per-head searches;
   stats        attention statistics at candidate taus (vmapped), inputs, `Memo`;
-  closed_form  Propositions 1-2 and the log-length baseline;
-  analysis     the dispersion diagnostics (paper Table 1, Figures 1, 3-5) and their figures;
-  samples      calibration samples read from a text file, a JSONL file or SeqIO tasks.
+  closed_form  Propositions 1-2 and the log-length baseline.
+Beside them, over `stats`: analysis (the dispersion diagnostics, paper Table 1, Figures 1, 3-5, and
+their figures) and samples (calibration samples read from a text file, a JSONL file or SeqIO
+tasks).
 The record of one calibration (`Calibration`) is the schedule's data (`t5align.schedule`).
 The names below are importable from the package as `calibration.NAME` (analysis and samples are
 not: import them as `from t5align.calibration import analysis`).
