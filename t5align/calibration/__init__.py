@@ -5,8 +5,8 @@ By level, each module importing only those below it:
                task (`calibrate_tasks`), calibrate's resumable log (`CalibrationLog`);
   strategies   one calibration by strategy name (`calibrate`, `STRATEGIES`);
   search       Algorithm 1's grid and the continuous / per-layer / per-head searches;
-  stats        attention statistics at candidate taus (vmapped), inputs, `Memo`;
-  closed_form  Propositions 1-2 and the log-length baseline.
+  closed_form  Propositions 1-2 and the log-length baseline;
+  stats        attention statistics at candidate taus (vmapped), inputs, `Memo`.
 Beside them, over `stats`: analysis (the dispersion diagnostics, paper Table 1, Figures 1, 3-5, and
 their figures) and samples (calibration samples read from a text file, a JSONL file or SeqIO
 tasks).
