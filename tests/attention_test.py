@@ -420,29 +420,3 @@ def test_target_platform_is_the_mesh_platform():
   if jax.default_backend() != 'cpu':
     with pytest.raises(ValueError, match=f'attention_impl={other!r} is the'):
       dispatch._interpret(other, jax.default_backend())  # pylint: disable=protected-access
-
-
-def test_attention_package_depends_one_way():
-  """attention/ imports nothing else of t5align; reference imports none of its siblings,
-  blockwise builds on it, the kernels on both, dispatch on all (never the reverse)."""
-  import ast  # pylint: disable=g-import-not-at-top
-  root = pathlib.Path(reference.__file__).parent
-
-  def ours(name):
-    tree = ast.parse((root / f'{name}.py').read_text())
-    found = set()
-    for node in ast.walk(tree):
-      if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('t5align'):
-        found |= {f'{node.module}.{a.name}' for a in node.names}
-      elif isinstance(node, ast.Import):
-        found |= {a.name for a in node.names if a.name.startswith('t5align')}
-    return found
-
-  pkg = 't5align.attention.'
-  assert ours('reference') == set()
-  assert ours('blockwise') == {pkg + 'reference'}
-  assert ours('pallas_gpu') == {pkg + 'reference', pkg + 'blockwise'}
-  assert ours('pallas_tpu') == {pkg + 'reference', pkg + 'blockwise'}
-  assert ours('dispatch') == {pkg + m for m in ('reference', 'blockwise', 'pallas_gpu',
-                                                'pallas_tpu')}
-  assert ours('__init__') == set()

@@ -74,3 +74,18 @@ def test_package_imports_only_itself(package, allowed):
     ours = {m for m in _imports(path) if m.split('.')[0] == 't5align'}
     outside = {m for m in ours if not m.startswith(f't5align.{package}.')} - allowed
     assert not outside, f't5align/{package}/{path.name} imports {sorted(outside)}'
+
+
+def test_attention_modules_depend_one_way():
+  """reference imports none of its siblings, blockwise builds on it, the kernels on both,
+  dispatch on all (never the reverse)."""
+  root = REPO_ROOT / 't5align' / 'attention'
+  ours = lambda name: {m for m in _imports(root / f'{name}.py') if m.split('.')[0] == 't5align'}
+  pkg = 't5align.attention.'
+  assert ours('reference') == set()
+  assert ours('blockwise') == {pkg + 'reference'}
+  assert ours('pallas_gpu') == {pkg + 'reference', pkg + 'blockwise'}
+  assert ours('pallas_tpu') == {pkg + 'reference', pkg + 'blockwise'}
+  assert ours('dispatch') == {pkg + m for m in ('reference', 'blockwise', 'pallas_gpu',
+                                                'pallas_tpu')}
+  assert ours('__init__') == set()
