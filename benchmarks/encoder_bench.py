@@ -72,7 +72,7 @@ MODELS = {
 PRESETS = {
     'cpu': dict(models=['small'], lengths=[1024, 2048, 4096, 8192, 16384, 32768],
                 dtype='float32', impls=['blockwise', 'reference'], repeats=2, hf_repeats=1,
-                hf_attention='sdpa', hf_max_s=180, calibration_lengths=[2048, 4096],
+                hf_attention='sdpa', hf_max_s=180, calibration_lengths=[2048],
                 decode_model='small', decode_lengths=[4096, 16384], check_max_length=4096,
                 max_length={'reference': 4096, 'pallas': 0}, peak_size=4096),
     'smoke': dict(models=['tiny'], lengths=[160], dtype='float32', impls=['blockwise'],

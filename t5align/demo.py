@@ -1,16 +1,18 @@
 r"""The main job: the shipped retrieval T5, calibrated and evaluated past its training length.
 
-    python -m t5align.demo [--output_dir=demo_output] [--full] [--lengths 512 1024 2048 4096]
-                           [--num_examples=N] [--num_samples=N] [--num_references=N]
-                           [--calibration_seeds=N] [--strategies S ...] [--model_dir=PATH]
+    python -m t5align.demo [--output_dir=demo_output] [--full] [--controls]
+                           [--lengths 512 1024 2048 4096] [--num_examples=N] [--num_samples=N]
+                           [--num_references=N] [--calibration_seeds=N] [--strategies S ...]
+                           [--model_dir=PATH]
 
 Default (`make demo`): calibrate the encoder temperature per task, as the paper does (each task's
 prompts at L_ex against the same task's at L_tr), for line and key-value retrieval at each
 length L_ex (2x..16x L_tr) with every evaluated strategy (P_max, entropy, log-length, P_max per
 layer); the pooled P_max / entropy / log-length temperatures come from the same sweeps. Then
 measure the attention's dispersion and evaluate lines and key-value retrieval at L_tr and each
-L_ex with tau = 1 and each strategy, and passkey (plain and with decoys) at tau = 1 as a
-control (this model does not lose it), 50 held-out examples per cell.
+L_ex with tau = 1 and each strategy, 50 held-out examples per cell.
+--controls: passkey (plain and with decoys) evaluated too, at tau = 1 only, as controls (this
+model does not lose it).
 --full: every task calibrated and evaluated with every row, P_max per head (a row beside P_max
 per layer), Propositions 1-2 and the pooled per-layer and per-head calibrations too, and the
 temperatures of 5 calibration seeds (their spread reported).
@@ -71,14 +73,14 @@ class Mode:
 
   name: str
   strategies: tuple[str, ...]  # Calibrated per task; those not in TABULATED are evaluated.
-  tuned_tasks: tuple[str, ...]  # Calibrated and evaluated with every row; the rest at tau = 1.
+  tuned_tasks: tuple[str, ...]  # Calibrated and evaluated with every row.
   pooled: tuple[str, ...]  # Strategies also calibrated pooled over the tuned tasks' prompts.
   calibration_seeds: int  # Sampling seeds calibrated; the first one's temperatures are used.
 
 
 # The default: the tasks where tau matters for this model (passkey stays at 96-100% with tau = 1
-# up to 16x L_tr, so its cells are controls), pooled only where the per-task sweeps give it
-# for free (Algorithm 1's grid, log-length).
+# up to 16x L_tr: --controls evaluates it at tau = 1 only), pooled only where the per-task sweeps
+# give it for free (Algorithm 1's grid, log-length).
 DEFAULT = Mode('default', tuple(s for s in EVALUATED if s not in FULL_ONLY), ('lines', 'kv'),
                ('pmax', 'entropy', 'log_length'), 1)
 FULL = Mode('full', STRATEGIES, train_data.TASKS, STRATEGIES, 5)
@@ -91,6 +93,7 @@ class Settings:
   output_dir: str = 'demo_output'
   model_dir: str = assets.ASSET_DIR
   full: bool = False
+  controls: bool = False  # Also the tasks not tuned (passkey, passkey_decoys), at tau = 1 only.
   lengths: tuple[int, ...] = ()  # () -> 2x, 4x, 8x and 16x L_tr.
   strategies: tuple[str, ...] = ()  # () -> the mode's.
   num_examples: int = 50  # Evaluation examples per cell.
@@ -133,6 +136,7 @@ class Plan:
   strategies: tuple[str, ...]
   rows: tuple[str, ...]  # 'tau=1' and the evaluated strategies.
   tuned_tasks: tuple[str, ...]
+  control_tasks: tuple[str, ...]  # Evaluated at tau = 1 only.
   pooled: tuple[str, ...]
   samples: Mapping[int, int]  # Calibration prompts per task at each L_ex.
   num_references: int
@@ -142,9 +146,14 @@ class Plan:
   def eval_lengths(self) -> tuple[int, ...]:
     return (self.reference_length, *self.lengths)
 
+  @property
+  def tasks(self) -> tuple[str, ...]:
+    """Every evaluated task, in `train_data.TASKS` order."""
+    return tuple(t for t in train_data.TASKS if t in self.tuned_tasks + self.control_tasks)
+
   def row_tasks(self, row: str) -> tuple[str, ...]:
-    """The tasks evaluated in a row: every task at tau = 1, the tuned ones in the others."""
-    return train_data.TASKS if row == 'tau=1' else self.tuned_tasks
+    """The tasks evaluated in a row: the controls too at tau = 1, the tuned ones in the others."""
+    return self.tasks if row == 'tau=1' else self.tuned_tasks
 
 
 def make_plan(settings: Settings, reference_length: int) -> Plan:
@@ -157,9 +166,11 @@ def make_plan(settings: Settings, reference_length: int) -> Plan:
   strategies = tuple(settings.strategies) or mode.strategies
   samples = {L: settings.num_samples * max(1, lengths[-1] // L) for L in lengths}
   seeds = settings.calibration_seeds or mode.calibration_seeds
+  controls = tuple(t for t in train_data.TASKS
+                   if settings.controls and t not in mode.tuned_tasks)
   return Plan(reference_length, lengths, strategies,
               ('tau=1', *(s for s in strategies if s not in TABULATED)), mode.tuned_tasks,
-              tuple(s for s in strategies if s in mode.pooled), samples,
+              controls, tuple(s for s in strategies if s in mode.pooled), samples,
               settings.num_references, tuple(CALIBRATION_SEED + k for k in range(seeds)))
 
 
@@ -444,9 +455,9 @@ def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
 
 def headline_table(results: Mapping[str, Any], plan: Plan) -> str:
   """Markdown: strategy x length, each cell the tuned tasks' accuracies (%) in `TASKS` order;
-  in the default mode one more row gives the control tasks at tau = 1."""
-  tuned = [t for t in train_data.TASKS if t in plan.tuned_tasks]
-  controls = [t for t in train_data.TASKS if t not in plan.tuned_tasks]
+  with --controls one more row gives the control tasks at tau = 1."""
+  tuned = [t for t in plan.tasks if t in plan.tuned_tasks]
+  controls = list(plan.control_tasks)
   header = [f'accuracy % ({" / ".join(tuned)})',
             *(f'{L} (L_tr)' if L == plan.reference_length else str(L)
               for L in plan.eval_lengths)]
@@ -467,7 +478,7 @@ def observations(results: Mapping[str, Any], plan: Plan) -> list[str]:
   trials = results['settings']['num_examples']
   lengths = plan.eval_lengths
   out = []
-  for task in train_data.TASKS:
+  for task in plan.tasks:
     base = [_cell(results, 'tau=1', task, L) for L in lengths]
     drop = base[0] - min(base[1:]) if len(base) > 1 else 0.0
     control = '' if task in plan.tuned_tasks else ' (control: evaluated at tau = 1 only)'
@@ -498,7 +509,7 @@ def plot_accuracy(results: Mapping[str, Any], plan: Plan, path: str) -> None:
   plt = analysis.pyplot()
   trials = results['settings']['num_examples']
   lengths = np.asarray(plan.eval_lengths, np.float64)
-  tasks = train_data.TASKS
+  tasks = plan.tasks
   fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.9), sharey=True,
                            squeeze=False)
   for ax, task in zip(axes.flat, tasks):
@@ -657,7 +668,8 @@ def _execute(settings: Settings) -> dict[str, Any]:
     identity = calibration_identity(settings, plan, config, prompts, references)
     results = Results(os.path.join(output_dir, 'results.json'), {
         'model_dir': os.path.abspath(settings.model_dir), 'mode': settings.mode.name,
-        **identity, 'rows': list(plan.rows), 'num_examples': settings.num_examples,
+        **identity, 'rows': list(plan.rows), 'control_tasks': list(plan.control_tasks),
+        'num_examples': settings.num_examples,
         'calibration_seed': plan.seeds[0], 'eval_seed': EVAL_SEED, 'calibration': 'per task'})
     schedule_path = os.path.join(output_dir, 'schedule.json')
     saved = multihost.read_on_writer(
@@ -889,13 +901,15 @@ def write_report(output_dir: str, results: Mapping[str, Any], plan: Plan, temper
                  timing: Mapping[str, Any]) -> None:
   """report.md: what was run, the numbers, and what they show."""
   s = results['settings']
-  controls = [t for t in train_data.TASKS if t not in plan.tuned_tasks]
+  controls = plan.control_tasks
   parts = [
       '# t5align demo: attention alignment on the shipped retrieval T5', '',
       f'Model: `{s["model_dir"]}` (trained by the project at L_tr = {s["reference_length"]}). '
       f'Accuracy (%) on {s["num_examples"]} held-out examples per task and length (seed '
       f'{s["eval_seed"]}). {calibration_sample(plan)} '
-      + (f'{" and ".join(controls)}: evaluated at tau = 1 only, as controls. ' if controls else '')
+      + (f'{" and ".join(controls)}: evaluated at tau = 1 only, as controls. ' if controls else
+         '`--controls` adds passkey (plain and with decoys) at tau = 1 only, as controls. '
+         if plan.tuned_tasks != train_data.TASKS else '')
       + f'Encoder attention: {s["attention_impl"]}. Mode: {s["mode"]}. Wall time of this run: '
       f'{timing_summary(timing)}.', '',
       '## Headline', '', headline_table(results, plan), '',
@@ -916,7 +930,7 @@ def write_report(output_dir: str, results: Mapping[str, Any], plan: Plan, temper
               '']
   parts += ['## Dispersion (tau = 1; pooled over the calibrated tasks\' prompts)', '', '```',
             dispersion, '```', '']
-  for task in train_data.TASKS:
+  for task in plan.tasks:
     parts += [f'## Accuracy: {task}', '',
               'Accuracy (%) [95% Wilson interval] over the examples of each cell.', '',
               accuracy_table(results, plan.rows, task, plan.eval_lengths), '']
@@ -938,6 +952,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                       help='every task with every strategy (P_max per head too), Props. 1-2, '
                       'the pooled per-layer and per-head calibrations and 5 calibration seeds '
                       '(see README for its time)')
+  parser.add_argument('--controls', action='store_true',
+                      help='also evaluate passkey and passkey_decoys at tau = 1 only, as '
+                      'controls (see README for its time)')
   parser.add_argument('--lengths', type=int, nargs='+', default=[],
                       help='L_ex (default: 2x, 4x, 8x, 16x L_tr)')
   parser.add_argument('--strategies', nargs='+', default=[],
@@ -956,6 +973,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   args = parser.parse_args(argv)
   settings = Settings(
       output_dir=args.output_dir, model_dir=args.model_dir, full=args.full,
+      controls=args.controls,
       lengths=tuple(args.lengths), strategies=tuple(args.strategies),
       num_examples=args.num_examples, num_samples=args.num_samples,
       num_references=args.num_references, calibration_seeds=args.calibration_seeds,

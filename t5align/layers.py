@@ -199,7 +199,8 @@ class MultiHeadDotProductAttention(nn.Module):
     """`[b, q, e]` queries and `[b, k, e]` keys/values -> `[b, q, e]`.
 
     `cache_kv=True` (cross-attention while decoding) reads the keys/values from 'cache'
-    ('cached_cross_key' / 'cached_cross_value', `[b, k, h, d]`) when they are there and then
+    ('cached_cross_key' / 'cached_cross_value', `[b, h, d, k]`: the layout the per-step dots
+    read, so no step transposes them) when they are there and then
     ignores `inputs_kv`; otherwise it projects `inputs_kv` and, if 'cache' is mutable, stores
     them, so they are projected once per input rather than once per generated token.
     """
@@ -213,17 +214,20 @@ class MultiHeadDotProductAttention(nn.Module):
     query = projection(kernel_init=query_init, name='query')(inputs_q)
     query = with_sharding_constraint(query, ('batch', 'length', 'heads', 'kv'))
     if cache_kv and self.has_variable('cache', 'cached_cross_key'):
-      # [b, k, h, d], projected once after encoding.
+      # [b, h, d, k], projected once after encoding.
       key = self.get_variable('cache', 'cached_cross_key')
       value = self.get_variable('cache', 'cached_cross_value')
+      kv_layout = 'bhdk'
     else:
+      kv_layout = 'bkhd'
       key = projection(kernel_init=self.kernel_init, name='key')(inputs_kv)
       value = projection(kernel_init=self.kernel_init, name='value')(inputs_kv)
       key = with_sharding_constraint(key, ('batch', 'length', 'heads', 'kv'))
       value = with_sharding_constraint(value, ('batch', 'length', 'heads', 'kv'))
       if cache_kv and self.is_mutable_collection('cache') and not self.is_initializing():
-        self.put_variable('cache', 'cached_cross_key', key)
-        self.put_variable('cache', 'cached_cross_value', value)
+        # [b, k, h, d] -> [b, h, d, k]
+        self.put_variable('cache', 'cached_cross_key', jnp.moveaxis(key, -3, -1))
+        self.put_variable('cache', 'cached_cross_value', jnp.moveaxis(value, -3, -1))
 
     # As t5x: one 'dropout' rng per call of this module, only when dropout is on.
     dropout_rng = None
@@ -242,7 +246,7 @@ class MultiHeadDotProductAttention(nn.Module):
         attention_bias = bias if attention_bias is None else attention_bias + bias
       x, _ = reference.dot_product_attention(
           query, key, value, attention_bias, dtype=self.dtype, float32_logits=self.float32_logits,
-          dropout_rng=dropout_rng, dropout_rate=self.dropout_rate)
+          dropout_rng=dropout_rng, dropout_rate=self.dropout_rate, kv_layout=kv_layout)
 
     # [b, q, h, d] -> [b, q, e]
     return DenseGeneral(

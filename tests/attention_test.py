@@ -420,3 +420,18 @@ def test_target_platform_is_the_mesh_platform():
   if jax.default_backend() != 'cpu':
     with pytest.raises(ValueError, match=f'attention_impl={other!r} is the'):
       dispatch._interpret(other, jax.default_backend())  # pylint: disable=protected-access
+
+
+def test_dot_product_attention_kv_layouts_agree_and_others_are_refused():
+  """Keys/values laid out `[b, h, d, k]` (a decoder's cached cross-attention) give what
+  `[b, k, h, d]` gives; any other layout name is refused, naming it."""
+  rng = np.random.default_rng(3)
+  q, k, v = (jnp.asarray(rng.normal(size=s), jnp.float32)
+             for s in ((2, 3, 4, 8), (2, 5, 4, 8), (2, 5, 4, 8)))
+  bias = jnp.asarray(rng.normal(size=(2, 4, 3, 5)), jnp.float32)
+  expected, _ = reference.dot_product_attention(q, k, v, bias)
+  to_bhdk = lambda x: jnp.transpose(x, (0, 2, 3, 1))
+  got, _ = reference.dot_product_attention(q, to_bhdk(k), to_bhdk(v), bias, kv_layout='bhdk')
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+  with pytest.raises(ValueError, match="kv_layout='bkdh'"):
+    reference.dot_product_attention(q, k, v, bias, kv_layout='bkdh')

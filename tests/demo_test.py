@@ -36,7 +36,7 @@ def _settings(out: str, length: int, **changes) -> demo.Settings:
   return dataclasses.replace(demo.Settings(
       output_dir=out, model_dir=MODEL_DIR, lengths=(length,), strategies=STRATEGIES,
       num_examples=NUM_EXAMPLES, num_samples=1, num_references=NUM_REFERENCES,
-      batch_size=NUM_EXAMPLES), **changes)
+      batch_size=NUM_EXAMPLES, controls=True), **changes)
 
 
 @pytest.fixture(scope='module')
@@ -343,11 +343,18 @@ def test_plan_of_each_mode():
   assert plan.lengths == (512, 1024, 2048, 4096) and plan.eval_lengths[0] == 256
   assert plan.samples == {4096: 1, 2048: 2, 1024: 4, 512: 8}
   assert plan.rows == ('tau=1', 'pmax', 'entropy', 'log_length', 'pmax_per_layer')
-  assert plan.row_tasks('tau=1') == train_data.TASKS and plan.row_tasks('pmax') == ('lines', 'kv')
+  # Passkey only with --controls, and then at tau = 1 only.
+  assert plan.row_tasks('tau=1') == plan.row_tasks('pmax') == plan.tasks == ('lines', 'kv')
+  assert plan.control_tasks == ()
+  controls = demo.make_plan(demo.Settings(controls=True), 256)
+  assert controls.control_tasks == ('passkey', 'passkey_decoys')
+  assert controls.row_tasks('tau=1') == train_data.TASKS
+  assert controls.row_tasks('pmax') == ('lines', 'kv')
   assert plan.seeds == (demo.CALIBRATION_SEED,) and 'pmax_per_layer' not in plan.pooled
   full = demo.make_plan(demo.Settings(full=True), 256)
   assert full.strategies == demo.STRATEGIES and full.row_tasks('pmax') == train_data.TASKS
   assert len(full.seeds) == 5 and 'prop1' not in full.rows and 'pmax_per_layer' in full.pooled
+  assert demo.make_plan(demo.Settings(full=True, controls=True), 256).control_tasks == ()
 
 
 def _results(cells: dict, trials: int = 50) -> dict:
@@ -359,8 +366,8 @@ def _results(cells: dict, trials: int = 50) -> dict:
 
 
 def _plan(rows=('tau=1', 'pmax', 'entropy')) -> demo.Plan:
-  return demo.Plan(256, (1024, 4096), ('pmax', 'entropy'), rows, ('lines', 'kv'), (),
-                   {1024: 1, 4096: 1}, 1, (7,))
+  return demo.Plan(256, (1024, 4096), ('pmax', 'entropy'), rows, ('lines', 'kv'),
+                   ('passkey', 'passkey_decoys'), (), {1024: 1, 4096: 1}, 1, (7,))
 
 
 def _toy_results() -> dict:
@@ -403,6 +410,14 @@ def test_headline_table_lists_controls_apart():
   assert table[3] == '| w/ P_max | 100/100 | 92/100 | 70/42 |'
   assert table[-1] == ('| tau = 1: passkey / passkey_decoys (control) | 100/100 | 100/100 | '
                        '100/100 |')
+
+
+def test_without_controls_no_control_row_panel_or_note():
+  plan = dataclasses.replace(_plan(), control_tasks=())
+  results = _toy_results()
+  assert demo.headline_table(results, plan).splitlines()[-1].startswith('| w/ H |')
+  assert not any('passkey' in n for n in demo.observations(results, plan))
+  assert plan.tasks == ('lines', 'kv')
 
 
 def test_accuracy_figure_intervals_marker_and_legend(saved_figure, tmp_path):

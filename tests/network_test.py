@@ -270,8 +270,9 @@ def test_cached_cross_attention_equals_per_step_projection(load_t5x_fixture):
                  for k, _ in jax.tree_util.tree_leaves_with_path(cache))
   # Once the cache holds the keys/values, the steps must not read `encoded` at all.
   cached, cache = run(True, params, encoded, jnp.zeros_like(encoded))
+  # [b, h, d, k]: the layout the per-step dots read.
   assert cache['decoder']['layers_0']['encoder_decoder_attention']['cached_cross_key'].shape == (
-      encoded.shape[:2] + (config.num_heads, config.head_dim))
+      encoded.shape[0], config.num_heads, config.head_dim, encoded.shape[1])
   np.testing.assert_allclose(cached, per_step, rtol=1e-6, atol=1e-6)
   # Teacher forcing over greedy's own tokens: the argmax is the next greedy token (until EOS).
   np.testing.assert_array_equal(np.argmax(cached, -1), np.argmax(per_step, -1))

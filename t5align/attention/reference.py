@@ -229,13 +229,14 @@ def dot_product_attention(
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
     with_stats: bool = False,
+    kv_layout: str = 'bkhd',
 ) -> tuple[Array, RowStats | None]:
   """Materialized ('reference') attention.
 
   Args:
     query: `[b, q, h, d]`.
-    key: `[b, k, h, d]`.
-    value: `[b, k, h, d]`.
+    key: `[b, k, h, d]`, or `[b, h, d, k]` with `kv_layout='bhdk'`.
+    value: as `key`.
     bias: additive bias broadcastable to `[b, h, q, k]` (relative position + mask).
     temperature: per example and head, broadcastable to `[b, h]` (see `head_temperature`);
       None for 1.
@@ -244,14 +245,18 @@ def dot_product_attention(
     dropout_rng: PRNG key, enables attention dropout (training only).
     dropout_rate: dropout rate.
     with_stats: also return per-row statistics.
+    kv_layout: 'bkhd' or 'bhdk', the axes of `key` and `value` ('bhdk': a decoder's cached
+      cross-attention keys/values, laid out as the dots read them).
 
   Returns:
     `[b, q, h, d]` output and optional RowStats.
   """
+  if kv_layout not in ('bkhd', 'bhdk'):
+    raise ValueError(f"kv_layout={kv_layout!r}: expected 'bkhd' or 'bhdk'.")
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
-  # [b, q, h, d] x [b, k, h, d] -> [b, h, q, k]
-  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key).astype(jnp.float32)
+  # [b, q, h, d] x [b, k, h, d] (or [b, h, d, k]) -> [b, h, q, k]
+  logits = jnp.einsum(f'bqhd,{kv_layout}->bhqk', query, key).astype(jnp.float32)
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
   tau = head_temperature(temperature, query.shape[0], query.shape[2])
@@ -260,8 +265,8 @@ def dot_product_attention(
   if dropout_rng is not None and dropout_rate > 0.0:
     # [b, h, 1, k] -> [b, h, q, k]
     probs = probs * dropout_multiplier(dropout_rng, dropout_rate, probs.shape, dtype)
-  # [b, h, q, k] x [b, k, h, d] -> [b, q, h, d]
-  return jnp.einsum('bhqk,bkhd->bqhd', probs, value), stats
+  # [b, h, q, k] x [b, k, h, d] (or [b, h, d, k]) -> [b, q, h, d]
+  return jnp.einsum(f'bhqk,{kv_layout}->bqhd', probs, value), stats
 
 
 def reference_self_attention(
