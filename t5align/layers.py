@@ -49,7 +49,8 @@ class DenseGeneral(nn.Module):
     # [in, out] -> [*in_shape, *features]
     kernel = jnp.asarray(kernel, self.dtype).reshape(in_shape + features)
     contract = tuple(range(len(axis)))
-    return jax.lax.dot_general(inputs, kernel, ((axis, contract), ((), ())))
+    return jax.lax.dot_general(inputs, kernel, ((axis, contract), ((), ())),
+                               precision=reference.dot_precision(inputs, kernel))
 
 
 class Embed(nn.Module):
@@ -78,7 +79,8 @@ class Embed(nn.Module):
   def attend(self, query: Array) -> Array:
     """`[..., e]` -> `[..., vocab]` inner products with every embedding."""
     dtype = self.attend_dtype or self.dtype
-    return jnp.dot(query, jnp.asarray(self.embedding, dtype).T)
+    embedding = jnp.asarray(self.embedding, dtype)  # [vocab, e]
+    return jnp.dot(query, embedding.T, precision=reference.dot_precision(query, embedding))
 
 
 class LayerNorm(nn.Module):

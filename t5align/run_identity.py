@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from typing import Any, Collection, Iterable, Mapping
 
 from t5align.runtime import fileio
@@ -237,8 +238,18 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
     out[field] = None if path is None else file_fingerprint(path)
   if gin:
     out['gin'] = gin_config()
+  # NOTE: recorded only when set, so identities written before the field existed still match.
+  if (precision := matmul_precision()) is not None:
+    out['jax_default_matmul_precision'] = precision
   out.update(settings or {})
   return json.loads(json.dumps(out, sort_keys=True))
+
+
+def matmul_precision() -> str | None:
+  """jax's `jax_default_matmul_precision`: the one opt-out of float32 dots at full precision
+  (attention/reference.py `dot_precision`); None when unset or jax is not loaded."""
+  jax = sys.modules.get('jax')
+  return None if jax is None else jax.config.jax_default_matmul_precision
 
 
 INFORMATIONAL = ('checkpoint_path', 'created_unix')  # Recorded, never compared.

@@ -226,7 +226,8 @@ def softmax_tile(carry, x: Array, v: Array, p_dtype: jnp.dtype, *, scale: Array 
   if stats:
     if dot_stats:
       # [..., q, k] x [..., q, k] -> [..., q]
-      py = jnp.einsum('...qk,...qk->...q', p, y, preferred_element_type=jnp.float32)
+      py = jnp.einsum('...qk,...qk->...q', p, y, preferred_element_type=jnp.float32,
+                      precision=reference.dot_precision(p, y))
     else:
       py = jnp.sum(p * y, axis=-1)
     # NOTE: rescaling c to the new max: sum e^(s-m_new)(s-m_new) = alpha (c + (m - m_new) l).
@@ -234,8 +235,9 @@ def softmax_tile(carry, x: Array, v: Array, p_dtype: jnp.dtype, *, scale: Array 
     c = alpha * c_old + py * scale + r * l_tile
   p_v = p if dropout is None else p * dropout  # [..., q, k]
   # [..., q, k] x [..., k, d] -> [..., q, d]
-  pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
-                  preferred_element_type=jnp.float32)
+  p_v = p_v.astype(p_dtype)
+  pv = jnp.einsum('...qk,...kd->...qd', p_v, v, preferred_element_type=jnp.float32,
+                  precision=reference.dot_precision(p_v, v))
   return m_new, l_new, c, alpha[..., None] * acc + pv
 
 
@@ -289,8 +291,9 @@ def online_softmax_step(carry, s: Array, allowed: Array | None, v: Array, k_vali
   c_new = alpha * c_old + row_sum(p * shifted) if stats else c
   p_v = p if dropout is None else p * dropout  # [..., q, k]
   # [..., q, k] x [..., k, d] -> [..., q, d]
-  pv = jnp.einsum('...qk,...kd->...qd', p_v.astype(p_dtype), v,
-                  preferred_element_type=jnp.float32)
+  p_v = p_v.astype(p_dtype)
+  pv = jnp.einsum('...qk,...kd->...qd', p_v, v, preferred_element_type=jnp.float32,
+                  precision=reference.dot_precision(p_v, v))
   acc_new = _rows(alpha, acc.shape[-1], repeated) * acc + pv
   return m_new, l_new, c_new, acc_new, v_sum + _value_sum(v, k_valid, dropout)
 
@@ -305,7 +308,8 @@ def _value_sum(v: Array, k_valid: Array | None, dropout: Array | None) -> Array:
     # [..., k, d] -> [..., d]
     return jnp.sum(v_real, axis=-2)
   # [..., 1, k] x [..., k, d] -> [..., d]
-  return jnp.einsum('...k,...kd->...d', dropout[..., 0, :], v_real)
+  return jnp.einsum('...k,...kd->...d', dropout[..., 0, :], v_real,
+                    precision=reference.dot_precision(dropout, v_real))
 
 
 def finalize(carry, length: int) -> tuple[Array, Array, Array]:
@@ -444,7 +448,8 @@ def blockwise_attention(
         def tile(near: bool, masked: bool):
           def attend_tile(carry):
             # [c, h, bq, d] x [c, h, bk, d] -> [c, h, bq, bk]
-            x = jnp.einsum('bhqd,bhkd->bhqk', qb, kb, preferred_element_type=jnp.float32)
+            x = jnp.einsum('bhqd,bhkd->bhqk', qb, kb, preferred_element_type=jnp.float32,
+                           precision=reference.dot_precision(qb, kb))
             # NOTE: rounded to the dtype 'reference' computes q.k in (no-op for float32).
             x = x.astype(qk_dtype).astype(jnp.float32)
             offset = 0.0

@@ -103,7 +103,8 @@ def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_r
       k_pos = k_start + jnp.arange(block_k, dtype=jnp.int32)  # [bk]
       # [bq, d] x [bk, d] -> [bq, bk]
       qk = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())),
-                               preferred_element_type=jnp.float32)
+                               preferred_element_type=jnp.float32,
+                               precision=reference.dot_precision(q, k))
       qk = qk.astype(qk_dtype).astype(jnp.float32)
       offsets = k_pos[None, :] - q_pos[:, None]  # [bq, bk]
       allowed = (q_ids[:, None] == k_ids[None, :]) & (q_ids[:, None] > 0) & (k_ids[None, :] > 0)

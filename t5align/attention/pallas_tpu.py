@@ -199,8 +199,9 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
   def attend(bias, masked: bool):
     """Online-softmax update of the accumulators with this tile (`bias()` its relpos bias)."""
     # [bq, d] x [bk, d] -> [bq, bk], float32 accumulation.
-    qk = jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())),
-                             preferred_element_type=jnp.float32)
+    q, k = q_ref[...], k_ref[...]  # [bq, d], [bk, d]
+    qk = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32,
+                             precision=reference.dot_precision(q, k))
     # NOTE: rounded to the dtype 'reference' computes q.k in (a no-op for float32 inputs).
     qk = qk.astype(qk_dtype).astype(jnp.float32)
     s = (qk + bias()) * inv_tau_ref[bh]  # [bq, bk]

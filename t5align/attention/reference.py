@@ -14,6 +14,14 @@ t5x.
 This module is the math only and imports nothing of t5align's: attention/blockwise.py and
 attention/pallas_gpu.py build on it, and layers.py chooses among the three ('reference' here).
 
+Precision: float32 computes in float32. Every dot of the project (the attention implementations,
+the fused kernels, the dense layers) takes `precision=dot_precision(...)`: Precision.HIGHEST where
+an operand is float32, so that XLA on a GPU does not round it to TF32 (10-bit mantissa, its default
+for float32 dots since Ampere), Triton runs its IEEE float32 dot, and a TPU does not take a single
+bfloat16 pass. The one opt-in is jax's own setting `jax_default_matmul_precision` (e.g.
+`JAX_DEFAULT_MATMUL_PRECISION=tensorfloat32`, or `with jax.default_matmul_precision(...)`): once a
+user sets it, every dot takes jax's default, i.e. that setting. bfloat16 dots are unchanged.
+
 Row statistics from flash-attention accumulators: with s = logits / tau, m = max s,
 l = sum exp(s - m), w = sum exp(s - m) * s over keys, each probability is p = exp(s - m) / l, so
   P_max = exp(m - m) / l = 1 / l,
@@ -39,6 +47,20 @@ class RowStats(NamedTuple):
 
   pmax: Array
   entropy: Array
+
+
+def dot_precision(*operands: Array | jax.ShapeDtypeStruct) -> jax.lax.Precision | None:
+  """`precision` of a dot over `operands` under the float32 contract (module docstring).
+
+  Precision.HIGHEST where an operand is float32 and the user has not set jax's
+  `jax_default_matmul_precision`; else None (jax's default: that setting, or the platform's).
+  Read at trace time: the setting is part of jit's cache key, so changing it retraces.
+  """
+  if jax.config.jax_default_matmul_precision is not None:
+    return None
+  if any(jnp.dtype(x.dtype) == jnp.float32 for x in operands):
+    return jax.lax.Precision.HIGHEST
+  return None
 
 
 def target_platform() -> str:
@@ -256,7 +278,8 @@ def dot_product_attention(
   if float32_logits:
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   # [b, q, h, d] x [b, k, h, d] (or [b, h, d, k]) -> [b, h, q, k]
-  logits = jnp.einsum(f'bqhd,{kv_layout}->bhqk', query, key).astype(jnp.float32)
+  logits = jnp.einsum(f'bqhd,{kv_layout}->bhqk', query, key,
+                      precision=dot_precision(query, key)).astype(jnp.float32)
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
   tau = head_temperature(temperature, query.shape[0], query.shape[2])
@@ -266,7 +289,8 @@ def dot_product_attention(
     # [b, h, 1, k] -> [b, h, q, k]
     probs = probs * dropout_multiplier(dropout_rng, dropout_rate, probs.shape, dtype)
   # [b, h, q, k] x [b, k, h, d] (or [b, h, d, k]) -> [b, q, h, d]
-  return jnp.einsum(f'bhqk,{kv_layout}->bqhd', probs, value), stats
+  return jnp.einsum(f'bhqk,{kv_layout}->bqhd', probs, value,
+                    precision=dot_precision(probs, value)), stats
 
 
 def reference_self_attention(

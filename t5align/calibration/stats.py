@@ -364,13 +364,14 @@ def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -
     def body(total, start):
       qc = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=1)  # [b, c, h, d]
       # [b, c, h, d] x [b, l, h, d] -> [b, h, c, l], plus the [1, h, c, l] relative bias.
-      logits = jnp.einsum('bqhd,bkhd->bhqk', qc, k)
+      logits = jnp.einsum('bqhd,bkhd->bhqk', qc, k, precision=reference.dot_precision(qc, k))
       logits += reference.relative_position_bias(table, chunk, l, True, q_offset=start)
       logits = jnp.where(valid[:, None, None, :], logits, -jnp.inf)
       ranked = sort_descending(logits)  # padding keys sort last
       ranked = jnp.where(jnp.isfinite(ranked), ranked, 0.0)
       vq = jax.lax.dynamic_slice_in_dim(valid_q, start, chunk, axis=1)  # [b, c]
-      return total + jnp.einsum('bhqk,bq->bk', ranked, vq), None
+      return total + jnp.einsum('bhqk,bq->bk', ranked, vq,
+                                precision=reference.dot_precision(ranked, vq)), None
 
     total, _ = jax.lax.scan(body, jnp.zeros((b, l), jnp.float32),
                             jnp.arange(chunks, dtype=jnp.int32) * chunk)
