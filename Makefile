@@ -5,11 +5,23 @@
 #                   calibration seeds -> demo_output_full/
 #   make test       .venv: the runtime requirements and the test extras, then pytest on 2
 #                   workers (pytest-xdist, one test file per worker)
+#   make test-newest-jax
+#                   .venv-newest-jax: Python 3.12 (what Colab and a GPU image run) with the newest
+#                   jax/jaxlib the package index serves, then the tests of the model, attention,
+#                   calibration, checkpoints and schedules (NEWEST_JAX_TESTS; .ci/run runs it)
 PYTHON ?= python3
 VENV := .venv
 DEMO_VENV := .venv-demo
+NEWEST_VENV := .venv-newest-jax
+# Python 3.12 as a fresh machine has it: python3.12 on PATH if it runs, else pyenv's newest 3.12.
+PYTHON312 ?= $(shell for p in python3.12 "$$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; \
+	do "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo "$$p"; \
+	done | tail -n 1)
+NEWEST_JAX_TESTS := tests/attention_test.py tests/precision_test.py tests/pallas_tpu_test.py \
+	tests/network_test.py tests/network_impl_test.py tests/calibration_test.py \
+	tests/checkpoints_test.py tests/schedule_test.py tests/gpu_check_test.py
 
-.PHONY: demo demo-full test venv demo-venv clean
+.PHONY: demo demo-full test test-newest-jax venv demo-venv clean
 
 $(VENV)/.installed: setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +33,17 @@ $(DEMO_VENV)/.installed: setup.cfg
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
 	$(DEMO_VENV)/bin/python -m pip install -q -e .
+	touch $@
+
+# No torch, transformers or TensorFlow here (no CPU wheel of torch on this disk for 3.12): the
+# tests that need them skip, saying so; the 3.11 suite (make test) runs them.
+$(NEWEST_VENV)/.installed: setup.cfg
+	@test -n "$(PYTHON312)" || { echo 'make test-newest-jax: no Python 3.12 (python3.12 on PATH' \
+	  'or under pyenv); set PYTHON312=/path/to/python3.12' >&2; exit 1; }
+	$(PYTHON312) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade -e . jax jaxlib 'jax[tpu]' \
+	  'pytest>=8' 'pytest-xdist>=3.5'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -36,5 +59,9 @@ demo-full: demo-venv
 test: venv
 	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
 
+test-newest-jax: $(NEWEST_VENV)/.installed
+	$(NEWEST_VENV)/bin/python -c 'import sys, jax, jaxlib, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__)'
+	$(NEWEST_VENV)/bin/python -m pytest -n 2 --dist loadfile $(NEWEST_JAX_TESTS)
+
 clean:
-	rm -rf $(VENV) $(DEMO_VENV)
+	rm -rf $(VENV) $(DEMO_VENV) $(NEWEST_VENV)

@@ -173,8 +173,9 @@ def config_options(spec: dict) -> dict:
 
 
 def check_against_reference(impl: str, heads: int, depth: int, dtype,
-                            options: dict | None = None) -> dict:
-  """`impl` vs 'reference' on batch 2, 1000 tokens (not a block multiple), padding, taus 0.8/0.6.
+                            options: dict | None = None, length: int = 1000) -> dict:
+  """`impl` vs 'reference' on batch 2 of `length` tokens (1000: not a block multiple), row 1
+  padded after 70% of them, taus 0.8/0.6.
 
   Both run in `dtype`; errors over real (non-pad) query rows: relative L2 error of the output,
   largest absolute P_max and entropy differences, and whether any value is not finite.
@@ -185,12 +186,11 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
   import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   from t5align.attention import reference  # pylint: disable=g-import-not-at-top
-  length = 1000
   keys = jax.random.split(jax.random.PRNGKey(42), 4)
   q, k, v = (jax.random.normal(key, (2, length, heads, depth), dtype) for key in keys[:3])
   table = 3.0 * jax.random.normal(keys[3], (heads, reference.NUM_BUCKETS), jnp.float32)
   ids = jnp.stack([jnp.ones(length, jnp.int32),
-                   (jnp.arange(length) < 700).astype(jnp.int32)])  # [2, l]; row 1 padded.
+                   (jnp.arange(length) < int(length * 0.7)).astype(jnp.int32)])  # [2, l]
   taus = jnp.asarray([0.8, 0.6], jnp.float32)
   run = lambda name, **kw: jax.jit(functools.partial(
       dispatch.self_attention, impl=name, dtype=dtype, with_stats=True, **kw))(

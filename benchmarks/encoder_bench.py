@@ -64,6 +64,9 @@ MODELS = {
                   num_decoder_layers=8, mlp_dim=1024),
     'tiny': dict(vocab_size=128, emb_dim=64, num_heads=4, head_dim=16, num_encoder_layers=2,
                  num_decoder_layers=2, mlp_dim=128),
+    # 'tiny' with one layer each side: benchmarks/gpu_check.py's smoke mode (shorter compiles).
+    'smoke': dict(vocab_size=128, emb_dim=64, num_heads=4, head_dim=16, num_encoder_layers=1,
+                  num_decoder_layers=1, mlp_dim=128),
     'xl': dict(vocab_size=32128, emb_dim=2048, num_heads=32, head_dim=64, num_encoder_layers=24,
                num_decoder_layers=24, mlp_dim=5120),
     'xxl': dict(vocab_size=32128, emb_dim=4096, num_heads=64, head_dim=64, num_encoder_layers=24,
@@ -103,11 +106,14 @@ def encoder_flops(model: dict, length: int) -> float:
   return per_layer * model['num_encoder_layers']
 
 
-def _random_params(config, dtype, parts=('token_embedder', 'encoder')):
+def _random_params(config, dtype, parts=('token_embedder', 'encoder'), on_device=False):
   """Random params (the top-level `parts`) in `dtype`, scaled like t5x's initializers.
 
   Drawn with numpy in float32, one array at a time, so that making them costs no more memory
   than holding them (jax.random's counters would take several times the embedding's size).
+  `on_device`: drawn by jax.random on the default device instead, also one array at a time (on a
+  GPU, seconds where numpy takes about a minute for Flan-T5-XXL's 4.7e9 values; the counters'
+  transient memory is then the device's: a few times the largest array).
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -116,6 +122,10 @@ def _random_params(config, dtype, parts=('token_embedder', 'encoder')):
   shapes = network.param_shapes(config)
   shapes = {k: shapes[k] for k in parts}
   rng = np.random.default_rng(0)
+  # (key, std, shape) -> one array; compiled once per shape.
+  normal = jax.jit(lambda key, std, shape: (jax.random.normal(key, shape, jnp.float32) * std
+                                            ).astype(dtype), static_argnums=2)
+  drawn = []  # Arrays drawn on the device so far: each takes its own key.
 
   def make(path, leaf):
     name = jax.tree_util.keystr(path)
@@ -124,6 +134,10 @@ def _random_params(config, dtype, parts=('token_embedder', 'encoder')):
     std = 1.0 if 'embedding' in name else leaf.shape[0] ** -0.5
     if 'query' in name:
       std /= config.head_dim ** 0.5  # T5 folds 1/sqrt(d) into the query kernel.
+    if on_device:
+      drawn.append(normal(jax.random.fold_in(jax.random.PRNGKey(0), len(drawn)), std,
+                          tuple(leaf.shape)))
+      return drawn[-1]
     values = rng.standard_normal(leaf.shape, dtype=np.float32)
     values *= np.float32(std)
     return jnp.asarray(values, dtype)
@@ -147,11 +161,12 @@ def _rss_bytes() -> int:
     return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
 
 
-def _check_worker(spec: dict) -> dict:
+def _check_worker(spec: dict, params=None) -> dict:
   """`spec['impl']` vs 'reference', same weights, batch 2 (row 1 padded to 70%) at `length`.
 
   'forward': relative L2 error of the encoder output over real rows; 'calibration': the mean
-  P_max / entropy at 3 of the taus (1.0, 0.75, 0.5), largest absolute differences.
+  P_max / entropy at 3 of the taus (1.0, 0.75, 0.5), largest absolute differences. `params`:
+  the weights to check with (those of a row timed in the same process); None: `_random_params`.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -159,7 +174,8 @@ def _check_worker(spec: dict) -> dict:
   from t5align import network  # pylint: disable=g-import-not-at-top
   length = spec['length']
   config = _config(spec)
-  params = _random_params(config, config.dtype)
+  if params is None:
+    params = _random_params(config, config.dtype)
   tokens = np.array(jax.random.randint(jax.random.PRNGKey(3), (2, length), 2,
                                          config.vocab_size))
   tokens[1, int(length * 0.7):] = 0
@@ -254,17 +270,25 @@ def _jax_worker(spec: dict) -> dict:
           'weights_bytes': int(weights), 'baseline_rss_bytes': baseline}
 
 
+def hf_config(sizes: dict, attention: str, **overrides):
+  """HuggingFace's `T5Config` of `sizes` (a `MODELS` entry): gated-gelu, no dropout, attention
+  `attention` ('eager', 'sdpa', ...); `overrides`: further T5Config fields."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  return transformers.T5Config(
+      vocab_size=sizes['vocab_size'], d_model=sizes['emb_dim'], d_kv=sizes['head_dim'],
+      d_ff=sizes['mlp_dim'], num_layers=sizes['num_encoder_layers'],
+      num_decoder_layers=sizes['num_decoder_layers'], num_heads=sizes['num_heads'],
+      feed_forward_proj='gated-gelu', dropout_rate=0.0, attn_implementation=attention,
+      **overrides)
+
+
 def _torch_worker(spec: dict) -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from transformers.models.t5 import modeling_t5  # pylint: disable=g-import-not-at-top
   sizes = MODELS[spec['model']]
   device, dtype = common.torch_device_and_dtype(spec['dtype'])
-  config = transformers.T5Config(
-      vocab_size=sizes['vocab_size'], d_model=sizes['emb_dim'], d_kv=sizes['head_dim'],
-      d_ff=sizes['mlp_dim'], num_layers=sizes['num_encoder_layers'],
-      num_heads=sizes['num_heads'], feed_forward_proj='gated-gelu', dropout_rate=0.0,
-      attn_implementation=spec.get('hf_attention', 'eager'))
+  config = hf_config(sizes, spec.get('hf_attention', 'eager'))
   torch.set_default_dtype(dtype)
   with torch.device(device):
     model = transformers.T5EncoderModel(config).eval()
