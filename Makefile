@@ -18,6 +18,7 @@ PYTHON312 ?= $(shell for p in python3.12 "$$(pyenv root 2>/dev/null)"/versions/3
 	do "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo "$$p"; \
 	done | tail -n 1)
 NEWEST_JAX_TESTS := tests/attention_test.py tests/precision_test.py tests/pallas_tpu_test.py \
+	tests/pallas_mgpu_test.py \
 	tests/network_test.py tests/network_impl_test.py tests/calibration_test.py \
 	tests/checkpoints_test.py tests/schedule_test.py tests/gpu_check_test.py
 

@@ -43,15 +43,16 @@ class T5Config:
   encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
   # Encoder self-attention implementation (dispatch.NAMES): 'reference' (materialized), 'blockwise',
   # 'pallas' (the target platform's fused kernel, dispatch.FUSED: Triton on GPU, Mosaic on TPU),
-  # 'pallas_gpu' / 'pallas_tpu' (one of them by name), or 'auto': 'reference' for inputs of at
-  # most `blockwise_threshold` tokens, above it 'pallas' on GPU / TPU and 'blockwise' on CPU.
+  # 'pallas_gpu' / 'pallas_mgpu' (Hopper, bfloat16; opt-in) / 'pallas_tpu' (one of them by
+  # name), or 'auto': 'reference' for inputs of at most `blockwise_threshold` tokens, above it
+  # 'pallas' on GPU / TPU and 'blockwise' on CPU.
   attention_impl: str = 'reference'
   blockwise_threshold: int = 2048
   # Tiles and launch parameters, per implementation: a tuple of the implementations' frozen
   # Options objects (`dispatch.IMPLEMENTATIONS[name].options`: blockwise.Options,
-  # pallas_gpu.Options, pallas_tpu.Options), at most one per implementation; an implementation
-  # without one runs with its defaults (`attention_options`). In gin (dynamic registration,
-  # `from t5align.attention import blockwise`):
+  # pallas_gpu.Options, pallas_mgpu.Options, pallas_tpu.Options), at most one per implementation;
+  # an implementation without one runs with its defaults (`attention_options`). In gin (dynamic
+  # registration, `from t5align.attention import blockwise`):
   #   network.T5Config.attention_options = (@blockwise.Options(),)
   #   blockwise.Options.block_q = 1024
   attention_options: tuple[Any, ...] = ()
@@ -90,6 +91,11 @@ class T5Config:
       for field in dataclasses.fields(options):
         value = getattr(options, field.name)
         if value is None and field.default is None:
+          continue
+        if isinstance(field.default, bool):  # A switch (pallas_mgpu's use_schedule_barrier).
+          if not isinstance(value, bool):
+            raise ValueError(f'T5Config.attention_options: {name} {field.name} must be True or '
+                             f'False; got {value!r}.')
           continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
           raise ValueError(f'T5Config.attention_options: {name} {field.name} must be a positive '

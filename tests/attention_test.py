@@ -395,7 +395,8 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
 
 
 def test_registry_and_switches():
-  assert {'reference', 'blockwise', 'pallas_gpu', 'pallas_tpu'} == set(dispatch.IMPLEMENTATIONS)
+  assert {'reference', 'blockwise', 'pallas_gpu', 'pallas_mgpu', 'pallas_tpu'} == set(
+      dispatch.IMPLEMENTATIONS)
   query, key, value, table = _inputs(length=16, depth=16)
   with pytest.raises(ValueError, match='power of 2'):
     pallas_gpu.pallas_attention(query, key, value, rel_embedding=table,

@@ -14,8 +14,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUNTIME = {'t5align.runtime', 't5align.runtime.fileio', 't5align.runtime.outputs',
            't5align.runtime.validate'}
 ATTENTION = {'t5align.attention', 't5align.attention.blockwise', 't5align.attention.dispatch',
-             't5align.attention.pallas_gpu', 't5align.attention.pallas_tpu',
-             't5align.attention.reference'}
+             't5align.attention.pallas_gpu', 't5align.attention.pallas_mgpu',
+             't5align.attention.pallas_tpu', 't5align.attention.reference'}
 SCHEDULE = {'t5align', 't5align.labels', 't5align.schedule'} | RUNTIME
 
 
@@ -85,7 +85,8 @@ def test_attention_modules_depend_one_way():
   assert ours('reference') == set()
   assert ours('blockwise') == {pkg + 'reference'}
   assert ours('pallas_gpu') == {pkg + 'reference', pkg + 'blockwise'}
+  assert ours('pallas_mgpu') == {pkg + 'reference', pkg + 'blockwise'}
   assert ours('pallas_tpu') == {pkg + 'reference', pkg + 'blockwise'}
   assert ours('dispatch') == {pkg + m for m in ('reference', 'blockwise', 'pallas_gpu',
-                                                'pallas_tpu')}
+                                                'pallas_mgpu', 'pallas_tpu')}
   assert ours('__init__') == set()

@@ -19,6 +19,7 @@ import numpy as np
 
 from t5align.attention import blockwise
 from t5align.attention import pallas_gpu
+from t5align.attention import pallas_mgpu
 from t5align.attention import pallas_tpu
 from t5align.attention import reference
 
@@ -28,6 +29,14 @@ LogicalRules = Sequence[tuple[str, str | None]]  # flax's logical axis rules
 
 def _interpret(impl: str, platform: str) -> bool:
   """Whether Pallas kernel `impl` runs in interpret mode (CPU); refuses a foreign platform."""
+  if platform == 'cpu' and impl == 'pallas_mgpu':
+    # NOTE: Mosaic GPU's interpret mode runs the kernel's three warpgroups as XLA computations
+    # that block on each other; with one XLA thread per core it hangs on a 2-core machine.
+    raise ValueError(
+        "attention_impl='pallas_mgpu' is the Hopper (sm_90) GPU kernel and does not run on the "
+        "CPU; use 'pallas' (here the TPU kernel in interpret mode), 'blockwise' or 'reference'. "
+        'Its interpret mode is for tests: pallas_mgpu.pallas_mgpu_attention(..., '
+        'interpret=True) in a process started with NPROC>=8 (tests/pallas_mgpu_test.py).')
   if platform == 'cpu':
     return True
   if platform not in IMPLEMENTATIONS[impl].platforms:
@@ -97,6 +106,13 @@ def _pallas_gpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwar
                      **dataclasses.asdict(options), **kwargs)
 
 
+def _pallas_mgpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
+  _refuse_dropout('pallas_mgpu', dropout_rng, dropout_rate)
+  return _per_device(pallas_mgpu.pallas_mgpu_attention, query, key, value,
+                     interpret=_interpret('pallas_mgpu', reference.target_platform()),
+                     **dataclasses.asdict(options), **kwargs)
+
+
 def _pallas_tpu(query, key, value, *, options, dropout_rng, dropout_rate, **kwargs):
   _refuse_dropout('pallas_tpu', dropout_rng, dropout_rate)
   return _per_device(pallas_tpu.pallas_tpu_attention, query, key, value,
@@ -126,6 +142,9 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     'reference': Implementation(_reference),
     'blockwise': Implementation(_blockwise, blockwise.Options),
     'pallas_gpu': Implementation(_pallas_gpu, pallas_gpu.Options, ('gpu',)),
+    # Hopper only, bfloat16 / float16, encoder; not yet compiled or timed on a GPU, so 'pallas'
+    # and 'auto' do not pick it (FUSED): name it to use it.
+    'pallas_mgpu': Implementation(_pallas_mgpu, pallas_mgpu.Options, ('gpu',)),
     'pallas_tpu': Implementation(_pallas_tpu, pallas_tpu.Options, ('tpu',)),
 }
 # The fused kernel of each platform ('pallas'): Triton on GPU, Mosaic on TPU; on CPU (tests) the
@@ -191,8 +210,9 @@ def self_attention(
       (`reference.head_temperature`); None for 1.
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
     impl: a key of `IMPLEMENTATIONS` ('reference': materialized, reference.py; 'blockwise':
-      blockwise.py; 'pallas_gpu': Triton, pallas_gpu.py; 'pallas_tpu': Mosaic,
-      attention/pallas_tpu.py), or 'pallas': the target platform's fused kernel (`resolve`).
+      blockwise.py; 'pallas_gpu': Triton, pallas_gpu.py; 'pallas_mgpu': Mosaic GPU for Hopper,
+      pallas_mgpu.py; 'pallas_tpu': Mosaic, attention/pallas_tpu.py), or 'pallas': the target
+      platform's fused kernel (`resolve`).
     options: `IMPLEMENTATIONS[impl].options` instance (tiles, launch parameters); None: its
       defaults.
     dtype: computation dtype.
