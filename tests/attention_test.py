@@ -5,7 +5,6 @@ with block sizes passed as arguments.
 """
 from __future__ import annotations
 
-import contextlib
 import pathlib
 
 import jax
@@ -13,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import abstract_devices
 from t5align.attention import blockwise
 from t5align.attention import dispatch
 from t5align.attention import pallas_gpu
@@ -350,21 +350,6 @@ def test_blockwise_memory_is_linear_in_length():
   assert temp < full / 100, (temp, full)
 
 
-def _abstract_gpu(device_kind: str = 'NVIDIA H100', num_cores: int = 132):
-  """An abstract mesh of one GPU of `device_kind`: the target of a lowering without a GPU.
-
-  jax >= 0.11 reads the GPU to lower for (its compute capability: 9.0 for an H100) from the
-  abstract mesh in effect when no GPU is attached, and refuses without one; jax 0.10 has no
-  `AbstractDevice` and lowers for a default GPU.
-  """
-  if not hasattr(jax.sharding, 'AbstractDevice'):
-    return contextlib.nullcontext()
-  device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=num_cores,
-                                       platform='gpu')
-  return jax.sharding.use_abstract_mesh(
-      jax.sharding.AbstractMesh((1,), ('data',), abstract_device=device))
-
-
 @pytest.mark.parametrize('bidirectional,dtype,blocks', [
     (True, jnp.bfloat16, (64, 64)), (True, jnp.float32, (128, 64)),
     (False, jnp.bfloat16, (64, 32))])
@@ -374,7 +359,7 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
 
   Cross-platform lowering runs every primitive of the kernel through its Triton lowering rule, so
   an operation Triton cannot express fails here in CI; compiling the Triton IR needs a GPU.
-  float32 dots lower as Triton's IEEE float32 dot (`reference.dot_precision`), never TF32.
+  (That its float32 dots carry Precision.HIGHEST, Triton's IEEE dot: tests/precision_test.py.)
   """
   batch, length, heads, depth = 2, 300, 2, 64  # 300: not a block multiple.
   spec = jax.ShapeDtypeStruct((batch, length, heads, depth), dtype)
@@ -382,7 +367,7 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
       q, k, v, rel_embedding=table, segment_ids=ids, temperature=tau,
       bidirectional=bidirectional, dtype=dtype, with_stats=True, block_q=blocks[0],
       block_k=blocks[1], interpret=False))
-  with _abstract_gpu():
+  with abstract_devices.abstract_gpu():
     lowered = fn.trace(spec, spec, spec, jax.ShapeDtypeStruct((heads, 32), jnp.float32),
                        jax.ShapeDtypeStruct((batch, length), jnp.int32),
                        jax.ShapeDtypeStruct((batch,), jnp.float32)

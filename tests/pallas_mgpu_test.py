@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import abstract_devices
 from t5align.attention import pallas_mgpu
 from t5align.attention import reference
 
@@ -208,9 +209,7 @@ def test_kernel_lowers_for_sm90(with_stats):
         q, k, v, rel_embedding=table, segment_ids=ids, temperature=tau, dtype=jnp.bfloat16,
         with_stats=with_stats)
 
-  device = jax.sharding.AbstractDevice(device_kind='NVIDIA H100', num_cores=132, platform='gpu')
-  mesh = jax.sharding.AbstractMesh((1,), ('data',), abstract_device=device)
-  with jax.sharding.use_abstract_mesh(mesh):
+  with abstract_devices.abstract_gpu():
     lowered = jax.jit(attend).trace(
         *qkv, sds((heads, reference.NUM_BUCKETS), jnp.float32), sds((batch, length), jnp.int32),
         sds((batch, heads), jnp.float32)).lower(lowering_platforms=('cuda',))
@@ -235,9 +234,7 @@ def test_model_encoder_lowers_with_it_for_sm90():
                                              jnp.ones((2, 4), jnp.int32),
                                              jnp.ones((2, 4), jnp.int32), enable_dropout=False))
   encode = jax.jit(lambda p, t: model.apply(p, t, method=model.encode, enable_dropout=False))
-  device = jax.sharding.AbstractDevice(device_kind='NVIDIA H100', num_cores=132, platform='gpu')
-  with jax.sharding.use_abstract_mesh(
-      jax.sharding.AbstractMesh((1,), ('data',), abstract_device=device)):
+  with abstract_devices.abstract_gpu():
     text = encode.trace(params, tokens).lower(lowering_platforms=('cuda',)).as_text()
   assert text.count('mosaic_gpu') >= config.num_encoder_layers
 
