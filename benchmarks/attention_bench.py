@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import resource
 import statistics
 import subprocess
@@ -138,7 +139,10 @@ def run_worker(module: str, spec: dict, timeout: int) -> dict:
     return {**spec, 'error': f'timeout after {timeout} s'}
   lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
   if proc.returncode or not lines:
-    return {**spec, 'error': (proc.stderr.strip().splitlines() or ['?'])[-1][:300]}
+    # The exception's own line (jax prints a note on traceback filtering after it), else the last.
+    err = proc.stderr.strip().splitlines() or ['?']
+    named = [l for l in err if re.match(r'[\w.]*(Error|Exception)\b', l)]
+    return {**spec, 'error': (named or err)[-1][:600]}
   return json.loads(lines[-1])
 
 
@@ -159,12 +163,15 @@ def attention_flops(length: int, heads: int, depth: int) -> float:
 
 
 def kernel_options(spec: dict) -> dict:
-  """`dispatch.self_attention` keywords from `spec['pallas']` = [bq, bk, warps, stages] (or {}):
-  the GPU kernel's options object."""
+  """`dispatch.self_attention` keywords from `spec['pallas']` (or {}): the positional fields of
+  `spec['impl']`'s options class (`dispatch.IMPLEMENTATIONS[impl].options`), e.g. [bq, bk, warps,
+  stages] for 'pallas_gpu', [block_q, block_k, steps, schedule_barrier] for 'pallas_mgpu'."""
   if not spec.get('pallas'):
     return {}
-  from t5align.attention import pallas_gpu  # pylint: disable=g-import-not-at-top
-  return {'options': pallas_gpu.Options(*spec['pallas'])}
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
+  impl = dispatch.resolve(spec['impl'], spec['length'], 0, input_dtype=spec['dtype'],
+                          dtype=spec['dtype'], head_dim=spec.get('depth', 0))
+  return {'options': dispatch.IMPLEMENTATIONS[impl].options(*spec['pallas'])}
 
 
 def config_options(spec: dict) -> dict:
@@ -266,15 +273,17 @@ def parse_common_flags(parser: argparse.ArgumentParser, argv, timeout: int) -> a
   parser.add_argument('--hf-repeats', type=int, help='--repeats for the HuggingFace rows')
   parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
   parser.add_argument('--timeout', type=int, default=timeout, help='seconds per measurement')
-  parser.add_argument('--pallas-configs', nargs='+', default=[''], metavar='BQ,BK,WARPS,STAGES',
-                      help="GPU (Triton) kernel settings to measure (one row each); '' = defaults")
+  parser.add_argument('--pallas-configs', nargs='+', default=[''], metavar='F1,F2,...',
+                      help="fused kernel settings to measure (one row each), its options class's "
+                      "fields in order; '' = defaults")
   parser.add_argument('--worker', help=argparse.SUPPRESS)
   return parser.parse_args(argv)
 
 
 def variants(args: argparse.Namespace, impl: str) -> list[dict]:
-  """Extra spec keys per measured variant of `impl` (one per --pallas-configs entry for Pallas)."""
-  if impl != 'pallas':
+  """Extra spec keys per measured variant of `impl` (one per --pallas-configs entry for a fused
+  kernel: 'pallas', 'pallas_gpu', 'pallas_mgpu', 'pallas_tpu')."""
+  if not impl.startswith('pallas'):
     return [{}]
   return [{'pallas': [int(x) for x in c.split(',')]} if c else {} for c in args.pallas_configs]
 

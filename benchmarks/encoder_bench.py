@@ -150,7 +150,7 @@ def _config(spec: dict, **overrides):
   from t5align import network  # pylint: disable=g-import-not-at-top
   fields = dict(MODELS[spec['model']], dtype=jnp.dtype(spec['dtype']), dropout_rate=0.0,
                 mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'],
-                **common.config_options(spec))
+                **common.config_options({**spec, 'depth': MODELS[spec['model']]['head_dim']}))
   return network.T5Config(**{**fields, **overrides})
 
 

@@ -32,31 +32,33 @@ so that XLA's memory figures (`jax.jit(f).lower(...).compile().memory_analysis()
 arguments, outputs) come with it; `peak_bytes` is the device's `peak_bytes_in_use` on a GPU
 (torch: `max_memory_allocated`, reset per row), the process's max RSS on the CPU: a running
 maximum over the rows of a group (`peak_set_by_this_row` says whether this row raised it).
-1. tests: pytest on tests/attention_test.py, network_impl_test.py, pallas_mgpu_test.py,
-   network_test.py (in that order, JAX_PLATFORMS=cuda, cut at 150 s; on a Hopper GPU the
-   'pallas_mgpu' kernel runs natively against 'reference'; smoke: a `-k` selection on the
-   CPU), before any
-   other GPU work: passed / failed / skipped counts and the failures' names (junit XML).
+1. tests: pytest on tests/pallas_mgpu_test.py, attention_test.py, network_impl_test.py,
+   network_test.py (in that order, JAX_PLATFORMS=cuda, cut at 150 s, which on an H200 ends in
+   network_impl_test; on a Hopper GPU the 'pallas_mgpu' kernel runs natively against
+   'reference'; smoke: a `-k` selection on the CPU), before any other GPU work: passed / failed
+   / skipped counts and the failures' names (junit XML).
 2. attention: one layer, batch 1, Flan-T5-XL's 32 heads x 64, bf16, tau 0.8, T5's relative
    bias, row statistics on, at 4k / 16k / 32k tokens: 'reference' (4k), 'blockwise', 'pallas'
-   (dispatch.FUSED: the Triton kernel on GPU), cuDNN flash attention without bias (the floor) and
+   (`dispatch.resolve`: 'pallas_mgpu' on Hopper), the platform's other fused kernels
+   ('pallas_gpu', Triton), cuDNN flash attention without bias (the floor) and
    with T5's bias materialized `[1, h, L, L]` from the table in the timed call (4k, 16k). Parity
    on the same inputs against 'reference' where it runs, else 'blockwise': output relative L2
    error, largest P_max / entropy errors; the kernel also against 'reference' on a padded batch
    of 2 with two taus (`attention_bench.check_against_reference`). TFLOP/s = 4 L^2 H D / t.
 3. encoder: Flan-T5-XL's encoder (random weights, bf16 weights and activations, batch 1) with
-   'pallas' at 4k / 15k / 32k and 'blockwise' at 4k. Parity: 'pallas' against 'reference' with
+   'pallas' at 4k / 15k / 32k, 'pallas_gpu' at 4k / 15k and 'blockwise' at 4k. Parity: 'pallas' against 'reference' with
    the same weights at 4k (`encoder_bench._check_worker`: batch 2, row 1 padded), 'blockwise'
    against 'pallas' on the same tokens; longer rows carry the 4k check and their own finiteness.
 4. sweep: the 11-tau calibration sweep (`stats.encoder_attention_stats`, the compiled program
-   `stats.check_sweep_memory` sizes) of the XL encoder, 'blockwise' and 'pallas' at 4k, 'pallas'
-   at 15k; parity: the 11 mean P_max / entropy values against 'blockwise'.
+   `stats.check_sweep_memory` sizes) of the XL encoder, 'blockwise' at 4k, 'pallas' and
+   'pallas_gpu' at 4k and 15k; parity: the 11 mean P_max / entropy values against 'blockwise'.
 5. xxl: Flan-T5-XXL's encoder (emb 4096, 64 heads x 64, mlp 10240) at 32k with 'pallas'; parity:
    the kernel at XXL's heads against 'reference' (padded batch of 2), and a finite output.
 6. decode: greedy decoding of 16 tokens (EOS off) after a 15k-token input by Flan-T5-XL
    (`decoding.greedy`: encoder with 'pallas', then the decoder over its cache, cross-attention
-   keys/values projected once), end to end; parity: the same tokens as projecting them at every
-   step (`greedy_from_encoded(cache_cross_kv=False)`) over the same encoder output.
+   keys/values projected once), end to end; parity: the tokens teacher-forced through the
+   decoder without its cache are each their position's argmax, or within the model tolerance of
+   it (relative to the argmax's distance from the mean logit: bf16 near-ties with random weights).
 7. hf: HuggingFace's T5EncoderModel (the same XL shapes, bf16, its own random weights: only
    times compare with t5align's) with 'eager' and 'sdpa' at 4k and 15k (parity: sdpa against
    eager, same weights), and T5ForConditionalGeneration.generate(max_new_tokens=16,
@@ -94,7 +96,7 @@ from benchmarks import encoder_bench
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GROUPS = ('tests', 'attention', 'encoder', 'sweep', 'xxl', 'decode', 'hf')
-TEST_FILES = ('tests/attention_test.py', 'tests/network_impl_test.py', 'tests/pallas_mgpu_test.py',
+TEST_FILES = ('tests/pallas_mgpu_test.py', 'tests/attention_test.py', 'tests/network_impl_test.py',
               'tests/network_test.py')
 MARK = 'GPU_CHECK_ROW '  # Prefix of a worker's stdout line carrying one row update (JSON).
 MIN_GROUP_S = 30  # No group starts with less of the budget left (a worker takes ~10 s to start).
@@ -112,10 +114,11 @@ GPU_PLAN = {
                              'cudnn_nobias': None, 'cudnn_bias': (4096, 16384)}),
     'encoder': dict(model='xl', lengths=(4096, 15000, 32768), dtype='bfloat16', repeats=2,
                     check='model', timeout_s=180,
-                    # 'pallas_mgpu': the Hopper kernel (issue 32), not yet what 'pallas' picks.
-                    impls={'pallas': None, 'blockwise': (4096,), 'pallas_mgpu': (4096, 15000)}),
+                    # 'pallas_gpu': the Triton kernel, what 'pallas' was on Hopper before
+                    # 'pallas_mgpu' (issue 32), for the before/after.
+                    impls={'pallas': None, 'blockwise': (4096,), 'pallas_gpu': (4096, 15000)}),
     'sweep': dict(model='xl', lengths=(4096, 15000), dtype='bfloat16', repeats=1, timeout_s=150,
-                  impls={'blockwise': (4096,), 'pallas': None, 'pallas_mgpu': None}),
+                  impls={'blockwise': (4096,), 'pallas': None, 'pallas_gpu': None}),
     'xxl': dict(model='xxl', lengths=(32768,), dtype='bfloat16', repeats=1, check='attention',
                 check_length=1000, timeout_s=120, impls={'pallas': None}),
     'decode': dict(model='xl', lengths=(15000,), dtype='bfloat16', repeats=1, tokens=16,
@@ -157,18 +160,23 @@ TOLERANCE = {
     'float32': dict(out=1e-5, pmax=1e-5, entropy=1e-4, model=1e-5, sweep=1e-4),
     'bfloat16': dict(out=3e-2, pmax=1e-3, entropy=1e-3, model=5e-2, sweep=2e-2),
 }
-# Seconds measured on one H200 on 2026-11-27 (/work/shared/docs/GPU-H200.md), by row id.
+# Seconds measured on one H200 on 2026-11-27, by row id: /work/shared/docs/GPU-H200.md (before
+# issue 32: 'pallas' was the Triton kernel, here under 'pallas_gpu'), and this command's own run
+# of 'pallas_mgpu' (what 'pallas' is on Hopper since issue 32; jax 0.11.2, README "GPU").
 KNOWN_H200 = {
     'attention/reference/4096': 5.22e-3, 'attention/blockwise/4096': 5.54e-3,
-    'attention/blockwise/16384': 72.0e-3, 'attention/pallas/4096': 1.99e-3,
-    'attention/pallas/16384': 22.1e-3, 'attention/pallas/32768': 83.8e-3,
+    'attention/blockwise/16384': 72.0e-3, 'attention/pallas_gpu/4096': 1.99e-3,
+    'attention/pallas_gpu/16384': 22.1e-3, 'attention/pallas_gpu/32768': 83.8e-3,
+    'attention/pallas/4096': 0.98e-3, 'attention/pallas/16384': 7.99e-3,
+    'attention/pallas/32768': 29.5e-3,
     'attention/cudnn_nobias/4096': 0.644e-3, 'attention/cudnn_nobias/16384': 4.95e-3,
     'attention/cudnn_nobias/32768': 18.6e-3, 'attention/cudnn_bias/4096': 1.60e-3,
-    'attention/cudnn_bias/16384': 20.0e-3, 'encoder/xl/pallas/4096': 0.054,
-    'encoder/xl/pallas/15000': 0.494, 'encoder/xl/pallas/32768': 2.10,
-    'encoder/xl/blockwise/4096': 0.125, 'sweep/xl/pallas/4096': 0.553,
-    'sweep/xl/blockwise/4096': 0.775, 'sweep/xl/pallas/15000': 5.49,
-    'xxl/xxl/pallas/32768': 4.74, 'hf/xl/eager/4096': 0.308, 'hf/xl/sdpa/4096': 0.455,
+    'attention/cudnn_bias/16384': 20.0e-3, 'encoder/xl/pallas_gpu/4096': 0.054,
+    'encoder/xl/pallas_gpu/15000': 0.494, 'encoder/xl/pallas/4096': 0.0343,
+    'encoder/xl/pallas/15000': 0.208, 'encoder/xl/blockwise/4096': 0.125,
+    'sweep/xl/pallas_gpu/4096': 0.553, 'sweep/xl/blockwise/4096': 0.775,
+    'sweep/xl/pallas_gpu/15000': 5.49, 'sweep/xl/pallas/4096': 0.315,
+    'sweep/xl/pallas/15000': 2.36, 'hf/xl/eager/4096': 0.308, 'hf/xl/sdpa/4096': 0.455,
     'hf/xl/eager/15000': 3.73, 'hf/xl/sdpa/15000': 5.88,
 }
 _MATERIALIZED = ('cudnn_bias', 'xla_bias')  # jax.nn.dot_product_attention, bias [1, h, L, L].
@@ -404,8 +412,9 @@ def _parity_text(row: dict) -> str:
                      ('entropy_max_abs_err', 'ent')):
     if parity.get(key) is not None:
       parts.append(f'{short} {parity[key]:.1e}')
-  if 'matching_tokens' in parity:
-    parts.append(f'{parity["matching_tokens"]}/{parity["tokens"]} tokens equal')
+  if 'argmax_tokens' in parity:
+    parts.append(f'{parity["argmax_tokens"]}/{parity["tokens"]} tokens the argmax, gap '
+                 f'{parity["largest_relative_gap"]:.1e}')
   if 'generated_tokens' in parity:
     parts.append(f'{parity["generated_tokens"]} tokens generated')
   if parity.get('vs'):
@@ -849,10 +858,11 @@ def _measure(fn: Callable, args: tuple, repeats: int) -> tuple[dict, Any]:
               **_peak_fields(before, 'jax', _jax_on_device())), out
 
 
-def _kernel_fields(impl: str, length: int) -> dict:
-  """The implementation `impl` resolves to (`dispatch.resolve`) and its options (defaults)."""
+def _kernel_fields(impl: str, length: int, dtype: str, head_dim: int) -> dict:
+  """The implementation `impl` resolves to for a `dtype` encoder with `head_dim`
+  (`dispatch.resolve`) and its options (defaults)."""
   from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
-  kernel = dispatch.resolve(impl, length, 0)
+  kernel = dispatch.resolve(impl, length, 0, input_dtype=dtype, dtype=dtype, head_dim=head_dim)
   options = dispatch.IMPLEMENTATIONS[kernel].options
   return dict(kernel=kernel, options=repr(options()) if options else None)
 
@@ -948,7 +958,7 @@ def _attention_worker(plan: dict, rows: list[dict]) -> None:
         flops = common.attention_flops(length, plan['heads'], plan['depth'])
         fields = dict(result, tflops_per_s=round(flops / result['seconds'] / 1e12, 4), **info)
         if row['impl'] in dispatch.NAMES:
-          fields.update(_kernel_fields(row['impl'], length))
+          fields.update(_kernel_fields(row['impl'], length, row['dtype'], plan['depth']))
         return fields
 
       def parity(row=row, got=got):
@@ -1028,7 +1038,8 @@ def _encoder_worker(plan: dict, rows: list[dict]) -> None:
           row['repeats'])
       flops = encoder_bench.encoder_flops(sizes, row['length'])
       return dict(result, tflops_per_s=round(flops / result['seconds'] / 1e12, 4),
-                  **_kernel_fields(row['impl'], row['length']),
+                  **_kernel_fields(row['impl'], row['length'], row['dtype'],
+                                   row['sizes']['head_dim']),
                   weights_bytes=_tree_bytes(params), **info)
 
     def parity(row=row, params=params, got=got):
@@ -1097,7 +1108,8 @@ def _sweep_worker(plan: dict, rows: list[dict]) -> None:
                   pmax=[round(float(x), 6) for x in got['out'].pmax],
                   entropy=[round(float(x), 5) for x in got['out'].entropy],
                   tau_chunk=stats.default_tau_chunk(), weights_bytes=_tree_bytes(params),
-                  **_kernel_fields(row['impl'], row['length']), **info)
+                  **_kernel_fields(row['impl'], row['length'], row['dtype'],
+                                   row['sizes']['head_dim']), **info)
 
     def parity(row=row, got=got):
       out = got.pop('out')
@@ -1125,11 +1137,13 @@ def _sweep_worker(plan: dict, rows: list[dict]) -> None:
 
 def _decode_worker(plan: dict, rows: list[dict]) -> None:
   import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align import decoding  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   info = _jax_info()
   steps = plan['tokens']
+  tol = _tolerance(plan['dtype'])['model']
   cache = {}
   for row in rows:
     config, params, tokens = _model_inputs(row, cache, (*ENCODER_PARTS, 'decoder'))
@@ -1141,23 +1155,35 @@ def _decode_worker(plan: dict, rows: list[dict]) -> None:
       result, out = _measure(lambda p, t: decoding.greedy(
           model, p, t, max_decode_length=steps, eos_id=-1), (params, tokens), row['repeats'])
       got['tokens'] = np.asarray(out[0])
-      return dict(result, **_kernel_fields(row['impl'], row['length']),
+      return dict(result, **_kernel_fields(row['impl'], row['length'], row['dtype'],
+                                           row['sizes']['head_dim']),
                   output_tokens=[int(x) for x in got['tokens']],
                   weights_bytes=_tree_bytes(params), **info)
 
     def parity(model=model, params=params, tokens=tokens, got=got):
-      # [1, L] -> [1, L, e]; the encoder's weights only (the program the encoder rows compile).
-      encoded = jax.jit(lambda p, t: model.apply({'params': p}, t, method=model.encode,
-                                                 enable_dropout=False))(
-                                                     {k: params[k] for k in ENCODER_PARTS},
-                                                     tokens)
-      per_step = jax.jit(lambda p, e, t: decoding.greedy_from_encoded(
-          model, p, e, t, max_decode_length=steps, eos_id=-1, cache_cross_kv=False))(
-              params, encoded, tokens)
-      same = np.asarray(per_step[0]) == got.pop('tokens')
-      return dict(vs='per_step', inputs='the same weights and input; cross-attention keys and '
-                  'values projected at every step, over the encoder output',
-                  matching_tokens=int(same.sum()), tokens=steps, ok=bool(same.all()))
+      # The greedy tokens teacher-forced through the parallel decoder (no cache; the scoring
+      # path) over the same input: each must be its position's argmax, up to rounding. The gap
+      # is the argmax's logit minus the token's, over the argmax's distance from the mean logit;
+      # bfloat16 leaves near-ties (random weights, two programs rounding differently), so the
+      # tokens themselves may differ where the gap is within the dtype's tolerance.
+      out = got.pop('tokens')  # [t]
+      previous = np.concatenate([[0], out[:-1]])[None].astype(np.int32)  # [1, t], start 0
+
+      def forced(p, t, previous):
+        encoded = model.apply({'params': p}, t, method=model.encode, enable_dropout=False)
+        # [1, t, vocab]
+        return model.apply({'params': p}, encoded, t, previous, jnp.ones_like(previous),
+                           enable_dropout=False, method=model.decode)
+
+      logits = np.asarray(jax.jit(forced)(params, tokens, previous)[0], np.float32)  # [t, vocab]
+      top = logits.max(-1)
+      gap = (top - logits[np.arange(len(out)), out]) / (top - logits.mean(-1))
+      largest = float(gap.max())
+      return dict(vs='teacher_forced', inputs='the same weights and input; the greedy tokens '
+                  'fed to the decoder without its cache',
+                  argmax_tokens=int((logits.argmax(-1) == out).sum()), tokens=steps,
+                  largest_relative_gap=largest, all_finite=bool(np.isfinite(logits).all()),
+                  ok=bool(np.isfinite(logits).all() and largest <= tol))
 
     if row['status'] == 'pending':
       _run_row(_emit, row, measure, parity)
@@ -1247,12 +1273,16 @@ def _env_worker() -> None:
   from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   backend = jax.default_backend()
   device = jax.devices()[0]
-  # This platform's fused kernels: those that compile for it and not for the CPU.
+  # This platform's fused kernels: those that compile for it and not for the CPU; 'pallas' is
+  # the one of them picked for the GPU run's attention rows.
   kernels = [name for name, impl in dispatch.IMPLEMENTATIONS.items()
              if backend in impl.platforms and 'cpu' not in impl.platforms]
+  rows = GPU_PLAN['attention']
+  fused = (dispatch.resolve('pallas', 1, 0, input_dtype=rows['dtype'], dtype=rows['dtype'],
+                            head_dim=rows['depth']) if backend in dispatch.FUSED else None)
   _emit('env', backend=backend, device=str(device.device_kind), device_count=jax.device_count(),
         memory_bytes=(device.memory_stats() or {}).get('bytes_limit'),
-        fused=dispatch.FUSED.get(backend), kernels=kernels,
+        fused=fused, kernels=kernels,
         jax_platforms=os.environ.get('JAX_PLATFORMS'),
         versions=_versions(*_JAX_DISTRIBUTIONS, 'numpy'))
 

@@ -42,10 +42,10 @@ class T5Config:
   # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
   # Encoder self-attention implementation (dispatch.NAMES): 'reference' (materialized), 'blockwise',
-  # 'pallas' (the target platform's fused kernel, dispatch.FUSED: Triton on GPU, Mosaic on TPU),
-  # 'pallas_gpu' / 'pallas_mgpu' (Hopper, bfloat16; opt-in) / 'pallas_tpu' (one of them by
-  # name), or 'auto': 'reference' for inputs of at most `blockwise_threshold` tokens, above it
-  # 'pallas' on GPU / TPU and 'blockwise' on CPU.
+  # 'pallas' (the target platform's fused kernel, dispatch.resolve: Mosaic GPU on Hopper for
+  # bfloat16 / float16, else Triton on GPU; Mosaic on TPU), 'pallas_gpu' / 'pallas_mgpu' /
+  # 'pallas_tpu' (one of them by name), or 'auto': 'reference' for inputs of at most
+  # `blockwise_threshold` tokens, above it 'pallas' on GPU / TPU and 'blockwise' on CPU.
   attention_impl: str = 'reference'
   blockwise_threshold: int = 2048
   # Tiles and launch parameters, per implementation: a tuple of the implementations' frozen
@@ -106,7 +106,9 @@ def encoder_attention_impl(config: T5Config, length: int, platform: str | None =
   """The implementation (a key of `dispatch.IMPLEMENTATIONS`) the encoder uses for inputs of
   `length` (static) tokens on `platform` ('cpu', 'gpu', 'tpu'; None: the target platform at
   trace time, `reference.target_platform`)."""
-  return dispatch.resolve(config.attention_impl, length, config.blockwise_threshold, platform)
+  return dispatch.resolve(config.attention_impl, length, config.blockwise_threshold, platform,
+                          input_dtype=config.dtype, dtype=config.dtype,
+                          head_dim=config.head_dim)
 
 
 def attention_options(config: T5Config, impl: str) -> Any:

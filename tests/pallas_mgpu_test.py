@@ -217,13 +217,17 @@ def test_kernel_lowers_for_sm90(with_stats):
   assert 'mosaic_gpu' in text
 
 
-def test_model_encoder_lowers_with_it_for_sm90():
-  """The network with attention_impl='pallas_mgpu' (dispatch, layers, per-layer taus, bfloat16)
-  lowers for an H100: the kernel is one Mosaic GPU call per encoder layer."""
+@pytest.mark.parametrize('impl,dtype,kernel', [
+    ('pallas_mgpu', jnp.bfloat16, 'mosaic_gpu'), ('pallas', jnp.bfloat16, 'mosaic_gpu'),
+    ('pallas', jnp.float32, 'xla.gpu.triton')])
+def test_model_encoder_lowers_with_it_for_sm90(impl, dtype, kernel):
+  """The network (dispatch, layers, per-layer taus) lowers for an H100 with the kernel in every
+  encoder layer: 'pallas_mgpu', and 'pallas' in bfloat16, are this Mosaic GPU kernel; 'pallas' in
+  float32 is the Triton kernel ('pallas_gpu'), and nothing of the other."""
   from t5align import network  # pylint: disable=g-import-not-at-top
   config = network.T5Config(
-      vocab_size=64, dtype=jnp.bfloat16, emb_dim=128, num_heads=2, head_dim=64, mlp_dim=128,
-      num_encoder_layers=2, num_decoder_layers=1, dropout_rate=0.0, attention_impl='pallas_mgpu',
+      vocab_size=64, dtype=dtype, emb_dim=128, num_heads=2, head_dim=64, mlp_dim=128,
+      num_encoder_layers=2, num_decoder_layers=1, dropout_rate=0.0, attention_impl=impl,
       encoder_attention_temperature=(0.8, 0.9),
       attention_options=(pallas_mgpu.Options(block_k=64, use_schedule_barrier=False),))
   model = network.Transformer(config)
@@ -236,7 +240,42 @@ def test_model_encoder_lowers_with_it_for_sm90():
   encode = jax.jit(lambda p, t: model.apply(p, t, method=model.encode, enable_dropout=False))
   with abstract_devices.abstract_gpu():
     text = encode.trace(params, tokens).lower(lowering_platforms=('cuda',)).as_text()
-  assert text.count('mosaic_gpu') >= config.num_encoder_layers
+    chosen = network.encoder_attention_impl(config, 256)
+  assert chosen == ('pallas_gpu' if kernel == 'xla.gpu.triton' else 'pallas_mgpu')
+  # Mosaic GPU: one custom call per layer; Triton: the layers call one outlined kernel.
+  assert text.count(kernel) >= (config.num_encoder_layers if kernel == 'mosaic_gpu' else 1)
+  other = 'xla.gpu.triton' if kernel == 'mosaic_gpu' else 'mosaic_gpu'
+  assert other not in text
+
+
+BF, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
+
+
+@pytest.mark.parametrize('device_kind,input_dtype,dtype,head_dim,bidirectional,want', [
+    ('NVIDIA H100 80GB HBM3', BF, BF, 64, True, 'pallas_mgpu'),
+    ('NVIDIA H200', F16, F16, 128, True, 'pallas_mgpu'),
+    ('NVIDIA GH200 480GB', BF, BF, 64, True, 'pallas_mgpu'),
+    ('NVIDIA H20', BF, BF, 64, True, 'pallas_mgpu'),
+    ('NVIDIA A100-SXM4-80GB', BF, BF, 64, True, 'pallas_gpu'),  # Not Hopper.
+    ('NVIDIA H100 80GB HBM3', F32, F32, 64, True, 'pallas_gpu'),  # float32 stays float32.
+    ('NVIDIA H100 80GB HBM3', BF, F32, 64, True, 'pallas_gpu'),  # Computed in float32.
+    ('NVIDIA H100 80GB HBM3', BF, BF, 32, True, 'pallas_gpu'),  # Head dim not a multiple of 64.
+    ('NVIDIA H100 80GB HBM3', BF, BF, 64, False, 'pallas_gpu'),  # The causal decoder.
+])
+def test_pallas_on_a_gpu_is_this_kernel_where_it_applies(device_kind, input_dtype, dtype,
+                                                         head_dim, bidirectional, want):
+  """'pallas' (and 'auto' above the threshold) on a GPU: this kernel on Hopper for bfloat16 /
+  float16 encoders of head dims that are multiples of 64, else the Triton kernel; without the
+  call's facts, the Triton kernel."""
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
+  call = dict(input_dtype=input_dtype, dtype=dtype, head_dim=head_dim,
+              bidirectional=bidirectional)
+  with abstract_devices.abstract_gpu(device_kind):
+    assert dispatch.resolve('pallas', 4096, 0, **call) == want
+    assert dispatch.resolve('auto', 4096, 2048, **call) == want
+    assert dispatch.resolve('auto', 2048, 2048, **call) == 'reference'
+    assert dispatch.resolve('pallas', 4096, 0) == 'pallas_gpu'
+    assert dispatch.resolve('pallas_gpu', 4096, 0, **call) == 'pallas_gpu'  # Named: kept.
 
 
 def test_dispatch_refuses_it_on_the_cpu_and_the_config_checks_its_options():

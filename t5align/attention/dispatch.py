@@ -142,22 +142,26 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     'reference': Implementation(_reference),
     'blockwise': Implementation(_blockwise, blockwise.Options),
     'pallas_gpu': Implementation(_pallas_gpu, pallas_gpu.Options, ('gpu',)),
-    # Hopper only, bfloat16 / float16, encoder; not yet compiled or timed on a GPU, so 'pallas'
-    # and 'auto' do not pick it (FUSED): name it to use it.
+    # Hopper only, bfloat16 / float16, encoder: what 'pallas' is there (`resolve`).
     'pallas_mgpu': Implementation(_pallas_mgpu, pallas_mgpu.Options, ('gpu',)),
     'pallas_tpu': Implementation(_pallas_tpu, pallas_tpu.Options, ('tpu',)),
 }
-# The fused kernel of each platform ('pallas'): Triton on GPU, Mosaic on TPU; on CPU (tests) the
-# TPU kernel in Pallas interpret mode.
+# The fused kernel of each platform ('pallas'): Triton on GPU (on Hopper, Mosaic GPU where it
+# applies: `resolve`), Mosaic on TPU; on CPU (tests) the TPU kernel in Pallas interpret mode.
 FUSED = {'gpu': 'pallas_gpu', 'tpu': 'pallas_tpu', 'cpu': 'pallas_tpu'}
 NAMES = (*IMPLEMENTATIONS, 'pallas', 'auto')  # What T5Config.attention_impl accepts.
 
 
-def resolve(impl: str, length: int, threshold: int, platform: str | None = None) -> str:
+def resolve(impl: str, length: int, threshold: int, platform: str | None = None, *,
+            input_dtype: Any = None, dtype: Any = None, head_dim: int = 0,
+            bidirectional: bool = True) -> str:
   """The implementation (a key of `IMPLEMENTATIONS`) that `impl` stands for.
 
-  'auto' is 'reference' for inputs of at most `threshold` tokens and, above, the platform's fused
-  kernel on GPU and TPU, 'blockwise' on CPU; 'pallas' is the platform's fused kernel (`FUSED`).
+  'auto' is 'reference' for inputs of at most `threshold` tokens and, above, 'pallas' on GPU and
+  TPU, 'blockwise' on CPU. 'pallas' is the platform's fused kernel (`FUSED`); on a Hopper GPU it
+  is 'pallas_mgpu' where that kernel applies to the call (`pallas_mgpu.applies`: bfloat16 /
+  float16, head dim a multiple of 64, the encoder), which needs the call's facts below (without
+  them: `FUSED`).
 
   Args:
     impl: one of `NAMES`.
@@ -165,6 +169,9 @@ def resolve(impl: str, length: int, threshold: int, platform: str | None = None)
     threshold: T5Config.blockwise_threshold.
     platform: 'cpu', 'gpu' or 'tpu'; None: `reference.target_platform()` (at trace time: the
       mesh's).
+    input_dtype, dtype: the query's dtype and the computation dtype (None: unknown).
+    head_dim: the attention head dim (0: unknown).
+    bidirectional: the encoder (True) or a causal decoder.
   """
   if impl not in NAMES:
     raise ValueError(f'attention_impl={impl!r}; expected one of {sorted(NAMES)}.')
@@ -176,6 +183,10 @@ def resolve(impl: str, length: int, threshold: int, platform: str | None = None)
       raise ValueError(f"attention_impl='pallas': no fused kernel for platform {platform!r} "
                        f'(kernels: {FUSED}); use \'blockwise\'.')
     impl = FUSED[platform]
+    if (platform == 'gpu' and input_dtype is not None and dtype is not None and
+        pallas_mgpu.applies(reference.target_device_kind(), input_dtype, dtype, head_dim,
+                            bidirectional)):
+      impl = 'pallas_mgpu'
   return impl
 
 
@@ -226,7 +237,8 @@ def self_attention(
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
   if impl == 'pallas':
-    impl = resolve(impl, query.shape[1], threshold=0)
+    impl = resolve(impl, query.shape[1], threshold=0, input_dtype=query.dtype, dtype=dtype,
+                  head_dim=query.shape[-1], bidirectional=bidirectional)
   if impl not in IMPLEMENTATIONS:
     raise ValueError(f'attention_impl={impl!r}; expected \'pallas\' or one of '
                      f'{sorted(IMPLEMENTATIONS)} (\'auto\': see network.encoder_attention_impl).')

@@ -75,6 +75,13 @@ def target_platform() -> str:
   return {'cuda': 'gpu', 'rocm': 'gpu'}.get(platform, platform)
 
 
+def target_device_kind() -> str:
+  """The kind of device the code being traced runs on ('NVIDIA H100 80GB HBM3', 'TPU v5 lite',
+  'cpu'): the abstract device of the mesh set with `jax.set_mesh`, else jax's first device."""
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return device.device_kind if device is not None else jax.devices()[0].device_kind
+
+
 def relative_position_bucket(
     relative_position: Array | np.ndarray,
     bidirectional: bool = True,
