@@ -32,7 +32,7 @@ import importlib.util  # pylint: disable=unused-import  # noqa: F401
 import os
 import sys
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -322,13 +322,13 @@ def evaluate(*,
         target_tokens = batching.pad_batch(batching.pad_tokens(
             [ex['targets'] for ex in batch],
             min_length=_global_width([ex['targets'] for ex in batch])), rows)
-        ll = multihost.gather(scoring.partitioned_score(model, mesh)(
+        ll = multihost.gather(step(model, mesh, scored=True, steps=steps, eos_id=eos_id)(
             params, place(tokens), place(target_tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           records.append({'log_likelihood': float(ll[j]),
                           'num_target_tokens': int(np.sum(target_tokens[j] > 0))})
       else:
-        out = multihost.gather(scoring.partitioned_greedy_decode(model, mesh, steps, eos_id)(
+        out = multihost.gather(step(model, mesh, scored=False, steps=steps, eos_id=eos_id)(
             params, place(tokens), place(taus)))[my_rows]
         for j, ex in enumerate(batch):
           prediction = vocab.decode(batching.strip_eos(out[j], eos_id))
@@ -369,26 +369,46 @@ def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:
       [np.frombuffer(f'{i}:{everyone[i]}'.encode(), np.uint8) for i in sorted(everyone)])
 
 
+def step(model: network.Transformer, mesh: jax.sharding.Mesh, *, scored: bool, steps: int,
+         eos_id: int) -> Callable:
+  """A task's step on `mesh`, the one function its batches and its memory check call:
+  `(params, inputs, targets, taus) -> [b]` log-likelihoods for a scored task, else greedy
+  decoding `(params, inputs, taus) -> [b, steps]` tokens."""
+  if scored:
+    return scoring.partitioned_score(model, mesh)
+  return scoring.partitioned_greedy_decode(model, mesh, steps, eos_id)
+
+
+def step_arguments(mesh: jax.sharding.Mesh, params: Any, temp: temperature_lib.Temperature, *,
+                   scored: bool, batch_size: int, input_width: int,
+                   target_width: int) -> tuple[Any, ...]:
+  """`step`'s abstract arguments for a global batch of `batch_size` rows `input_width` tokens
+  wide (targets `target_width`), as the run places them: every batch argument sharded by rows,
+  the taus shaped as `temp.taus` makes them (`[b, 1]`, `[b, layers]` or `[b, layers, heads]`)."""
+  rows = partitioning.batch_sharding(mesh, 2)
+  tokens = jax.ShapeDtypeStruct((batch_size, input_width), jnp.int32, sharding=rows)
+  # [1, width] -> [1, 1 | layers (, heads)]
+  tau_shape = temp.taus(np.ones((1, input_width), np.int32)).shape[1:]
+  taus = jax.ShapeDtypeStruct((batch_size, *tau_shape), jnp.float32, sharding=rows)
+  if not scored:
+    return params, tokens, taus
+  targets = jax.ShapeDtypeStruct((batch_size, target_width), jnp.int32, sharding=rows)
+  return params, tokens, targets, taus
+
+
 def _check_memory(model: network.Transformer, mesh: jax.sharding.Mesh, params: Any,
                   temp: temperature_lib.Temperature, *, scored: bool, steps: int, eos_id: int,
                   batch_size: int, longest_input: int, longest_target: int) -> memory.Compiled:
   """Compiles the task's step for its widest batch and refuses it if XLA's memory figure
-  exceeds the device's (`memory.check_compiled`). The run then calls the same executable."""
+  exceeds the device's (`memory.check_compiled`): the program of `step` and `step_arguments`,
+  which the run calls."""
   width = batching.round_up(max(longest_input, 1), INPUT_WIDTH_MULTIPLE)
-  rows = partitioning.batch_sharding(mesh, 2)
-  tokens = jax.ShapeDtypeStruct((batch_size, width), jnp.int32, sharding=rows)
-  taus = jax.ShapeDtypeStruct((batch_size, temp.taus(np.ones((1, width), np.int32)).shape[1]),
-                              jnp.float32, sharding=rows)
-  if scored:
-    targets = jax.ShapeDtypeStruct(
-        (batch_size, batching.round_up(max(longest_target, 1), INPUT_WIDTH_MULTIPLE)),
-        jnp.int32, sharding=rows)
-    lowered = scoring.partitioned_score(model, mesh).lower(params, tokens, targets, taus)
-  else:
-    lowered = scoring.partitioned_greedy_decode(model, mesh, steps, eos_id).lower(
-        params, tokens, taus)
+  args = step_arguments(mesh, params, temp, scored=scored, batch_size=batch_size,
+                        input_width=width, target_width=batching.round_up(
+                            max(longest_target, 1), INPUT_WIDTH_MULTIPLE))
+  lowered = step(model, mesh, scored=scored, steps=steps, eos_id=eos_id).lower(*args)
   compiled = memory.Compiled.of(lowered.compile(), parameter_bytes=memory.per_device_bytes(
-      params), input_bytes=memory.per_device_bytes([tokens, taus]))
+      params), input_bytes=memory.per_device_bytes(args[1:]))
   return memory.check_compiled(compiled, hints=memory.settings_to_change(
       model_shards=mesh.shape['model'], batch_size=batch_size, length=width,
       attention_impl=network.encoder_attention_impl(model.config, width)))

@@ -476,39 +476,47 @@ def lower(settings: Settings) -> Program:
   from t5align.runtime import batching  # pylint: disable=g-import-not-at-top
   devices = compile_only_devices(settings.target)
   config = settings.config
-  params = _abstract_params(config, np.dtype(jnp.dtype(settings.params_dtype)).name)
   layers = config.num_encoder_layers
+
+  def placed(mesh):  # The `params` tree as `jax.ShapeDtypeStruct`s placed as the run places it.
+    dtype = np.dtype(jnp.dtype(settings.params_dtype)).name
+    return jax.tree.map(lambda p, sh: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sh),
+                        _abstract_params(config, dtype),
+                        partitioning.param_shardings(config, mesh))
+
   if settings.program == 'eval':
     from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-    from t5align.evaluation import scoring  # pylint: disable=g-import-not-at-top
+    from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
     with partitioning.target_devices(devices):
       mesh = partitioning.eval_mesh(settings.num_partitions)
     batch = batching.round_up(settings.batch_size, mesh.shape['data'])
     width = batching.round_up(settings.length, t5align_eval.INPUT_WIDTH_MULTIPLE)
-    shapes = {'inputs': (batch, width), 'taus': (batch, layers if settings.layer_taus else 1)}
-    fn = scoring.partitioned_greedy_decode(network.Transformer(config), mesh,
-                                              settings.max_decode_length, settings.eos_id)
-    units, unit = batch, 'example'
-  else:
-    from t5align import calibrate  # pylint: disable=g-import-not-at-top
-    with partitioning.target_devices(devices):
-      # No MESH_SHAPE on one host: the run uses one device, here a mesh of that one device.
-      mesh = calibrate.mesh_for(settings.mesh_shape) or partitioning.calibration_mesh(1, 1, 1)
-    batch = batching.round_up(settings.batch_size, mesh.shape['data'])
-    taus = batching.round_up(settings.tau_batch, mesh.shape['tau'])
-    # Calibration windows are exactly the length (no padding to a multiple).
-    shapes = {'inputs': (batch, settings.length), 'taus': (taus, layers, 1)}
-    fn = stats.sweep_fn(config, mesh,
-                                    stats.default_tau_chunk(devices[0].platform),
-                                    tuple(sorted(params)))
-    units, unit = batch * taus, 'encoder pass (one sample at one tau)'
-  rows = partitioning.batch_sharding(mesh, 2)
-  taus_sharding = rows if settings.program == 'eval' else stats.tau_sharding(mesh)
-  inputs = (jax.ShapeDtypeStruct(shapes['inputs'], jnp.int32, sharding=rows),
-            jax.ShapeDtypeStruct(shapes['taus'], jnp.float32, sharding=taus_sharding))
-  params = jax.tree.map(lambda p, sh: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sh),
-                        params, partitioning.param_shardings(config, mesh))
-  return Program(fn.lower(params, *inputs), mesh, units, unit, shapes,
+    temp = temperature.Temperature((1.0,) * layers if settings.layer_taus else 1.0)
+    # The run's own step and arguments (`t5align.eval`).
+    args = t5align_eval.step_arguments(mesh, placed(mesh), temp, scored=False,
+                                       batch_size=batch, input_width=width, target_width=1)
+    lowered = t5align_eval.step(network.Transformer(config), mesh, scored=False,
+                                steps=settings.max_decode_length,
+                                eos_id=settings.eos_id).lower(*args)
+    return Program(lowered, mesh, batch, 'example',
+                   {'inputs': args[1].shape, 'taus': args[2].shape},
+                   memory_lib.per_device_bytes(args[0]), memory_lib.per_device_bytes(args[1:]))
+  from t5align import calibrate  # pylint: disable=g-import-not-at-top
+  with partitioning.target_devices(devices):
+    # No MESH_SHAPE on one host: the run uses one device, here a mesh of that one device.
+    mesh = calibrate.mesh_for(settings.mesh_shape) or partitioning.calibration_mesh(1, 1, 1)
+  batch = batching.round_up(settings.batch_size, mesh.shape['data'])
+  taus = batching.round_up(settings.tau_batch, mesh.shape['tau'])
+  # Calibration windows are exactly the length (no padding to a multiple).
+  shapes = {'inputs': (batch, settings.length), 'taus': (taus, layers, 1)}
+  params = placed(mesh)
+  fn = stats.sweep_fn(config, mesh, stats.default_tau_chunk(devices[0].platform),
+                      tuple(sorted(params)))
+  inputs = (jax.ShapeDtypeStruct(shapes['inputs'], jnp.int32,
+                                 sharding=partitioning.batch_sharding(mesh, 2)),
+            jax.ShapeDtypeStruct(shapes['taus'], jnp.float32, sharding=stats.tau_sharding(mesh)))
+  return Program(fn.lower(params, *inputs), mesh, batch * taus,
+                 'encoder pass (one sample at one tau)', shapes,
                  memory_lib.per_device_bytes(params), memory_lib.per_device_bytes(inputs))
 
 
@@ -823,6 +831,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   except ValueError as e:
     parser.error(str(e))
   compile_only_environment(target)  # Before anything starts a JAX backend.
+  if libtpu_available():  # Without it, `check` says what to install.
+    import jax  # pylint: disable=g-import-not-at-top
+    try:
+      compile_only_devices(target)
+    except jax.errors.JaxRuntimeError as e:  # A shape libtpu has no slice of.
+      parser.error(f'--topology={args.topology}: libtpu has no such slice '
+                   f'({str(e).splitlines()[0]}); {tpu_chips.slice_examples(target)}')
   # The run modules register their gin configurables before the configuration is locked.
   from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401

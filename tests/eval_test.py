@@ -180,6 +180,37 @@ def test_per_head_temperatures_of_a_run(tiny):
   np.testing.assert_allclose(sched.taus(tokens), [per_head, np.ones((2, 4))])
 
 
+@pytest.mark.parametrize('scored', [False, True])
+@pytest.mark.parametrize('kind', ['scalar', 'per_layer', 'per_head', 'per_head_schedule'])
+def test_memory_check_lowers_the_program_the_run_calls(tiny, kind, scored):
+  """eval's memory check lowers `step` at `step_arguments`; the run calls `step` on the arrays
+  its batches make (`temp.taus(tokens)`, placed by rows): the two lowerings are the same text,
+  for every temperature shape (a per-head one was checked as `[b, layers]`)."""
+  from t5align import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
+  config, params = tiny
+  layers, heads = config.num_encoder_layers, config.num_heads
+  per_head = tuple(tuple(0.5 + 0.1 * (i + j) for j in range(heads)) for i in range(layers))
+  cals = {'pmax_per_head': (calibration.Calibration('pmax_per_head', 32, 16, per_head),)}
+  temp = {'scalar': temperature.Temperature(0.8),
+          'per_layer': temperature.Temperature(tuple(0.9 - 0.1 * i for i in range(layers))),
+          'per_head': temperature.Temperature(per_head),
+          'per_head_schedule': temperature.Temperature(
+              schedule=schedule.TemperatureSchedule(16, cals, 'pmax_per_head'))}[kind]
+  model, mesh = network.Transformer(config), partitioning.eval_mesh(1)
+  step = eval_lib.step(model, mesh, scored=scored, steps=4, eos_id=1)
+  # The run's batch of 2: [2, 40] tokens padded to the 128-token width, targets to 128.
+  tokens = batching.pad_batch(batching.pad_tokens([[5] * 40, [6] * 8], min_length=128), 2)
+  targets = batching.pad_batch(batching.pad_tokens([[7] * 3, [8] * 2], min_length=128), 2)
+  place = lambda x: multihost.global_batch(x, partitioning.batch_sharding(mesh, 2), 2)
+  batch = (place(tokens), place(targets), place(temp.taus(tokens)))
+  run = step.lower(params, *(batch if scored else batch[::2])).as_text()
+  checked = step.lower(*eval_lib.step_arguments(
+      mesh, params, temp, scored=scored, batch_size=2, input_width=128,
+      target_width=128)).as_text()
+  assert checked == run
+
+
 def test_pad_and_strip():
   out = batching.pad_tokens([[1, 2, 3], [4]], multiple=4)
   np.testing.assert_array_equal(out, [[1, 2, 3, 0], [4, 0, 0, 0]])
