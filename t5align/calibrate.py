@@ -209,7 +209,8 @@ def run(
   config = run_config(config, dtype, attention_impl)
   # Every process draws the same samples (same seed); on a mesh each copies to its devices
   # only the rows of its 'data' shards (partitioning.global_array).
-  tokens = samples.sample_windows(data.stream, num_samples, max(lengths), seed, eos_id=eos_id)
+  tokens = samples.sample_windows(data.stream, num_samples, max(lengths), seed, eos_id=eos_id,
+                                  source=data.source_name)
   # Before any sweep: the widest one (every sample at the longest length) fits the devices.
   calibration.check_sweep_memory(params, config, length=max(lengths),
                                  batch_size=batch_size or num_samples,

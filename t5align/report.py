@@ -58,6 +58,13 @@ def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
       raise ValueError(f'metrics file {path} is incomplete: it lacks '
                        f'{", ".join(missing) or "a metrics object"} (written by an older or '
                        'interrupted t5align.eval?).')
+    for key, value in result['metrics'].items():
+      if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f'metrics file {path}: metric {key!r} is {value!r}; expected a number '
+                         'or null.')
+    for key in ('group', 'column'):
+      if not isinstance(result[key], str):
+        raise ValueError(f'metrics file {path}: {key!r} is {result[key]!r}; expected a string.')
     result['path'] = path
     results.append(result)
   return results

@@ -357,6 +357,15 @@ def test_cli_names_a_bad_topology(tmp_path):
   assert '--topology=v5e-12' in result.stderr and 'v5e-N takes N in' in result.stderr
 
 
+@needs_libtpu
+def test_cli_names_a_topology_libtpu_has_no_slice_of(tmp_path):
+  """A well-formed topology that is no slice (v5e:3x3): exit 2 naming the flag, no traceback."""
+  result = _cli('--gin_file=gin/calibrate.gin', '--topology=v5e:3x3', tmp_path=tmp_path)
+  assert result.returncode == 2, result.stderr
+  assert '--topology=v5e:3x3: libtpu has no such slice' in result.stderr, result.stderr
+  assert 'v5e:4x4' in result.stderr and 'Traceback' not in result.stderr
+
+
 def test_eval_settings_come_from_the_eval_gin_files():
   pytest.importorskip('seqio')
   import gin  # pylint: disable=g-import-not-at-top

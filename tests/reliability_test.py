@@ -217,6 +217,66 @@ def test_corrupt_metrics_json_in_report(content, message, tmp_path):
   assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
 
 
+def test_a_string_metric_in_metrics_json_names_the_file_and_metric(tmp_path):
+  (tmp_path / 'task').mkdir()
+  (tmp_path / 'task' / 'metrics.json').write_text(json.dumps(
+      {'group': 'Passkey', 'column': '4k', 'metrics': {'accuracy': 'high'}}))
+  with pytest.raises(ValueError, match=r"metric 'accuracy' is 'high'; expected a number") as e:
+    report.load_results([tmp_path])
+  assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
+
+
+_READ = {  # Each reader of an input file, by its setting, as a script of the path in argv[1].
+    'TEXT_FILE': 'from t5align.calibration import samples; '
+                 'samples.text_file_stream(sys.argv[1], None)',
+    'JSONL_FILE': 'from t5align.calibration import samples; '
+                  'samples.jsonl_examples(sys.argv[1], None, 1, 1)',
+    'metrics file': 'from t5align import report; report.load_results([sys.argv[1]])',
+    'schedule': 'from t5align import schedule; schedule.load_schedule(sys.argv[1])',
+}
+
+
+@pytest.mark.parametrize('what, kind', [
+    (what, kind) for what in sorted(_READ) for kind in ('fifo', 'dev_zero', 'folder')
+    if (what, kind) != ('metrics file', 'folder')])  # The report searches a folder it is given.
+def test_an_input_that_is_no_regular_file_is_refused_at_once(what, kind, tmp_path):
+  """A fifo would block the reader forever and /dev/zero read until memory runs out: each is
+  refused before it is opened, naming the setting (in a process bounded to 60 s)."""
+  if kind == 'dev_zero':
+    path = pathlib.Path('/dev/zero')
+  elif kind == 'folder':
+    path = tmp_path / 'folder'
+    path.mkdir()
+  else:
+    path = tmp_path / 'pipe'
+    os.mkfifo(path)
+  if what == 'metrics file':  # The report finds metrics.json in the folders it is given.
+    os.makedirs(tmp_path / 'run' / 'task')
+    (tmp_path / 'run' / 'task' / 'metrics.json').symlink_to(path)
+    path = tmp_path / 'run'
+  result = subprocess.run([sys.executable, '-c', 'import sys; ' + _READ[what], str(path)],
+                          env=ENV, capture_output=True, text=True, timeout=60, check=False)
+  assert result.returncode == 1, result.stderr
+  wanted = {'fifo': 'a fifo', 'dev_zero': 'a device', 'folder': 'a folder'}[kind]
+  assert f'is {wanted}, not a regular file' in result.stderr, result.stderr
+  assert what in result.stderr, result.stderr
+
+
+def test_an_input_over_the_size_limit_is_refused_naming_the_setting(tmp_path, monkeypatch):
+  text = tmp_path / 'corpus.txt'
+  text.write_text('a line of text\n' * 10)
+  monkeypatch.setenv(fileio.MAX_INPUT_ENV, '100')
+  with pytest.raises(ValueError, match=rf'TEXT_FILE {text} is over 100 bytes, the input size '
+                     rf'limit; raise {fileio.MAX_INPUT_ENV}'):
+    samples.text_file_stream(str(text), None)
+
+
+def test_a_short_calibration_input_names_its_file():
+  with pytest.raises(ValueError, match=r'JSONL_FILE data.jsonl has 16 tokens; a sample of length '
+                     r'64 needs 63'):
+    samples.sample_windows(np.arange(16), 2, 64, eos_id=1, source='JSONL_FILE data.jsonl')
+
+
 def test_corrupt_demo_results_json(tmp_path):
   from t5align import demo  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'results.json'

@@ -12,14 +12,15 @@ import numpy as np
 from t5align.calibration import stats
 from t5align import run_identity
 from t5align.runtime import batching
+from t5align.runtime import fileio
 from t5align.runtime import outputs
 from t5align import vocabularies
 
 
 def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
-                   eos_id: int) -> np.ndarray:
+                   eos_id: int, source: str = 'the input text') -> np.ndarray:
   """`num_samples` random windows of `length - 1` tokens from a token stream, each + EOS
-  (`eos_id`, the vocabulary's).
+  (`eos_id`, the vocabulary's); `source` names the stream in errors ('JSONL_FILE data.jsonl').
 
   Returns:
     int32 `[num_samples, length]` with no padding.
@@ -28,7 +29,7 @@ def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
   if num_samples < 1 or length < 2:
     raise ValueError(f'need num_samples >= 1 and length >= 2; got {num_samples}, {length}.')
   if len(stream) < length - 1:
-    raise ValueError(f'the input text has {len(stream)} tokens; a sample of length {length} needs '
+    raise ValueError(f'{source} has {len(stream)} tokens; a sample of length {length} needs '
                      f'{length - 1}. Use a longer text or shorter lengths.')
   starts = np.random.default_rng(seed).integers(0, len(stream) - (length - 1) + 1, num_samples)
   windows = np.stack([stream[s:s + length - 1] for s in starts])
@@ -44,8 +45,8 @@ def _vocabulary(vocabulary_path: str | None, what: str) -> vocabularies.Vocabula
 
 def text_file_stream(path: str, vocabulary: vocabularies.Vocabulary) -> np.ndarray:
   """Tokens of a text file (one paragraph per non-empty line), concatenated, no EOS."""
-  with open(path, 'rb') as f:
-    lines = [line.strip() for line in outputs.decode_lines(f.read(), path) if line.strip()]
+  raw = fileio.read_input(path, 'TEXT_FILE')
+  lines = [line.strip() for line in outputs.decode_lines(raw, path) if line.strip()]
   if not lines:
     raise ValueError(f'text file {path} is empty.')
   return np.concatenate([np.asarray(vocabulary.encode(line), np.int32) for line in lines])
@@ -120,8 +121,8 @@ def jsonl_examples(path: str, encode: Any, eos_id: int, num_examples: int
   import os  # pylint: disable=g-import-not-at-top
   default = os.path.splitext(os.path.basename(path))[0]
   out: dict[str, list[np.ndarray]] = {}
-  with open(path, 'rb') as f:
-    lines = outputs.decode_lines(f.read(), path)  # A non-UTF-8 line raises naming it.
+  # A non-UTF-8 line raises naming it.
+  lines = outputs.decode_lines(fileio.read_input(path, 'JSONL_FILE'), path)
   for n, line in enumerate(lines, 1):
     if not line.strip():
       continue

@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import posixpath
+import stat
 import tempfile
 import threading
 from typing import IO, Any, Callable, TypeVar
@@ -28,6 +29,9 @@ T = TypeVar('T')
 
 REMOTE_TIMEOUT_ENV = 'T5ALIGN_REMOTE_TIMEOUT_S'
 DEFAULT_REMOTE_TIMEOUT_S = 120.0
+# The largest input file (text, JSONL, JSON) read whole: $T5ALIGN_MAX_INPUT_BYTES, default 2 GiB.
+MAX_INPUT_ENV = 'T5ALIGN_MAX_INPUT_BYTES'
+DEFAULT_MAX_INPUT_BYTES = 2 << 30
 
 
 class RemoteTimeoutError(TimeoutError):
@@ -127,6 +131,42 @@ def read_bytes(path: PathLike) -> bytes:
     return call_with_timeout(lambda: _epath(path).read_bytes(), 'Reading', path)
   with open(path, 'rb') as f:
     return f.read()
+
+
+def max_input_bytes() -> int:
+  """$T5ALIGN_MAX_INPUT_BYTES, else `DEFAULT_MAX_INPUT_BYTES`."""
+  value = os.environ.get(MAX_INPUT_ENV, '')
+  if not value:
+    return DEFAULT_MAX_INPUT_BYTES
+  if not value.isdigit() or int(value) < 1:
+    raise ValueError(f'{MAX_INPUT_ENV}={value!r}: expected a positive number of bytes.')
+  return int(value)
+
+
+def read_input(path: PathLike, what: str) -> bytes:
+  """An input file's bytes, read whole; a local path must be a regular file (a fifo, a device
+  such as /dev/zero or a folder is refused before it is opened, so nothing waits or reads
+  without end) of at most `max_input_bytes()`. `what` names the setting or kind of file
+  ('--gin.TEXT_FILE', 'metrics file') in the errors."""
+  if is_remote(path):
+    return read_bytes(path)
+  path = os.fspath(path)
+  try:
+    info = os.stat(path)
+  except OSError as e:
+    raise ValueError(f'{what} {path}: cannot be read ({e.strerror}).') from e
+  if not stat.S_ISREG(info.st_mode):
+    kind = ('a folder' if stat.S_ISDIR(info.st_mode) else 'a fifo' if stat.S_ISFIFO(info.st_mode)
+            else 'a device' if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            else 'a socket' if stat.S_ISSOCK(info.st_mode) else 'not a file')
+    raise ValueError(f'{what} {path} is {kind}, not a regular file: give a file.')
+  limit = max_input_bytes()
+  with open(path, 'rb') as f:
+    data = f.read(limit + 1)
+  if len(data) > limit:
+    raise ValueError(f'{what} {path} is over {limit} bytes, the input size limit; raise '
+                     f'{MAX_INPUT_ENV} to read it.')
+  return data
 
 
 def _umask() -> int:

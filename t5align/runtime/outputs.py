@@ -306,9 +306,13 @@ def decode_lines(raw: bytes, path: str) -> list[str]:
 
 def read_json(path: fileio.PathLike, what: str = 'JSON file',
               error: type[ValueError] = ValueError) -> Any:
-  """A JSON file's value; a non-UTF-8 or invalid file raises `error` naming it (and line)."""
+  """A JSON file's value; a non-UTF-8 or invalid file, or one that is not a regular file
+  (`fileio.read_input`), raises `error` naming it (and line)."""
   path = os.fspath(path)
-  raw = fileio.read_bytes(path)
+  try:
+    raw = fileio.read_input(path, what)
+  except ValueError as e:
+    raise error(str(e)) from e
   try:
     return json.loads(raw.decode('utf-8'))
   except UnicodeDecodeError as e:

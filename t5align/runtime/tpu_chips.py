@@ -124,6 +124,14 @@ def parse_target(name: str) -> Target:
       f'or a TPU type name such as v5litepod-16, v4-32, v5p-8, v6e-16.')
 
 
+def slice_examples(target: Target) -> str:
+  """The default slice shapes of `target`'s TPU generation, in words (for an error message)."""
+  generation = target.chip.generation
+  shapes = SHAPES_3D if generation in ('v4', 'v5p') else SHAPES_2D
+  return (f'{generation} slices include ' + ', '.join(f'{generation}:{s}'
+                                                     for s in list(shapes.values())[:6]) + ', ...')
+
+
 def libtpu_without_tpus(accelerator_type: str | None = None) -> None:
   """Environment for an installed libtpu on a machine without TPU chips (a no-op with chips).
 
