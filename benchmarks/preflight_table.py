@@ -120,7 +120,7 @@ def estimate_ratio(row: dict) -> float:
   gin.clear_config()
   try:
     gin_cli.configure(flags, prog='preflight_table', unset_required=True)
-    settings = preflight.settings_from_gin(
+    settings, = preflight.settings_from_gin(
         tpu_chips.parse_target(report['target']['topology']), report['settings']['length'])
   finally:
     gin.clear_config()

@@ -415,6 +415,10 @@ class Settings:
     mesh_shape: calibration: MESH_SHAPE, (tau, data[, model]); None as `t5align.calibrate`.
     tau_batch: calibration: candidate temperatures per call (TAU_BATCH_SIZE, else the grid).
     eos_id: eval: the vocabulary's EOS.
+    scored: eval: the tasks are scored (`scoring.partitioned_score` over `target_length`-token
+      targets), not decoded.
+    target_length: eval, scored: target tokens (eval pads them to a multiple of 128).
+    tasks: eval: the tasks of MIXTURE_OR_TASK_NAME that run this program (empty: none given).
   """
 
   program: str
@@ -429,6 +433,9 @@ class Settings:
   mesh_shape: tuple[int, ...] | None = None
   tau_batch: int = 11
   eos_id: int = 1
+  scored: bool = False
+  target_length: int = 0
+  tasks: tuple[str, ...] = ()
 
   def __post_init__(self):
     if self.program not in PROGRAMS:
@@ -438,9 +445,21 @@ class Settings:
     if self.max_decode_length is None:
       object.__setattr__(self, 'max_decode_length', t5align_eval.DEFAULT_MAX_DECODE_LENGTH)
     validate.positive_int(self.length, '--length')
+    if self.scored:
+      validate.positive_int(self.target_length, 'target_length')
     validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
                           max_decode_length=self.max_decode_length,
                           params_dtype=self.params_dtype, tau_batch_size=self.tau_batch)
+
+
+def describe_program(settings: Settings) -> str:
+  """Which program the settings compile, in words ('greedy decoding of 64 steps (tasks ...)')."""
+  if settings.program == 'calibration':
+    return 'the calibration sweep'
+  what = (f'scoring of {settings.target_length}-token targets' if settings.scored
+          else f'greedy decoding of {settings.max_decode_length} steps')
+  return what + (f' (tasks {", ".join(settings.tasks)})' if settings.tasks else
+                 ' (no MIXTURE_OR_TASK_NAME given)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -493,13 +512,16 @@ def lower(settings: Settings) -> Program:
     width = batching.round_up(settings.length, t5align_eval.INPUT_WIDTH_MULTIPLE)
     temp = temperature.Temperature((1.0,) * layers if settings.layer_taus else 1.0)
     # The run's own step and arguments (`t5align.eval`).
-    args = t5align_eval.step_arguments(mesh, placed(mesh), temp, scored=False,
-                                       batch_size=batch, input_width=width, target_width=1)
-    lowered = t5align_eval.step(network.Transformer(config), mesh, scored=False,
+    args = t5align_eval.step_arguments(
+        mesh, placed(mesh), temp, scored=settings.scored, batch_size=batch, input_width=width,
+        target_width=batching.round_up(max(settings.target_length, 1),
+                                       t5align_eval.INPUT_WIDTH_MULTIPLE))
+    lowered = t5align_eval.step(network.Transformer(config), mesh, scored=settings.scored,
                                 steps=settings.max_decode_length,
                                 eos_id=settings.eos_id).lower(*args)
+    names = ('inputs', 'targets', 'taus') if settings.scored else ('inputs', 'taus')
     return Program(lowered, mesh, batch, 'example',
-                   {'inputs': args[1].shape, 'taus': args[2].shape},
+                   {k: a.shape for k, a in zip(names, args[1:])},
                    memory_lib.per_device_bytes(args[0]), memory_lib.per_device_bytes(args[1:]))
   from t5align import calibrate  # pylint: disable=g-import-not-at-top
   with partitioning.target_devices(devices):
@@ -625,8 +647,11 @@ class Report:
                      'activation_dtype': str(getattr(s.config.dtype, '__name__', s.config.dtype)),
                      'attention_impl': self.attention_impl,
                      **({'num_partitions': s.num_partitions,
-                         'max_decode_length': s.max_decode_length} if s.program == 'eval'
+                         'max_decode_length': s.max_decode_length, 'scored': s.scored,
+                         'target_length': s.target_length, 'tasks': list(s.tasks)}
+                        if s.program == 'eval'
                         else {'mesh_shape': s.mesh_shape, 'tau_batch': s.tau_batch})},
+        'compiled': describe_program(s),
         'mesh': dict(self.mesh), 'shapes': {k: list(v) for k, v in self.shapes.items()},
         'memory_per_chip': {**dataclasses.asdict(self.memory), 'total': self.memory.total,
                             'usable_hbm': self.chip.usable_hbm_bytes,
@@ -647,7 +672,8 @@ class Report:
     s, m, chip = self.settings, self.memory, self.chip
     name = s.target.topology + (f' ({s.target.type_name})' if s.target.type_name else '')
     lines = [
-        f'{s.program} on {name}: {s.target.num_chips} x {chip.generation} chips, mesh '
+        f'{s.program}, {describe_program(s)}, on {name}: {s.target.num_chips} x '
+        f'{chip.generation} chips, mesh '
         f'{dict(self.mesh)}, {s.length} tokens, attention {self.attention_impl!r}, arguments '
         + ', '.join(f'{k} {list(v)}' for k, v in self.shapes.items())]
     if self.compile_error is not None:
@@ -756,9 +782,10 @@ def _gin_model_config() -> Any:
 
 
 def settings_from_gin(target: tpu_chips.Target, length: int | None = None,
-                      program: str | None = None) -> Settings:
-  """The `Settings` of the run gin is configured for (`gin_cli.configure` first, after importing
-  `t5align.eval` and `t5align.calibrate`, whose configurables gin must know before it locks).
+                      program: str | None = None) -> tuple[Settings, ...]:
+  """The programs of the run gin is configured for (`gin_cli.configure` first, after importing
+  `t5align.eval` and `t5align.calibrate`, whose configurables gin must know before it locks):
+  one `Settings` per distinct program, in task order (`eval_programs`).
 
   `program`: 'eval' or 'calibration'; None: the one the gin files configure (gin/runs/eval.gin
   binds `t5align.eval.evaluate`, gin/calibrate.gin `t5align.calibrate.run`).
@@ -785,25 +812,61 @@ def settings_from_gin(target: tpu_chips.Target, length: int | None = None,
     if args.get('schedule_path') and args.get('temperature') is not None:
       raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
     truncate = args.get('truncate_inputs')
-    return Settings(
+    return tuple(Settings(
         program='eval', config=model.config, target=target,
         length=min(length, truncate) if truncate else length,
         batch_size=args['batch_size'], params_dtype=args['params_dtype'],
         num_partitions=args['num_partitions'],
-        max_decode_length=args.get('max_decode_length'),
         # A schedule file may give one tau per layer (it need not exist yet): assume it does.
         layer_taus=bool(args.get('schedule_path'))
-        or isinstance(args.get('temperature'), (list, tuple)))
+        or isinstance(args.get('temperature'), (list, tuple)), **task_program)
+        for task_program in eval_programs(args.get('mixture_or_task_name'),
+                                          args.get('max_decode_length')))
   config = args.get('config') or _gin_model_config()
   dtype = calibrate.activation_dtype(args.get('config'), args.get('dtype'))
   config = calibrate.run_config(config, dtype, args.get('attention_impl'))
-  return Settings(
+  return (Settings(
       program='calibration', config=config, target=target,
       length=length or max(args['lengths']),
       batch_size=args.get('batch_size') or args['num_samples'],
       params_dtype=args['params_dtype'],
       mesh_shape=tuple(args['mesh_shape']) if args.get('mesh_shape') else None,
-      tau_batch=args.get('tau_batch_size') or len(args.get('grid') or calibration.PAPER_GRID))
+      tau_batch=args.get('tau_batch_size') or len(args.get('grid') or calibration.PAPER_GRID)),)
+
+
+def eval_programs(mixture_or_task_name: str | None,
+                  max_decode_length: int | None) -> list[dict[str, Any]]:
+  """`Settings` fields of each distinct program `t5align.eval` runs for the tasks, in task
+  order: scoring for a scored task (its continuation as targets), else greedy decoding of
+  MAX_DECODE_LENGTH or the task's own steps. Without tasks: decoding of MAX_DECODE_LENGTH or
+  eval's default.
+
+  Raises:
+    ValueError: naming a task that is not one of t5align's (seqio_tasks.catalog): whether it is
+      scored, and its target length, are not known without its data.
+  """
+  if not mixture_or_task_name:
+    return [dict(max_decode_length=max_decode_length)]
+  from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+  programs: dict[tuple[bool, int | None, int], list[str]] = {}
+  for name in [n.strip() for n in str(mixture_or_task_name).split(',') if n.strip()]:
+    try:
+      tasks = catalog.resolve(name)
+    except KeyError as e:
+      raise ValueError(
+          f'MIXTURE_OR_TASK_NAME={name!r} is not a t5align task or mixture, so the pre-flight '
+          'cannot tell whether eval scores or decodes it, nor its target length. Check a '
+          't5align task with the same input length and decoding (e.g. '
+          'MIXTURE_OR_TASK_NAME=t5align_passkey_20k for decoding, t5align_lm_wiki_15000 for '
+          'scoring), or leave MIXTURE_OR_TASK_NAME out to check decoding of MAX_DECODE_LENGTH '
+          'steps.') from e
+    for task in tasks:
+      spec = catalog.SPECS[task]
+      key = ((True, None, catalog.options()['lm_continuation']) if spec.max_decode_length == 0
+             else (False, max_decode_length or spec.max_decode_length, 0))
+      programs.setdefault(key, []).append(task)
+  return [dict(scored=scored, max_decode_length=steps, target_length=targets, tasks=tuple(names))
+          for (scored, steps, targets), names in programs.items()]
 
 
 def flag_parser() -> Any:
@@ -818,7 +881,8 @@ def flag_parser() -> Any:
                       'the longest of LENGTHS)')
   parser.add_argument('--program', choices=PROGRAMS,
                       help='default: the one the gin files configure')
-  parser.add_argument('--json_output', help='also write the report as JSON there (atomically)')
+  parser.add_argument('--json_output', help='also write the report as JSON there (atomically; '
+                      'a mixture of several programs: {"programs": [one report each]})')
   return parser
 
 
@@ -846,14 +910,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   gin_cli.configure(rest, prog='python -m t5align.preflight', unset_required=True,
                     example_file='gin/runs/eval.gin (or gin/calibrate.gin) plus a gin/models file')
   try:
-    settings = settings_from_gin(target, args.length, args.program)
+    programs = settings_from_gin(target, args.length, args.program)
   except ValueError as e:
     parser.error(str(e))
-  report = check(settings)
-  print(report.summary())
+  reports = []
+  for settings in programs:
+    reports.append(check(settings))
+    print(reports[-1].summary())
   if args.json_output:
-    fileio.write_json_atomic(args.json_output, report.to_json())
-  return 0 if report.fits else DOES_NOT_FIT
+    fileio.write_json_atomic(args.json_output, reports[0].to_json() if len(reports) == 1 else
+                             {'programs': [r.to_json() for r in reports]})
+  return 0 if all(r.fits for r in reports) else DOES_NOT_FIT
 
 
 if __name__ == '__main__':

@@ -4,7 +4,10 @@
 
 Every metrics.json under the folders (written by `t5align.eval`) is one cell: its row is
 (model, label), labels in `labels.PAPER_ORDER` (tau = 1, w/ P_max, w/ H, w/ log_Lex L_tr) first;
-its column is the task's (group, column). Tables: language modeling (Table 3, perplexity), retrieval
+its column is the task's (group, column). Results of different runs that would share a cell
+(the run.json beside each metrics.json differs in something that changes results: decode
+length, dtypes, attention, examples, checkpoint content, ...) get rows of their own, labelled
+with their run folder and the settings that differ (`separate_runs`). Tables: language modeling (Table 3, perplexity), retrieval
 (Table 4, accuracy), multi-document QA (Table 5, accuracy per gold position with per-group
 averages), code completion (Table 6, EM and ES per context-length bucket), key-value and code
 key retrieval. Cells without a result are '-'.
@@ -12,6 +15,7 @@ key retrieval. Cells without a result are '-'.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -19,6 +23,8 @@ import sys
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from t5align import labels
+from t5align import run_identity
+from t5align.runtime import fileio
 from t5align.runtime import outputs
 
 TITLES = {
@@ -66,8 +72,77 @@ def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
       if not isinstance(result[key], str):
         raise ValueError(f'metrics file {path}: {key!r} is {result[key]!r}; expected a string.')
     result['path'] = path
+    run_file = os.path.join(os.path.dirname(path), 'run.json')
+    result['run'] = (outputs.read_json(run_file, 'run record') if fileio.exists(run_file)
+                     else None)
     results.append(result)
-  return results
+  return separate_runs(results)
+
+
+# run.json fields that say where or on how many devices a run ran, not what it computed.
+_NOT_RESULTS = (*run_identity.INFORMATIONAL, 'gin', 'process_count', 'device_count', 'mesh')
+
+
+def _value(settings: Any, dotted: str) -> Any:
+  for key in dotted.split('.'):
+    settings = settings.get(key) if isinstance(settings, Mapping) else None
+  return settings
+
+
+def _shown(value: Any) -> str:
+  """A setting's value in a row label: a long digest as its first 8 characters."""
+  text = str(value)
+  if re.fullmatch(r'[0-9a-f]{16,}', text):
+    return text[:8]
+  return text if len(text) <= 32 else text[:29] + '...'
+
+
+def separate_runs(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """`results` with no two runs in one cell.
+
+  Results whose cell (model, label, group, column) is shared by another run are compared by
+  their run.json (`result['run']`): every run folder (the folder holding the task folders) in
+  such a collision gets its folder and the differing settings (those with one value across
+  that folder's results) appended to its label. The same run found twice (identical settings
+  and metrics) counts once.
+
+  Raises:
+    ValueError: two results of one cell with identical settings but different metrics, or
+      without a run.json to tell them apart, naming both files.
+  """
+  cells: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+  for r in results:
+    cells.setdefault((r.get('model', ''), r.get('label', ''), r['group'], r['column']),
+                     []).append(r)
+  kept, fields, split = [], set(), set()
+  for items in cells.values():
+    first = items[0]
+    kept.append(first)
+    for other in items[1:]:
+      pair = f'{first["path"]} and {other["path"]}'
+      if first['run'] is None or other['run'] is None:
+        raise ValueError(f'{pair} fill one table cell and one of them has no run.json to tell '
+                         'the runs apart; report them separately.')
+      diff = run_identity.differences(first['run'], other['run'], ignore=_NOT_RESULTS)
+      if not diff:
+        if other['metrics'] != first['metrics']:
+          raise ValueError(f'{pair} record the same run (equal run.json settings) with '
+                           'different metrics; report one of them.')
+        continue  # The same run, found twice.
+      kept.append(other)
+      fields.update(diff)
+      split.update(os.path.dirname(os.path.dirname(r['path'])) for r in (first, other))
+  by_run: dict[str, list[dict[str, Any]]] = {}
+  for r in kept:
+    by_run.setdefault(os.path.dirname(os.path.dirname(r['path'])), []).append(r)
+  for folder in sorted(split):
+    values = {f: {json.dumps(_value(r['run'], f), sort_keys=True) for r in by_run[folder]}
+              for f in sorted(fields)}
+    shown = [f'{f}={_shown(_value(by_run[folder][0]["run"], f))}'
+             for f, v in values.items() if len(v) == 1]
+    for r in by_run[folder]:
+      r['label'] = f'{r.get("label", "")} [{", ".join([folder, *shown])}]'
+  return kept
 
 
 def _number_key(text: str) -> tuple[float, str]:

@@ -335,6 +335,67 @@ def test_report_tables(tmp_path):
   assert out.read_text() == text
 
 
+_RUN = {'task': 'passkey', 'split': 'test', 'checkpoint': {'sha256': 'a' * 64},
+        'checkpoint_path': '/ckpt/checkpoint_5000', 'gin': 'EVAL_OUTPUT_DIR = ...',
+        'num_examples': 4, 'examples_sha256': 'b' * 64, 'mode': 'greedy',
+        'max_decode_length': 64, 'params_dtype': 'float32',
+        'config': {'dtype': 'float32', 'attention_impl': 'auto'}, 'mesh': {'data': 1}}
+
+
+def _run_result(folder, accuracy, **changes):
+  """A task folder as t5align.eval leaves it: metrics.json and run.json (`changes` to _RUN:
+  dotted keys into its objects)."""
+  run = json.loads(json.dumps(_RUN))
+  for key, value in changes.items():
+    *parents, last = key.split('.')
+    node = run
+    for parent in parents:
+      node = node[parent]
+    node[last] = value
+  fileio.write_json_atomic(folder / 'passkey' / 'run.json', run)
+  fileio.write_json_atomic(folder / 'passkey' / 'metrics.json', {
+      'task': 'passkey', 'model': 'retrieval_t5', 'label': 'tau = 1', 'table': 'retrieval',
+      'group': 'Passkey', 'column': '2k', 'metrics': {'accuracy': accuracy},
+      'primary_metric': 'accuracy'})
+
+
+@pytest.mark.parametrize('changes, shown', [
+    ({'max_decode_length': 2}, 'max_decode_length=2'),
+    ({'config.dtype': 'bfloat16', 'params_dtype': 'bfloat16'},
+     'config.dtype=bfloat16, params_dtype=bfloat16'),
+    ({'config.attention_impl': 'blockwise'}, 'config.attention_impl=blockwise'),
+    ({'num_examples': 2, 'examples_sha256': 'c' * 64}, 'examples_sha256=cccccccc, num_examples=2'),
+    ({'checkpoint.sha256': 'd' * 64}, 'checkpoint.sha256=dddddddd'),
+])
+def test_report_keeps_two_runs_of_one_cell_apart(tmp_path, changes, shown):
+  """Two runs whose only difference is what the label does not show (decode length, dtypes,
+  attention, examples, checkpoint content: here in folders of the same name) are two rows,
+  each naming its folder and the differing settings; given the other way round, the same."""
+  base, other = tmp_path / 'x' / 'runs', tmp_path / 'y' / 'runs'
+  _run_result(base, 100.0)
+  _run_result(other, 0.0, **changes)
+  for order in ((base, other), (other, base)):
+    text = report.render(report.load_results(order))
+    rows = [line for line in text.splitlines() if 'tau = 1' in line]
+    assert len(rows) == 2, text
+    assert any(f'tau = 1 [{other}, {shown}] | 0.0 | 0.0 |' in row for row in rows), text
+    assert any(f'tau = 1 [{base}, ' in row and row.endswith('| 100.0 | 100.0 |')
+               for row in rows), text
+
+
+def test_report_counts_one_run_once_and_refuses_what_it_cannot_tell_apart(tmp_path):
+  _run_result(tmp_path / 'a', 50.0)
+  assert len(report.load_results([tmp_path / 'a', tmp_path / 'a'])) == 1  # Given twice.
+  _run_result(tmp_path / 'copy', 50.0)  # The same run, copied: identical settings and metrics.
+  assert len(report.load_results([tmp_path / 'a', tmp_path / 'copy'])) == 1
+  _run_result(tmp_path / 'rescored', 40.0)  # Equal settings, other metrics.
+  with pytest.raises(ValueError, match='record the same run .* with different metrics'):
+    report.load_results([tmp_path / 'a', tmp_path / 'rescored'])
+  (tmp_path / 'rescored' / 'passkey' / 'run.json').unlink()
+  with pytest.raises(ValueError, match='has no run.json to tell the runs apart'):
+    report.load_results([tmp_path / 'a', tmp_path / 'rescored'])
+
+
 def test_report_without_results(tmp_path, capsys):
   with pytest.raises(SystemExit):
     report.main([str(tmp_path)])

@@ -37,9 +37,10 @@ def _loaded(module: str) -> tuple[set[str], set[str]]:
     # checkpoints, evaluation or the shipped model.
     ('t5align.scheduled', SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
                                                   't5align.layers'}, {'jax', 'flax'}),
-    # Tables from finished runs: no JAX at all.
-    ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.runtime',
-                        't5align.runtime.fileio', 't5align.runtime.outputs'}, set()),
+    # Tables from finished runs (and their run identities, to keep runs apart): no JAX at all.
+    ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.run_identity',
+                        't5align.runtime', 't5align.runtime.fileio', 't5align.runtime.outputs'},
+     set()),
 ])
 def test_import_loads_only_what_it_uses(module, expected, heavy):
   ours, third_party = _loaded(module)

@@ -366,6 +366,41 @@ def test_cli_names_a_topology_libtpu_has_no_slice_of(tmp_path):
   assert 'v5e:4x4' in result.stderr and 'Traceback' not in result.stderr
 
 
+def test_eval_programs_follow_the_tasks():
+  """A scored task is scored over its continuation; decoded tasks group by their steps (the
+  task's own, or MAX_DECODE_LENGTH for all); a name outside t5align's tasks is refused."""
+  pytest.importorskip('seqio')
+  from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+  steps = {catalog.SPECS[t].max_decode_length for t in catalog.resolve('t5align_retrieval')}
+  assert preflight.eval_programs(None, None) == [{'max_decode_length': None}]
+  assert preflight.eval_programs('t5align_lm_wiki_2048', 8) == [dict(
+      scored=True, max_decode_length=None, target_length=128, tasks=('t5align_lm_wiki_2048',))]
+  mixed = preflight.eval_programs('t5align_lm_wiki_2048,t5align_retrieval', None)
+  assert [p['scored'] for p in mixed] == [True] + [False] * len(steps)
+  assert {p['max_decode_length'] for p in mixed[1:]} == steps
+  assert sum(len(p['tasks']) for p in mixed[1:]) == len(catalog.resolve('t5align_retrieval'))
+  one = preflight.eval_programs('t5align_retrieval', 16)
+  assert len(one) == 1 and one[0]['max_decode_length'] == 16
+  with pytest.raises(ValueError, match=r"MIXTURE_OR_TASK_NAME='my_task' is not a t5align task"):
+    preflight.eval_programs('t5align_passkey_20k,my_task', None)
+
+
+@needs_libtpu
+def test_cli_compiles_scoring_for_a_scored_task(tmp_path):
+  """The LM task is scored by eval (128-token targets): the pre-flight compiles that program,
+  not decoding, and says so."""
+  pytest.importorskip('seqio')
+  out = tmp_path / 'report.json'
+  result = _cli('--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin',
+                '--gin.MIXTURE_OR_TASK_NAME=t5align_lm_wiki_2048', '--topology=v5e:2x2',
+                '--length=2048', f'--json_output={out}', tmp_path=tmp_path)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  assert 'eval, scoring of 128-token targets (tasks t5align_lm_wiki_2048)' in result.stdout
+  report = json.loads(out.read_text())
+  assert report['compiled'] == 'scoring of 128-token targets (tasks t5align_lm_wiki_2048)'
+  assert report['shapes']['targets'][1] == 128 and report['settings']['scored']
+
+
 def test_eval_settings_come_from_the_eval_gin_files():
   pytest.importorskip('seqio')
   import gin  # pylint: disable=g-import-not-at-top
@@ -380,7 +415,7 @@ def test_eval_settings_come_from_the_eval_gin_files():
                        '--gin.PARAMS_DTYPE=bfloat16',
                        '--gin.TEMPERATURE=(' + ', '.join(['0.9'] * 24) + ')'],
                       prog='t', unset_required=True)
-    settings = preflight.settings_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
+    settings, = preflight.settings_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
   finally:
     gin.clear_config()
   assert settings.program == 'eval' and settings.config.num_heads == 64
