@@ -26,6 +26,8 @@ from t5align import vocabularies
 
 T5_VOCABULARY = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 ENV_VOCABULARY = 'T5ALIGN_VOCABULARY'
+# The settings that give the vocabulary, as its errors name them.
+WHAT = 'vocabulary (seqio_tasks.vocabulary_path.path or $T5ALIGN_VOCABULARY)'
 
 
 @gin.configurable(module='seqio_tasks')
@@ -51,7 +53,7 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=pr
     if _is_sentencepiece(path):
       return None
     if path != getattr(self, '_other_path', None):
-      self._other = vocabularies.as_seqio(vocabularies.load_vocabulary(path))
+      self._other = vocabularies.as_seqio(vocabularies.load_vocabulary(path, what=WHAT))
       self._other_path = path
     return self._other
 
@@ -94,6 +96,8 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=pr
   def _sync(self) -> None:
     path = vocabulary_path()
     if path != self._sentencepiece_model_file:
+      if '://' not in path and os.path.lexists(path):  # Named here; seqio's reader names none.
+        vocabularies.SentencePieceVocabulary(path, what=WHAT)
       self._sentencepiece_model_file = path
       self._model = None
 

@@ -11,6 +11,7 @@ Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_p
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -23,6 +24,7 @@ from t5align import calibration
 from t5align.calibration import samples
 from t5align import gin_cli
 from t5align import run_identity
+from t5align.runtime import fileio
 from t5align.runtime import multihost
 from t5align.runtime import outputs
 from t5align.runtime import validate
@@ -153,6 +155,7 @@ def run(
   _check_settings(checkpoint_path, output_path, (text_file, seqio_task, jsonl_file), lengths,
                   strategies, reference_length, num_samples, seed, batch_size, tau_batch_size,
                   params_dtype, grid, tol, mesh_shape)
+  _check_analysis_settings(analysis_dir, relpos_heads, config)
   dtype = activation_dtype(config, dtype)
   assets.check_reference_length(checkpoint_path, reference_length, 'REFERENCE_LENGTH')
   lengths = sorted(set(lengths))
@@ -166,6 +169,7 @@ def run(
   validate.vocabulary_fits(data.vocab_size, embedded, vocabulary=data.vocabulary_name,
                            model=f'checkpoint {checkpoint_path}')
   validate.token_ids(data.stream, embedded, data.source_name)
+  samples.check_stream_length(data.stream, max(lengths), data.source_name)
   inputs = {}
   if per_task and text_file is None:
     if seqio_task is not None:
@@ -207,6 +211,9 @@ def run(
                                            dtype=jnp.dtype(params_dtype), mesh=mesh,
                                            check_finite=check_finite)
   config = run_config(config, dtype, attention_impl)
+  if relpos_heads is not None:  # The range, where no config was given before the weights.
+    from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+    analysis.check_heads(relpos_heads, config.num_heads, 'RELPOS_HEADS')
   # Every process draws the same samples (same seed); on a mesh each copies to its devices
   # only the rows of its 'data' shards (partitioning.global_array).
   tokens = samples.sample_windows(data.stream, num_samples, max(lengths), seed, eos_id=eos_id,
@@ -298,6 +305,25 @@ def _check_settings(checkpoint_path: Any, output_path: Any, sources: Sequence[An
     validate.int_tuple(mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
     if len(mesh_shape) not in (2, 3):
       raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
+
+
+def _check_analysis_settings(analysis_dir: Any, relpos_heads: Any,
+                             config: network.T5Config | None) -> None:
+  """ANALYSIS_DIR and RELPOS_HEADS, before any work (they were once refused after the whole
+  calibration, leaving a half-written analysis): RELPOS_HEADS's form, and its range where the
+  model's config is given (else `run` checks the range once the weights are read, before any
+  sweep)."""
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+  if analysis_dir is not None:
+    if not isinstance(analysis_dir, (str, os.PathLike)):
+      raise ValueError(f'ANALYSIS_DIR={analysis_dir!r}: expected the path of a folder, or None.')
+    if (not fileio.is_remote(analysis_dir) and os.path.exists(analysis_dir)
+        and not os.path.isdir(analysis_dir)):
+      raise NotADirectoryError(f'ANALYSIS_DIR {analysis_dir} is a file; give a folder to write '
+                               'the analysis into.')
+  if relpos_heads is not None:
+    analysis.check_heads(relpos_heads, None if config is None else config.num_heads,
+                         'RELPOS_HEADS')
 
 
 def run_config(config: network.T5Config, dtype: str,

@@ -253,6 +253,48 @@ def logged_training(model_dir: str) -> dict[str, float]:
   return out
 
 
+# The settings a vocabulary trained by `train` is made from (`vocabulary_corpus(seed)`).
+_VOCABULARY_SETTINGS = ('vocab_size', 'seed')
+
+
+def _recorded_run(model_dir: str) -> Any:
+  """MODEL_DIR/run.json's content, or None without one."""
+  run_file = os.path.join(model_dir, 'run.json')
+  return outputs.read_json(run_file, 'run record') if os.path.exists(run_file) else None
+
+
+def _check_vocabulary_left(model_dir: str, vocab_path: str, settings: Mapping[str, Any]) -> None:
+  """Before a run with no checkpoint to continue: refuses a vocabulary that a run with other
+  vocabulary settings left in MODEL_DIR (killed before its first checkpoint), which this run
+  would otherwise train with. A vocabulary without such a record (placed there) is used."""
+  before = _recorded_run(model_dir)
+  if not os.path.exists(vocab_path) or before is None:
+    return
+  changed = {k: (before.get(k), settings[k]) for k in _VOCABULARY_SETTINGS
+             if isinstance(before, dict) and before.get(k) != settings[k]}
+  if changed:
+    raise run_identity.RunMismatchError(
+        f'MODEL_DIR {model_dir} holds {assets.VOCAB_FILE}, trained by an earlier run (killed '
+        f'before its first checkpoint) with other vocabulary settings '
+        f'({run_identity.describe_differences(changed)}); this run would train with it. Remove '
+        f'{vocab_path} to train a new one, or use another MODEL_DIR.')
+
+
+def _drop_logged_steps_after(model_dir: str, step: int) -> None:
+  """Rewrites train_log.jsonl without the records of steps after `step` (a killed run's, after
+  its last checkpoint, which this run trains again), so no step is logged twice."""
+  path = os.path.join(model_dir, 'train_log.jsonl')
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8') as f:
+    lines = f.read().splitlines()
+  kept = [line for line in lines if json.loads(line).get('step', 0) <= step]
+  if len(kept) < len(lines):
+    fileio.write_atomic(path, ''.join(line + '\n' for line in kept))
+    print(f'{path}: dropped {len(lines) - len(kept)} record(s) of steps after {step} (the last '
+          'checkpoint), trained again now', file=sys.stderr, flush=True)
+
+
 def _log(model_dir: str, record: Mapping[str, Any]) -> None:
   line = json.dumps(record, sort_keys=True)
   print(line, flush=True)
@@ -343,21 +385,34 @@ def train(*,
       raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
                        'folder (copy the exported model to a bucket afterwards).')
   fileio.makedirs(model_dir)
-  # A resumed run continues the weights only if everything that made them is the same.
-  predictions.check_run(model_dir, run_identity.make(gin=False, settings={
+  settings = {
       'seed': seed, 'num_steps': num_steps, 'batch_size': batch_size,
       'learning_rate': learning_rate, 'warmup_steps': warmup_steps,
       'weight_decay': weight_decay, 'optimizer': optimizer, 'schedule': schedule,
       'per_example_loss': per_example_loss, 'mix': mix, 'length_power': length_power,
       'min_units': min_units, 'input_length': input_length, 'target_length': target_length,
       'vocab_size': vocab_size,
-      'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}}),
-      has_results=bool(checkpoint_steps(model_dir)))
+      'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}}
+  vocab_path = os.path.join(model_dir, assets.VOCAB_FILE)
+  resuming = bool(checkpoint_steps(model_dir))
+  if not resuming:
+    _check_vocabulary_left(model_dir, vocab_path, settings)
+  # A resumed run continues the weights only if everything that made them is the same: the
+  # settings and the vocabulary's content (recorded once it exists).
+  # NOTE: a MODEL_DIR whose run.json predates the vocabulary's record resumes on its settings.
+  recorded = _recorded_run(model_dir) if resuming else None
+  with_vocabulary = not (isinstance(recorded, dict) and 'vocabulary' not in recorded)
+
+  def identity():
+    return run_identity.make(gin=False, settings=settings, files=(
+        {'vocabulary': vocab_path} if with_vocabulary and os.path.exists(vocab_path) else {}))
+
+  predictions.check_run(model_dir, identity(), has_results=resuming)
   outputs.repair_jsonl(os.path.join(model_dir, 'train_log.jsonl'))  # A torn line from a kill.
   start = time.time()
-  vocab_path = os.path.join(model_dir, assets.VOCAB_FILE)
   if not os.path.exists(vocab_path):
     vocabularies.train_sentencepiece(train_data.vocabulary_corpus(seed), vocab_path, vocab_size)
+    predictions.check_run(model_dir, identity(), has_results=False)  # Now with its content.
   vocab = vocabularies.SentencePieceVocabulary(vocab_path, t5_ids=True)
   validate.vocabulary_fits(vocab.vocab_size, cfg.vocab_size, vocabulary=f'vocabulary {vocab_path}',
                            model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
@@ -372,9 +427,9 @@ def train(*,
   params = network.init_variables(cfg, rng)['params']
   opt_state = opt_config.make().init(params)
   done = checkpoint_steps(model_dir)
-  step = 0
+  step = done[-1] if done else 0
+  _drop_logged_steps_after(model_dir, step)  # Logged by a killed run after its last checkpoint.
   if done:
-    step = done[-1]
     params, opt_state = restore_checkpoint(model_dir, step, cfg, opt_state)
     _log(model_dir, {'event': 'resume', 'step': step})
   batches = train_data.train_batches(vocab, task_mix, seed=seed, batch_size=batch_size,

@@ -29,6 +29,26 @@ HF_EOS_TOKENS = ('</s>', '<|endoftext|>', '<eos>')
 HF_PAD_TOKENS = ('<pad>',)
 HF_UNK_TOKENS = ('<unk>',)
 
+# What errors call a vocabulary path whose caller names no setting: the settings that give one.
+DEFAULT_WHAT = 'vocabulary (VOCABULARY_PATH, $T5ALIGN_VOCABULARY or seqio_tasks.vocabulary_path)'
+FORMS = ('A vocabulary is a SentencePiece model (*.model), a HuggingFace tokenizer.json, or a '
+         "folder with tokenizer.json or vocab.json + merges.txt (or 'vocab.json,merges.txt').")
+
+
+def _read_file(path: str, what: str) -> bytes:
+  """The bytes of vocabulary file `path` (`fileio.read_input`: a regular file, size-bounded,
+  checked before it is opened). A missing file raises FileNotFoundError; one that is not a
+  regular file, or is empty, ValueError; each names `what` (the setting), the file and `FORMS`."""
+  if not os.path.lexists(path):
+    raise FileNotFoundError(f'{what} {path} does not exist. {FORMS}')
+  try:
+    data = fileio.read_input(path, what)
+  except ValueError as e:
+    raise ValueError(f'{e} {FORMS}') from e
+  if not data:
+    raise ValueError(f'{what} {path} is empty. {FORMS}')
+  return data
+
 
 class Vocabulary:
   """What t5align needs from a tokenizer. Ids of `encode` never include EOS; `decode` reads ids
@@ -76,14 +96,21 @@ class Vocabulary:
 
 
 class SentencePieceVocabulary(Vocabulary):
-  """A SentencePiece model file (T5's: pad 0, EOS 1, UNK 2; `t5_ids=True` refuses others)."""
+  """A SentencePiece model file (T5's: pad 0, EOS 1, UNK 2; `t5_ids=True` refuses others).
 
-  def __init__(self, path: str, *, t5_ids: bool = False):
+  A missing file raises FileNotFoundError; one that is not a regular file, is empty or is no
+  SentencePiece model raises ValueError, each naming `what` (the setting that gave the path).
+  """
+
+  def __init__(self, path: str, *, t5_ids: bool = False, what: str = DEFAULT_WHAT):
     import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-    if not os.path.isfile(path):
-      raise FileNotFoundError(f'SentencePiece model {path} does not exist.')
     self.path = str(path)
-    self._sp = spm.SentencePieceProcessor(model_file=self.path)
+    data = _read_file(self.path, what)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=data)
+    except RuntimeError as e:  # sentencepiece's parse error names no file.
+      raise ValueError(f'{what} {self.path} is not a SentencePiece model (it does not parse as '
+                       f'one). {FORMS}') from e
     self.eos_id = int(self._sp.eos_id())
     if self.eos_id < 0:
       raise ValueError(f'SentencePiece model {path} defines no EOS piece.')
@@ -110,24 +137,35 @@ class HuggingFaceVocabulary(Vocabulary):
   EOS / pad / unk are the ids of the first of `HF_EOS_TOKENS` / `HF_PAD_TOKENS` /
   `HF_UNK_TOKENS` (or the given names) the vocabulary has; a missing EOS or pad is an error.
   Encoding adds no special tokens (no <s>, no </s>): the caller appends `eos_id`, as T5 does.
+  A missing file raises FileNotFoundError; one that is not a regular file, is empty or does not
+  parse raises ValueError, each naming `what` (the setting that gave the path).
   """
 
   def __init__(self, tokenizer_json: str | None = None, *, vocab_json: str | None = None,
                merges_txt: str | None = None, eos_token: str | None = None,
-               pad_token: str | None = None):
+               pad_token: str | None = None, what: str = DEFAULT_WHAT):
     from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
     from tokenizers import decoders, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
     if (tokenizer_json is None) == (vocab_json is None or merges_txt is None):
       raise ValueError('give a tokenizer.json, or vocab.json and merges.txt.')
-    for f in (tokenizer_json, vocab_json, merges_txt):
-      if f is not None and not os.path.isfile(f):
-        raise FileNotFoundError(f'tokenizer file {f} does not exist.')
     if tokenizer_json is not None:
       self.path = str(tokenizer_json)
-      self._tok = Tokenizer.from_file(self.path)
+      data = _read_file(self.path, what)
+      try:
+        self._tok = Tokenizer.from_str(data.decode('utf-8'))
+      except Exception as e:  # pylint: disable=broad-except  (tokenizers raises bare Exception)
+        raise ValueError(f'{what} {self.path} is not a HuggingFace tokenizer.json ({e}). '
+                         f'{FORMS}') from e
     else:
       self.path = f'{vocab_json},{merges_txt}'
-      tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
+      for f in (vocab_json, merges_txt):
+        _read_file(f, what)
+      try:
+        bpe = models.BPE.from_file(vocab_json, merges_txt)
+      except Exception as e:  # pylint: disable=broad-except  (tokenizers raises bare Exception)
+        raise ValueError(f'{what} {self.path}: not a BPE vocab.json + merges.txt ({e}). '
+                         f'{FORMS}') from e
+      tok = Tokenizer(bpe)
       tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
       tok.decoder = decoders.ByteLevel()
       # vocab.json holds the special tokens as plain entries: mark them special (as CodeT5's
@@ -156,28 +194,39 @@ class HuggingFaceVocabulary(Vocabulary):
     return self._tok.decode(ids, skip_special_tokens=True)
 
 
-def load_vocabulary(path: str) -> Vocabulary:
+def load_vocabulary(path: str, what: str = DEFAULT_WHAT) -> Vocabulary:
   """A SentencePiece model (*.model), a tokenizer.json (*.json), a folder holding one of
-  tokenizer.json / vocab.json + merges.txt / *.model, or 'vocab.json,merges.txt'."""
+  tokenizer.json / vocab.json + merges.txt / *.model, or 'vocab.json,merges.txt'.
+
+  Args:
+    path: the vocabulary.
+    what: the setting that gave `path` ('VOCABULARY_PATH'), named in the errors.
+
+  Raises:
+    FileNotFoundError: a file is missing.
+    ValueError: a file is empty, does not parse as its form, or is not a regular file (a fifo
+      or a device is refused before it is opened); each error names `what`, the file and the
+      accepted forms.
+  """
   path = str(path)
   if ',' in path:
     vocab_json, merges = (p.strip() for p in path.split(',', 1))
-    return HuggingFaceVocabulary(vocab_json=vocab_json, merges_txt=merges)
+    return HuggingFaceVocabulary(vocab_json=vocab_json, merges_txt=merges, what=what)
   if os.path.isdir(path):
     names = set(os.listdir(path))
     if 'tokenizer.json' in names:
-      return HuggingFaceVocabulary(os.path.join(path, 'tokenizer.json'))
+      return HuggingFaceVocabulary(os.path.join(path, 'tokenizer.json'), what=what)
     if {'vocab.json', 'merges.txt'} <= names:
       return HuggingFaceVocabulary(vocab_json=os.path.join(path, 'vocab.json'),
-                                   merges_txt=os.path.join(path, 'merges.txt'))
+                                   merges_txt=os.path.join(path, 'merges.txt'), what=what)
     models = sorted(n for n in names if n.endswith('.model'))
     if len(models) == 1:
-      return SentencePieceVocabulary(os.path.join(path, models[0]))
-    raise ValueError(f'folder {path} has no tokenizer.json, vocab.json + merges.txt or single '
-                     f'*.model (it has {sorted(names)[:20]}).')
+      return SentencePieceVocabulary(os.path.join(path, models[0]), what=what)
+    raise ValueError(f'{what} {path} is a folder with no tokenizer.json, vocab.json + '
+                     f'merges.txt or single *.model (it has {sorted(names)[:20]}). {FORMS}')
   if path.endswith('.json'):
-    return HuggingFaceVocabulary(path)
-  return SentencePieceVocabulary(path)
+    return HuggingFaceVocabulary(path, what=what)
+  return SentencePieceVocabulary(path, what=what)
 
 
 def train_sentencepiece(texts: Iterable[str], path: str,

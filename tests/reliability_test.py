@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from t5align.runtime import outputs
 from t5align.runtime import validate
 from t5align import schedule
 from t5align import train
+from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTDATA = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_0_tiny'
@@ -377,6 +379,47 @@ def test_stale_tmp_files_and_checkpoint_folders_are_removed_at_start(tmp_path):
   assert not mine.exists() and theirs.exists()
 
 
+_HOLD_FOLDER_AND_FILE = '''
+import pathlib, sys, time
+from t5align.runtime import outputs
+folder = outputs.FolderLock(outputs.lock_path(sys.argv[1]), 'MODEL_DIR')
+file = outputs.FolderLock(outputs.lock_path(sys.argv[2], is_file=True), 'OUTPUT_PATH')
+pathlib.Path(sys.argv[3]).write_text('locked')
+time.sleep(60)
+'''
+
+
+def test_stale_cleanup_leaves_the_temporaries_of_a_live_run_below_alone(tmp_path):
+  """Issue 34 item 4: an eval into P while a train holds P/m removed the train's live
+  checkpoint_400.tmp-live; only a dead holder's temporaries are stale."""
+  out, model_dir = tmp_path / 'P', tmp_path / 'P' / 'm'
+  live = [model_dir / 'checkpoint_400.tmp-live' / 'checkpoint', model_dir / '.x.tmp-123',
+          model_dir / 'sub' / 'deeper' / '.y.tmp-1']
+  held_deep = out / 'checkpoint_9.tmp-z' / 'a' / 'b' / 'out.json'  # A file lock 3 levels in.
+  for path in live + [held_deep]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('x')
+  marker = tmp_path / 'locked'
+  child = subprocess.Popen([sys.executable, '-c', _HOLD_FOLDER_AND_FILE, str(model_dir),
+                            str(held_deep), str(marker)], env=ENV)
+  try:
+    deadline = time.monotonic() + 20
+    while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.02)
+    assert marker.exists(), f'the lock holder did not start (exit status {child.poll()})'
+    with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # What eval's start does.
+      pass
+    assert all(p.exists() for p in live + [held_deep])
+  finally:
+    child.kill()
+    child.wait(timeout=10)
+  with outputs.claim(out, 'EVAL_OUTPUT_DIR'):
+    pass
+  assert not (model_dir / 'checkpoint_400.tmp-live').exists()
+  assert not (model_dir / '.x.tmp-123').exists() and not (out / 'checkpoint_9.tmp-z').exists()
+  assert live[2].exists()  # Below the cleanup's two levels, as before.
+
+
 @pytest.mark.parametrize('umask, mode', [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_result_files_follow_the_umask(umask, mode, tmp_path):
   old = os.umask(umask)
@@ -438,3 +481,69 @@ def test_misspelt_macro_is_refused_with_the_close_match(tmp_path):
     assert gin.query_parameter('%SCHEDULE_PATH') == 'x.json'
   finally:
     gin.clear_config()
+
+
+# ---------------------------------------------------------------- analysis settings (issue 34)
+
+
+def _no_work(monkeypatch):
+  """Makes reading the inputs or the weights fail the test: the settings must be refused first."""
+  def fail(*args, **kwargs):
+    raise AssertionError('work started before the settings were checked')
+  monkeypatch.setattr(samples, 'read_inputs', fail)
+  monkeypatch.setattr(checkpoints, 'load_params', fail)
+
+
+@pytest.mark.parametrize('heads, config, message', [
+    ((99,), network.T5Config(vocab_size=8, num_heads=3), r'RELPOS_HEADS=\(99,\): .*3 heads, 0\.\.2'),
+    ((0, 3), network.T5Config(vocab_size=8, num_heads=3), r'RELPOS_HEADS=\(0, 3\): .*3 heads'),
+    ((-1,), None, r'RELPOS_HEADS=\(-1,\): expected'),
+    ((), None, r'RELPOS_HEADS=\(\): expected'),
+    (('a',), None, r"RELPOS_HEADS=\('a',\): expected"),
+], ids=['past_config', 'one_past', 'negative', 'empty', 'not_int'])
+def test_calibrate_refuses_bad_relpos_heads_before_any_work(heads, config, message, tmp_path,
+                                                           monkeypatch):
+  """Once refused only after the whole calibration, unnamed, with 4 of 7 analysis files."""
+  _no_work(monkeypatch)
+  out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
+  with pytest.raises(ValueError, match=message):
+    calibrate.run('/no/such/checkpoint', str(out), text_file='corpus.txt',
+                  vocabulary_path='v.model', config=config, analysis_dir=str(analysis_dir),
+                  relpos_heads=heads)
+  assert not analysis_dir.exists() and not out.exists()
+  assert not os.path.exists(calibrate.progress_path(str(out)))
+
+
+def test_calibrate_checks_relpos_heads_once_the_weights_tell_the_heads(tmp_path, monkeypatch):
+  """Without a config, the head count is the checkpoint's: checked once its weights are read,
+  before any sample is drawn or sweep run, and nothing is written."""
+  def fail(*args, **kwargs):
+    raise AssertionError('a sweep started before RELPOS_HEADS was checked')
+  monkeypatch.setattr(samples, 'sample_windows', fail)
+  text = tmp_path / 'corpus.txt'
+  text.write_text('some words to tokenize, and some more\n' * 50)
+  vocab = tmp_path / 'spm.model'  # Few pieces: the tiny checkpoint embeds 100 ids.
+  vocabularies.train_sentencepiece([text.read_text()] * 4, str(vocab), 40)
+  out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
+  with pytest.raises(ValueError, match=r'RELPOS_HEADS=\(99,\): .*heads, 0\.\.'):
+    calibrate.run(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(out), text_file=str(text),
+                  vocabulary_path=str(vocab), analysis_dir=str(analysis_dir),
+                  relpos_heads=(99,), reference_length=16, lengths=(32,))
+  assert not analysis_dir.exists() and not out.exists()
+
+
+def test_calibrate_refuses_a_file_as_analysis_dir_before_any_work(tmp_path, monkeypatch):
+  _no_work(monkeypatch)
+  (tmp_path / 'analysis').write_text('x')
+  with pytest.raises(NotADirectoryError, match=rf'ANALYSIS_DIR {tmp_path / "analysis"} is a file'):
+    calibrate.run(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(tmp_path / 'schedule.json'),
+                  text_file='corpus.txt', vocabulary_path='v.model',
+                  analysis_dir=str(tmp_path / 'analysis'))
+
+
+def test_write_analysis_refuses_bad_heads_before_writing_any_file(tmp_path):
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+  numbers = {'rel_embedding': np.zeros((4, 32), np.float32), 'lengths': [64]}
+  with pytest.raises(ValueError, match=r'heads=\(99,\): .*4 heads, 0\.\.3'):
+    analysis.write_analysis(numbers, str(tmp_path / 'analysis'), heads=(99,))
+  assert not (tmp_path / 'analysis').exists()

@@ -16,6 +16,7 @@ import pytest
 
 from t5align import checkpoints
 from t5align import network
+from t5align import run_identity
 from t5align.shipped import assets
 from t5align.shipped import heldout
 from t5align.shipped import train_data
@@ -101,13 +102,14 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   summary = _tiny_run(resumed, vocab_path)
   assert summary['step'] == 4
   assert '"event": "resume", "step": 2' in (resumed / 'train_log.jsonl').read_text()
-  # The summary comes from the whole log: the copied full run's records (steps 2, 4), then the
-  # resumed segment's (step 4); the loop time counts every logged step.
+  # The summary comes from the whole log: the copied full run's record of step 2 (its step 4,
+  # after the last checkpoint left, is dropped: trained again), then the resumed segment's step
+  # 4; the loop time counts every logged step once.
   records = [json.loads(l) for l in (resumed / 'train_log.jsonl').read_text().splitlines()]
   steps = [r for r in records if 'loss' in r]
   assert summary['loss'] == steps[-1]['loss'] and np.isfinite(summary['loss'])
-  assert [r['step'] for r in steps] == [2, 4, 4]
-  expected = sum(r['step_s'] * w for r, w in zip(steps, (2, 2, 2)))
+  assert [r['step'] for r in steps] == [2, 4]
+  expected = sum(r['step_s'] * w for r, w in zip(steps, (2, 2)))
   np.testing.assert_allclose(summary['loop_s'], expected)
   rerun = _tiny_run(resumed, vocab_path)  # Nothing left to train: the same loss from the log.
   assert rerun['loss'] == summary['loss'] and rerun['loop_s'] == summary['loop_s']
@@ -118,6 +120,40 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   _assert_trees_equal(p_res, p_full)
   _assert_trees_equal(s_res, s_full)
   _assert_trees_equal(p_full, params4)
+
+
+def test_a_rerun_neither_mixes_vocabularies_nor_logs_a_step_twice(tmp_path, shipped):
+  """A run killed before its first checkpoint leaves run.json, its vocabulary and log lines: a
+  rerun whose settings need another vocabulary is refused (before: it trained with the old
+  one and recorded the new VOCAB_SIZE); a rerun with the same settings logs each step once;
+  once a checkpoint exists, a vocabulary with other content is refused on resume."""
+  vocab_path = shipped[2].path
+  run = tmp_path / 'run'
+  _tiny_run(run, vocab_path, num_steps=2)
+  # Killed before its first checkpoint: the log holds step 2, no checkpoint is left.
+  shutil.rmtree(run / 'checkpoint_2')
+  os.remove(train.train_state_path(str(run), 2))
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'holds sentencepiece.model, trained by an earlier run .*'
+                           r'vocab_size: 1000 -> 500'):
+    _tiny_run(run, vocab_path, num_steps=2, vocab_size=500)
+  _tiny_run(run, vocab_path, num_steps=2)
+  records = [json.loads(l) for l in (run / 'train_log.jsonl').read_text().splitlines()]
+  assert [r['step'] for r in records if 'loss' in r] == [2]
+  recorded = json.loads((run / 'run.json').read_text())['vocabulary']
+  assert recorded == run_identity.file_fingerprint(str(run / assets.VOCAB_FILE))
+  # A checkpoint exists now: a vocabulary of other content is refused on resume.
+  original = (run / assets.VOCAB_FILE).read_bytes()
+  (run / assets.VOCAB_FILE).write_bytes(original + b' ')
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'differing fields \(before -> now\): vocabulary\.bytes'):
+    _tiny_run(run, vocab_path, num_steps=2)
+  # A run.json from before the vocabulary was recorded resumes on its settings.
+  (run / assets.VOCAB_FILE).write_bytes(original)
+  legacy = json.loads((run / 'run.json').read_text())
+  del legacy['vocabulary']
+  (run / 'run.json').write_text(json.dumps(legacy))
+  assert _tiny_run(run, vocab_path, num_steps=2)['step'] == 2
 
 
 def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):

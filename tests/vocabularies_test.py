@@ -115,3 +115,54 @@ def test_t5_ids_are_checked_where_asked(tmp_path):
   assert vocabularies.SentencePieceVocabulary(path).eos_id == 2
   with pytest.raises(ValueError, match=r'd\.model: \(pad, eos, unk\) ids are \(-1, 2, 0\); T5'):
     vocabularies.SentencePieceVocabulary(path, t5_ids=True)
+
+
+FORMS = ('SentencePiece model', 'HuggingFace tokenizer.json', 'vocab.json + merges.txt')
+
+
+@pytest.mark.parametrize('name, content', [
+    ('empty.model', b''), ('notes.txt', b'plain text, not a vocabulary\n'),
+    ('empty.json', b''), ('tokenizer.json', b'plain text, not JSON\n')],
+    ids=['empty_model', 'text_file', 'empty_json', 'text_json'])
+def test_an_empty_or_text_file_as_vocabulary_names_the_setting_file_and_forms(name, content,
+                                                                            tmp_path):
+  """Not sentencepiece's 'unk is not defined' / 'could not parse ModelProto', nor tokenizers'
+  JSON error: the setting, the file and what a vocabulary may be."""
+  path = tmp_path / name
+  path.write_bytes(content)
+  for what, named in ((None, 'VOCABULARY_PATH'), ('--vocabulary', '--vocabulary')):
+    kwargs = {} if what is None else {'what': what}
+    with pytest.raises(ValueError) as e:
+      vocabularies.load_vocabulary(str(path), **kwargs)
+    message = str(e.value)
+    assert named in message and str(path) in message, message
+    assert ('is empty' if not content else 'is not') in message, message
+    assert all(form in message for form in FORMS), message
+
+
+_LOAD = ('import sys; from t5align import vocabularies; '
+         'vocabularies.load_vocabulary(sys.argv[1])')
+
+
+@pytest.mark.parametrize('kind', ['fifo', 'fifo_json', 'dev_zero', 'fifo_in_folder'])
+def test_a_vocabulary_that_is_no_regular_file_is_refused_at_once(kind, tmp_path):
+  """A fifo would block sentencepiece / tokenizers forever and /dev/zero read without end: each
+  is refused before it is opened, naming the setting and the file (a process bounded to 60 s)."""
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parents[1]
+  path = {'fifo': tmp_path / 'pipe.model', 'fifo_json': tmp_path / 'tokenizer.json',
+          'dev_zero': pathlib.Path('/dev/zero'),
+          'fifo_in_folder': tmp_path / 'folder' / 'tokenizer.json'}[kind]
+  if kind != 'dev_zero':
+    path.parent.mkdir(exist_ok=True)
+    os.mkfifo(path)
+  given = path.parent if kind == 'fifo_in_folder' else path
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get('PYTHONPATH', '')]))
+  result = subprocess.run([sys.executable, '-c', _LOAD, str(given)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+  assert result.returncode == 1, result.stderr
+  wanted = 'a device' if kind == 'dev_zero' else 'a fifo'
+  assert f'{path} is {wanted}, not a regular file' in result.stderr, result.stderr
+  assert 'VOCABULARY_PATH' in result.stderr, result.stderr

@@ -345,6 +345,26 @@ def plot_head_dispersion(numbers: Mapping[str, Any], path: str, max_columns: int
   plt.close(fig)
 
 
+def check_heads(heads: Any, num_heads: int | None = None, name: str = 'heads') -> list[int]:
+  """`heads` (Figure 1's, 0-based) as a list of ints; raises ValueError naming `name`
+  ('RELPOS_HEADS') and its value unless they are a non-empty sequence of ints >= 0, each below
+  `num_heads` (the model's head count; None: the range is not checked).
+  """
+  shown = f'{name}={heads!r}'
+  if isinstance(heads, np.ndarray):
+    heads = heads.tolist()
+  if (isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence) or not heads
+      or any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 0 for h in heads)):
+    raise ValueError(f'{shown}: expected a non-empty tuple of 0-based head indices, e.g. (0, 2).')
+  heads = [int(h) for h in heads]
+  if num_heads is not None:
+    bad = [h for h in heads if h >= num_heads]
+    if bad:
+      raise ValueError(f'{shown}: head {bad[0]} is past the model, which has {num_heads} heads, '
+                       f'0..{num_heads - 1}; give heads (0-based) in that range.')
+  return heads
+
+
 def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
                      query_position: int | None = None, max_heads: int = 16,
                      heads: Sequence[int] | None = None) -> np.ndarray:
@@ -362,10 +382,7 @@ def plot_relpos_bias(rel_embedding: Any, length: int, path: str,
   all_values = relpos_bias_row(rel_embedding, length, m)
   if heads is None:
     heads = list(range(min(max_heads, len(all_values))))
-  heads = [int(h) for h in heads]
-  bad = [h for h in heads if not 0 <= h < len(all_values)]
-  if bad or not heads:
-    raise ValueError(f'heads={heads}: the model has heads 0..{len(all_values) - 1}.')
+  heads = check_heads(heads, len(all_values))
   values = all_values[heads]
   cols = min(4, len(values))
   rows = batching.ceil_div(len(values), cols)
@@ -419,7 +436,12 @@ def write_analysis(numbers: Mapping[str, Any], out_dir: str, schedule: Any = Non
 
   Returns:
     {name: path} of the written files.
+
+  Raises:
+    ValueError: `heads` outside the model's, before any file is written (`check_heads`).
   """
+  if heads is not None:
+    check_heads(heads, int(np.shape(numbers['rel_embedding'])[0]))
   fileio.makedirs(out_dir)
   paths = {name: fileio.join(out_dir, name) for name in (
       'analysis.json', 'dispersion.txt', 'statistic_curves.png', 'temperature_curves.png',

@@ -28,19 +28,25 @@ def sample_windows(stream: Any, num_samples: int, length: int, seed: int = 0, *,
   stream = np.asarray(stream, np.int32)
   if num_samples < 1 or length < 2:
     raise ValueError(f'need num_samples >= 1 and length >= 2; got {num_samples}, {length}.')
-  if len(stream) < length - 1:
-    raise ValueError(f'{source} has {len(stream)} tokens; a sample of length {length} needs '
-                     f'{length - 1}. Use a longer text or shorter lengths.')
+  check_stream_length(stream, length, source)
   starts = np.random.default_rng(seed).integers(0, len(stream) - (length - 1) + 1, num_samples)
   windows = np.stack([stream[s:s + length - 1] for s in starts])
   return np.concatenate([windows, np.full((num_samples, 1), eos_id, np.int32)], axis=1)
+
+
+def check_stream_length(stream: Any, length: int, source: str = 'the input text') -> None:
+  """Raises, naming `source`, unless the token stream holds a sample of `length` (`length - 1`
+  tokens, then EOS)."""
+  if len(stream) < length - 1:
+    raise ValueError(f'{source} has {len(stream)} tokens; a sample of length {length} needs '
+                     f'{length - 1}. Use a longer text or shorter lengths.')
 
 
 def _vocabulary(vocabulary_path: str | None, what: str) -> vocabularies.Vocabulary:
   if not vocabulary_path:
     raise ValueError(f'VOCABULARY_PATH (a SentencePiece model, a tokenizer.json, or a folder with '
                      f'vocab.json + merges.txt) is required with {what}.')
-  return vocabularies.load_vocabulary(vocabulary_path)
+  return vocabularies.load_vocabulary(vocabulary_path, what='VOCABULARY_PATH')
 
 
 def text_file_stream(path: str, vocabulary: vocabularies.Vocabulary) -> np.ndarray:

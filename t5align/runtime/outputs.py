@@ -6,8 +6,9 @@ the owner's pid and host. A second run into the same place is refused at once, n
 the kernel drops the lock when its process dies, so a killed run never blocks the next one (its
 pid left in the file is reported as a stale lock taken over). Holding the lock, the run removes
 what killed runs leave: `.NAME.tmp-*` files of `fileio.write_atomic` and `checkpoint_N.tmp-*`
-folders of the T5X writer. Only the writing process (JAX process 0) locks; remote (`gs://`)
-outputs are not locked (object stores have no flock).
+folders of the T5X writer, but nothing in a subfolder whose lock a live run holds. Only the
+writing process (JAX process 0) locks; remote (`gs://`) outputs are not locked (object stores
+have no flock).
 
 A file's lock is keyed on the file itself (`.NAME.lock` beside it, its folder's real path), so
 every run that writes that file takes the same lock, whatever path it was given. File and
@@ -209,25 +210,46 @@ def check_writable(path: fileio.PathLike, *, is_file: bool = False, name: str = 
     raise OSError(e.errno, f'{name} {path}: cannot write in {folder} ({e.strerror})') from e
 
 
+def _live_lock(folder: str, *, deep: bool = False) -> str | None:
+  """A lock file in `folder` (with `deep`, at any depth below it) that a live run holds, a
+  folder's or a file's: another process's, or one this process holds."""
+  for root, unused_dirs, files in os.walk(folder):
+    for name in files:
+      if name.startswith('.') and name.endswith('.lock'):
+        path = os.path.join(root, name)
+        real = os.path.realpath(path)
+        if real in _HELD or _probe(real):
+          return path
+    if not deep:
+      break
+  return None
+
+
 def remove_stale_tmp(folder: fileio.PathLike, depth: int = 2,
                      only: str | None = None) -> list[str]:
-  """Removes `.NAME.tmp-*` files and `checkpoint_N.tmp-*` folders under `folder` (to `depth`).
+  """Removes `.NAME.tmp-*` files and `checkpoint_N.tmp-*` folders under `folder` (to `depth`),
+  which the caller holds (`claim`).
 
   With `only`, just the temporary files of the file `only` in `folder` (`.only.tmp-*`): a folder
-  shared with others may hold their live temporary files.
+  shared with others may hold their live temporary files. A subfolder in which a live run holds
+  a lock (a folder's or a file's) is neither cleaned nor entered, and a temporary folder with
+  such a lock at any depth stays.
   """
   removed = []
   folder = os.fspath(folder)
   if fileio.is_remote(folder) or not os.path.isdir(folder):
     return removed
   for entry in os.scandir(folder):
+    is_dir = entry.is_dir(follow_symlinks=False)
     if (entry.name.startswith(f'.{only}.tmp-') if only else _TMP.match(entry.name)):
-      if entry.is_dir(follow_symlinks=False):
-        shutil.rmtree(entry.path, ignore_errors=True)
-      else:
+      if not is_dir:
         os.remove(entry.path)
+      elif _live_lock(entry.path, deep=True):
+        continue
+      else:
+        shutil.rmtree(entry.path, ignore_errors=True)
       removed.append(entry.path)
-    elif depth > 1 and entry.is_dir(follow_symlinks=False):
+    elif depth > 1 and is_dir and not _live_lock(entry.path):
       removed += remove_stale_tmp(entry.path, depth - 1)
   return removed
 
