@@ -46,8 +46,9 @@ maximum over the rows of a group (`peak_set_by_this_row` says whether this row r
    error, largest P_max / entropy errors; the kernel also against 'reference' on a padded batch
    of 2 with two taus (`attention_bench.check_against_reference`). TFLOP/s = 4 L^2 H D / t.
 3. encoder: Flan-T5-XL's encoder (random weights, bf16 weights and activations, batch 1) with
-   'pallas' at 4k / 15k / 32k, 'pallas_gpu' at 4k / 15k and 'blockwise' at 4k. Parity: 'pallas' against 'reference' with
-   the same weights at 4k (`encoder_bench._check_worker`: batch 2, row 1 padded), 'blockwise'
+   'pallas' at 4k / 15k / 32k, 'pallas_gpu' at 4k / 15k and 'blockwise' at 4k. Parity:
+   'pallas' against 'reference' with the same weights at 4k (`encoder_bench._check_worker`:
+   batch 2, row 1 padded), 'blockwise'
    against 'pallas' on the same tokens; longer rows carry the 4k check and their own finiteness.
 4. sweep: the 11-tau calibration sweep (`stats.encoder_attention_stats`, the compiled program
    `stats.check_sweep_memory` sizes) of the XL encoder, 'blockwise' at 4k, 'pallas' and

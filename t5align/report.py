@@ -7,10 +7,10 @@ Every metrics.json under the folders (written by `t5align.eval`) is one cell: it
 its column is the task's (group, column). Results of different runs that would share a cell
 (the run.json beside each metrics.json differs in something that changes results: decode
 length, dtypes, attention, examples, checkpoint content, ...) get rows of their own, labelled
-with their run folder and the settings that differ (`separate_runs`). Tables: language modeling (Table 3, perplexity), retrieval
-(Table 4, accuracy), multi-document QA (Table 5, accuracy per gold position with per-group
-averages), code completion (Table 6, EM and ES per context-length bucket), key-value and code
-key retrieval. Cells without a result are '-'.
+with their run folder and the settings that differ (`separate_runs`). Tables: language modeling
+(Table 3, perplexity), retrieval (Table 4, accuracy), multi-document QA (Table 5, accuracy per
+gold position with per-group averages), code completion (Table 6, EM and ES per context-length
+bucket), key-value and code key retrieval. Cells without a result are '-'.
 """
 from __future__ import annotations
 

@@ -494,9 +494,12 @@ def _no_work(monkeypatch):
   monkeypatch.setattr(checkpoints, 'load_params', fail)
 
 
+THREE_HEADS = network.T5Config(vocab_size=8, num_heads=3)
+
+
 @pytest.mark.parametrize('heads, config, message', [
-    ((99,), network.T5Config(vocab_size=8, num_heads=3), r'RELPOS_HEADS=\(99,\): .*3 heads, 0\.\.2'),
-    ((0, 3), network.T5Config(vocab_size=8, num_heads=3), r'RELPOS_HEADS=\(0, 3\): .*3 heads'),
+    ((99,), THREE_HEADS, r'RELPOS_HEADS=\(99,\): .*3 heads, 0\.\.2'),
+    ((0, 3), THREE_HEADS, r'RELPOS_HEADS=\(0, 3\): .*3 heads'),
     ((-1,), None, r'RELPOS_HEADS=\(-1,\): expected'),
     ((), None, r'RELPOS_HEADS=\(\): expected'),
     (('a',), None, r"RELPOS_HEADS=\('a',\): expected"),
