@@ -211,7 +211,7 @@ def run(
                                            dtype=jnp.dtype(params_dtype), mesh=mesh,
                                            check_finite=check_finite)
   config = run_config(config, dtype, attention_impl)
-  if relpos_heads is not None:  # The range, where no config was given before the weights.
+  if relpos_heads is not None:  # The range, first checked here where no config was given.
     from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
     analysis.check_heads(relpos_heads, config.num_heads, 'RELPOS_HEADS')
   # Every process draws the same samples (same seed); on a mesh each copies to its devices

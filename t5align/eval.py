@@ -252,9 +252,7 @@ def evaluate(*,
   for task in tasks:
     temp = task_temperature(pooled_temp, task.name)
     spec = catalog.SPECS.get(task.name)
-    scored = (spec.max_decode_length == 0) if spec else (
-        bool(task.score_metric_fns) and not task.predict_metric_fns)
-    steps = max_decode_length or (spec.max_decode_length if spec else DEFAULT_MAX_DECODE_LENGTH)
+    scored, steps = task_mode(spec, task, max_decode_length)
     vocab = vocabularies[task.name]
     eos_id = vocab.eos_id
     shard = seqio.ShardInfo(index=group, num_shards=groups) if groups > 1 else None
@@ -367,6 +365,17 @@ def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:
   everyone = dict(map(tuple, multihost.gather_json(mine)))  # A group's processes agree.
   return run_identity.array_fingerprint(
       [np.frombuffer(f'{i}:{everyone[i]}'.encode(), np.uint8) for i in sorted(everyone)])
+
+
+def task_mode(spec: Any, task: Any, max_decode_length: int | None) -> tuple[bool, int]:
+  """(scored, decoding steps) of a task as eval runs it: a catalog task (`spec`, a
+  `seqio_tasks.catalog.TaskSpec`) is scored when its spec decodes nothing, another seqio `task`
+  when it has score metrics and no predict metrics; steps: MAX_DECODE_LENGTH, else the spec's,
+  else `DEFAULT_MAX_DECODE_LENGTH`."""
+  scored = (spec.max_decode_length == 0) if spec else (
+      bool(task.score_metric_fns) and not task.predict_metric_fns)
+  steps = max_decode_length or (spec.max_decode_length if spec else DEFAULT_MAX_DECODE_LENGTH)
+  return scored, steps
 
 
 def step(model: network.Transformer, mesh: jax.sharding.Mesh, *, scored: bool, steps: int,

@@ -848,6 +848,7 @@ def eval_programs(mixture_or_task_name: str | None,
   if not mixture_or_task_name:
     return [dict(max_decode_length=max_decode_length)]
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   programs: dict[tuple[bool, int | None, int], list[str]] = {}
   for name in [n.strip() for n in str(mixture_or_task_name).split(',') if n.strip()]:
     try:
@@ -861,9 +862,9 @@ def eval_programs(mixture_or_task_name: str | None,
           'scoring), or leave MIXTURE_OR_TASK_NAME out to check decoding of MAX_DECODE_LENGTH '
           'steps.') from e
     for task in tasks:
-      spec = catalog.SPECS[task]
-      key = ((True, None, catalog.options()['lm_continuation']) if spec.max_decode_length == 0
-             else (False, max_decode_length or spec.max_decode_length, 0))
+      scored, steps = t5align_eval.task_mode(catalog.SPECS[task], None, max_decode_length)
+      key = ((True, None, catalog.options()['lm_continuation']) if scored
+             else (False, steps, 0))
       programs.setdefault(key, []).append(task)
   return [dict(scored=scored, max_decode_length=steps, target_length=targets, tasks=tuple(names))
           for (scored, steps, targets), names in programs.items()]
