@@ -51,7 +51,7 @@ maximum over the rows of a group (`peak_set_by_this_row` says whether this row r
    batch 2, row 1 padded), 'blockwise'
    against 'pallas' on the same tokens; longer rows carry the 4k check and their own finiteness.
 4. sweep: the 11-tau calibration sweep (`stats.encoder_attention_stats`, the compiled program
-   `stats.check_sweep_memory` sizes) of the XL encoder, 'blockwise' at 4k, 'pallas' and
+   `CalibrationJob.programs` sizes) of the XL encoder, 'blockwise' at 4k, 'pallas' and
    'pallas_gpu' at 4k and 15k; parity: the 11 mean P_max / entropy values against 'blockwise'.
 5. xxl: Flan-T5-XXL's encoder (emb 4096, 64 heads x 64, mlp 10240) at 32k with 'pallas'; parity:
    the kernel at XXL's heads against 'reference' (padded batch of 2), and a finite output.
@@ -1081,6 +1081,7 @@ def _encoder_worker(plan: dict, rows: list[dict]) -> None:
 def _sweep_worker(plan: dict, rows: list[dict]) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align.calibration import stats  # pylint: disable=g-import-not-at-top
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
   info = _jax_info()
   tol = _tolerance(plan['dtype'])['sweep']
   sizes = encoder_bench.MODELS[plan['model']]
@@ -1095,8 +1096,9 @@ def _sweep_worker(plan: dict, rows: list[dict]) -> None:
     def measure(row=row, config=config, params=params, tokens=tokens, got=got):
       start = time.perf_counter()
       # The program encoder_attention_stats runs, compiled (and kept) for XLA's figures.
-      figures = stats.check_sweep_memory(params, config, length=row['length'], batch_size=1,
-                                         taus=len(taus))
+      (sweep,) = jobs.CalibrationJob(batch_size=1, tau_batch_size=len(taus)).programs(
+          config, None, params, length=row['length'])
+      figures = sweep.check_memory('This calibration sweep')
       compile_s = time.perf_counter() - start
       before = common.peak_memory_bytes('jax')
       timing, got['out'] = common.time_calls(

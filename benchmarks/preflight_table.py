@@ -32,7 +32,7 @@ import tempfile
 import textwrap
 import time
 
-from t5align import preflight
+from t5align.jobs import preflight
 from t5align.runtime import fileio
 from t5align.runtime import tpu_chips
 
@@ -112,19 +112,18 @@ def estimate_ratio(row: dict) -> float:
   """`memory.estimate` over XLA's total for a row: the row's command's settings read back from
   gin (the same path as the CLI; no compile), estimated with today's `t5align.memory`."""
   import gin  # pylint: disable=g-import-not-at-top
-  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   flags = [f for f in row['command'][3:] if not f.startswith(('--topology', '--length'))]
   report = row['report']
   gin.clear_config()
   try:
     gin_cli.configure(flags, prog='preflight_table', unset_required=True)
-    settings, = preflight.settings_from_gin(
-        tpu_chips.parse_target(report['target']['topology']), report['settings']['length'])
+    case = preflight.case_from_gin(tpu_chips.parse_target(report['target']['topology']),
+                                   report['settings']['length'])
   finally:
     gin.clear_config()
-  estimate = preflight.memory_estimate(settings, report['mesh'])
+  program, _ = preflight.programs(case)[0]
+  estimate = preflight.memory_estimate(case, program)
   return estimate.total / report['memory_per_chip']['total']
 
 

@@ -118,7 +118,7 @@ def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str])
 def _config_values() -> dict[tuple[tuple[str, str], str], object]:
   """{((scope, selector), parameter): value} of gin's current configuration.
 
-  The one read of gin's private `_CONFIG`: gin (0.5.0) has no public listing of what is bound.
+  The one read of gin's private `_CONFIG`: gin-config 0.5.0 has no public listing of what is bound.
   `gin.query_parameter` and `gin.get_bindings` need the names first, and `gin.config_str()` is
   a formatted dump whose layout is no documented contract.
   """

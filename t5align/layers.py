@@ -167,8 +167,9 @@ class MultiHeadDotProductAttention(nn.Module):
   - t5x form (decoder self-attention, cross-attention): `mask` and `bias` as arrays, optional
     autoregressive cache with `decode=True` (self-attention), or `cache_kv=True`
     (cross-attention: the projected keys/values of `inputs_kv` kept in the 'cache' collection).
-  - structured self-attention (encoder): `rel_embedding` + `segment_ids` (+ `temperature`); the
-    bias is built by the chosen `attention_impl`, and per-row statistics are sown into the
+  - structured self-attention (encoder): `rel_embedding` + `segment_ids` (+ `temperature`, float32
+    `[1 or b, 1 or h]`: the layer's slice of `network.layer_temperatures`, passed on as it is);
+    the bias is built by the chosen `attention_impl`, and per-row statistics are sown into the
     'intermediates' collection when it is mutable.
   """
 

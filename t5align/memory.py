@@ -1,34 +1,7 @@
-"""Memory per device of an eval or calibration run: XLA's figure for the compiled step (what the
-runs check), and an analytic estimate (for planning without a compile).
-
-The compiled figure replaces the estimate wherever a run compiles anyway, which is every run:
-`t5align.eval` and `t5align.calibrate` compile their step for the widest batch before running
-it and refuse it when XLA's `memory_analysis()` exceeds the device's memory (`Compiled`,
-`check_compiled`); the run then calls that same executable, so the check costs no extra
-compile. `t5align.preflight` compiles the same steps for a TPU slice from a machine without one.
-
-`estimate` is analytic: the parameters (sharded over 'model'), plus the live activations of one
-encoder layer for the rows on a device (examples over 'data' times candidate temperatures over
-'tau'), plus greedy decoding's cross-attention cache:
-  reference   float32 attention logits and probabilities `[b, h, L, L]` (2 arrays) and the
-              relative-position bias `[h, L, L]`;
-  blockwise   per row, the float32 output accumulators `[h, L, d]` and the stacked outputs of
-              the query blocks (2 arrays), and 3 float32 `[h, block_q, block_k]` tiles;
-  pallas      taken as blockwise's;
-  hidden      per row, the residual stream and its norm, two of q/k/v/o and the MLP's hidden
-              units, `L * (2 e + 2 h d / model + (n_act + 1) mlp / model)` in the activation
-              dtype; and per example (shared by its taus) two float32 copies of the residual
-              stream, `2 L e` (what XLA's TPU programs keep beside the per-row activations);
-  cache       (eval) every decoder layer's cross-attention keys and values, `2 n_dec b L h d`.
-Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
-resolved at the run's length as the network does. Against XLA's TPU figures for the README's
-pre-flight rows (`python -m benchmarks.preflight_table --markdown`, column est./XLA; bfloat16,
-'model' axis min(8, chips); on v4-32, v5e-16, v5p-8 and v6e-16): blockwise, Flan-T5-XL at 8,192
-and 32,768 tokens and Flan-T5-XXL at 8,192 and 32,768, 0.77-0.97 for eval (one example per
-'data' shard) and 0.91-1.17 for calibration (6 or 11 taus per chip); the fused kernel
-('pallas'), Flan-T5-XXL, 0.84-0.97 for eval and 0.90-1.18 for calibration; XXL's encoder with
-one tau, 1.19 (blockwise) and 1.11 (fused). Where it matters, the runs use XLA's own figure
-(above).
+"""Memory a run needs: XLA's figure per device for a compiled step, which `t5align.eval` and
+`t5align.calibrate` check before running it (`Compiled`, `check_compiled`); an analytic estimate
+per device, for planning without a compile (`estimate`); and the host's room for a checkpoint's
+arrays (`check_host_fits`).
 """
 from __future__ import annotations
 
@@ -142,7 +115,24 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
              model_shards: int = 1, data_shards: int = 1, taus: int = 1,
              tau_shards: int = 1, decoding: bool = False,
              platform: str | None = None) -> Estimate:
-  """The per-device estimate (see the module docstring) for inputs of `length` tokens.
+  """The per-device estimate for inputs of `length` tokens (README compares it with XLA's).
+
+  The parameters (split over 'model'), plus the live activations of one encoder layer for the
+  rows on a device (examples over 'data' times candidate temperatures over 'tau'), plus greedy
+  decoding's cross-attention cache:
+    reference   float32 attention logits and probabilities `[b, h, L, L]` (2 arrays) and the
+                relative-position bias `[h, L, L]`;
+    blockwise   per row, the float32 output accumulators `[h, L, d]` and the stacked outputs of
+                the query blocks (2 arrays), and 3 float32 `[h, block_q, block_k]` tiles;
+    pallas      taken as blockwise's;
+    hidden      per row, the residual stream and its norm, two of q/k/v/o and the MLP's hidden
+                units, `L * (2 e + 2 h d / model + (n_act + 1) mlp / model)` in the activation
+                dtype; and per example (shared by its taus) two float32 copies of the residual
+                stream, `2 L e` (what XLA's TPU programs keep beside the per-row activations);
+    cache       (decoding) every decoder layer's cross-attention keys and values,
+                `2 n_dec b L h d`.
+  Heads, MLP units and the vocabulary are split over 'model' (t5x's rules); 'auto' attention is
+  resolved at the run's length as the network does.
 
   Args:
     config: the model (its dtype is the activation dtype).

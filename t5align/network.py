@@ -121,54 +121,59 @@ def attention_options(config: T5Config, impl: str) -> Any:
   return next((o for o in config.attention_options if type(o) is options), options())
 
 
-def layer_temperatures(temperature: Any, num_layers: int, batch: int, num_heads: int) -> Array:
-  """Normalizes a temperature to float32 `[1 or batch, num_layers, 1 or num_heads]`.
+def layer_temperatures(temperature: Any, num_layers: int, batch: int, num_heads: int, *,
+                       constant: bool = False, name: str = 'temperature') -> Array:
+  """The encoder temperature in its one form: float32 `[1 or batch, num_layers, 1 or num_heads]`.
 
-  Accepted: a scalar; a `[num_layers]` vector (per layer); a `[batch]` vector (per example);
-  a 2-D `[1 or batch, 1 or num_layers]` array (per example and layer); a 3-D
+  Every temperature enters the encoder here, once (`Transformer.encode`: its `temperature=`, else
+  the config's); its values are checked here (`validate.temperatures`; not when traced). Layer i
+  takes `tau[:, i]`, `[1 or b, 1 or h]`, which the attention implementations take as it is
+  (`reference.head_temperature`).
+
+  Accepted, with `constant=True` (one value for the whole batch: the config's
+  `encoder_attention_temperature`): a scalar, `[1 or num_layers]` (per layer) or
+  `[1 or num_layers, 1 or num_heads]` (per layer and head). Otherwise (`encode`'s `temperature=`):
+  a scalar or a `[num_layers]` vector (one for the whole batch); a `[batch]` vector (per
+  example); a 2-D `[1 or batch, 1 or num_layers]` array (per example and layer); a 3-D
   `[1 or batch, 1 or num_layers, 1 or num_heads]` array (per example, layer and head). A 1-D
   vector whose length equals both `batch` and `num_layers` is ambiguous and rejected: pass
-  `[batch, 1]` or `[1, num_layers]` instead. Layer i of the encoder takes `tau[:, i]`, the
-  `[1 or batch, 1 or heads]` form of `reference.head_temperature`.
+  `[batch, 1]` or `[1, num_layers]` instead.
   """
-  validate.temperatures(temperature, 'temperature')
+  validate.temperatures(temperature, name)
   tau = jnp.asarray(temperature, jnp.float32)
-  accepted = (f'a scalar, [num_encoder_layers={num_layers}], [batch={batch}], [1 or batch, 1 or '
-              f'num_encoder_layers] or [1 or batch, 1 or num_encoder_layers, 1 or '
-              f'num_heads={num_heads}]')
-  if tau.ndim == 0:
-    tau = tau.reshape(1, 1)
-  elif tau.ndim == 1:
+  shape = tuple(np.shape(temperature))
+  if constant:
+    accepted = (f'a scalar, [num_encoder_layers={num_layers}] or [num_encoder_layers='
+                f'{num_layers}][num_heads={num_heads}]')
+    target = f'[num_encoder_layers={num_layers}, num_heads={num_heads}]'
+  else:
+    accepted = (f'a scalar, [num_encoder_layers={num_layers}], [batch={batch}], [1 or batch, 1 '
+                f'or num_encoder_layers] or [1 or batch, 1 or num_encoder_layers, 1 or '
+                f'num_heads={num_heads}]')
+    target = f'[batch={batch}, num_encoder_layers={num_layers}, num_heads={num_heads}]'
+  whole_batch = constant  # One value (per layer, per head) for every example.
+  if not constant and tau.ndim == 1:
     n = tau.shape[0]
-    if n == num_layers and n == batch and n > 1:
+    if n == num_layers == batch and n > 1:
       raise ValueError(
-          f'temperature of shape ({n},) is ambiguous: batch and num_encoder_layers are both {n}. '
+          f'{name} of shape ({n},) is ambiguous: batch and num_encoder_layers are both {n}. '
           f'Pass shape ({n}, 1) for one value per example or (1, {n}) for one per layer.')
-    if n == num_layers:
-      tau = tau[None, :]
-    elif n == batch or n == 1:
-      tau = tau[:, None]
-    else:
-      raise ValueError(f'temperature of shape ({n},) matches neither batch={batch} nor '
+    if n not in (num_layers, batch, 1):
+      raise ValueError(f'{name} of shape ({n},) matches neither batch={batch} nor '
                        f'num_encoder_layers={num_layers}; accepted: {accepted}.')
-  if tau.ndim == 2:
-    tau = tau[:, :, None]  # [1 or b, 1 or n] -> [1 or b, 1 or n, 1]
-  if (tau.ndim != 3 or tau.shape[0] not in (1, batch) or tau.shape[1] not in (1, num_layers)
-      or tau.shape[2] not in (1, num_heads)):
-    raise ValueError(f'temperature of shape {tuple(np.shape(temperature))} does not broadcast to '
-                     f'[batch={batch}, num_encoder_layers={num_layers}, num_heads={num_heads}]; '
-                     f'accepted: {accepted}.')
+    whole_batch = n == num_layers
+  if whole_batch and tau.ndim <= 2:
+    # One for the whole batch: [] -> [1, 1, 1], [n] -> [1, n, 1], [n, h] -> [1, n, h].
+    tau = tau.reshape((1,) + tau.shape + (1,) * (2 - tau.ndim))
+  elif not whole_batch and tau.ndim <= 3:
+    # Per example: [] -> [1, 1, 1], [b] -> [b, 1, 1], [b, n] -> [b, n, 1], [b, n, h] as it is.
+    tau = tau.reshape(tau.shape + (1,) * (3 - tau.ndim))
+  if (len(shape) > (2 if whole_batch else 3) or tau.shape[0] not in (1, batch)
+      or tau.shape[1] not in (1, num_layers) or tau.shape[2] not in (1, num_heads)):
+    raise ValueError(f'{name} of shape {shape} does not broadcast to {target}; accepted: '
+                     f'{accepted}.')
   # [1 or b, 1 or n, 1 or h] -> [1 or b, n, 1 or h]
   return jnp.broadcast_to(tau, (tau.shape[0], num_layers, tau.shape[2]))
-
-
-def config_temperature(config: T5Config) -> np.ndarray:
-  """The config's `encoder_attention_temperature` in `layer_temperatures`' forms: a scalar,
-  `[1, layers]` for one per layer, or `[1, layers, heads]` for a `[layers][heads]` value (never
-  read as one per example: a 1-D vector is ambiguous when batch == num_encoder_layers, and a
-  2-D one would read as `[batch, layers]`)."""
-  tau = np.asarray(config.encoder_attention_temperature, np.float32)
-  return tau if tau.ndim == 0 else tau[None]
 
 
 def _relpos(cfg: T5Config) -> layers.RelativePositionBiases:
@@ -202,8 +207,8 @@ class EncoderLayer(nn.Module):
   @nn.compact
   def __call__(self, inputs: Array, segment_ids: Array, temperature: Array,
                deterministic: bool = False) -> Array:
-    """`[b, l, e]` -> `[b, l, e]`; `segment_ids` `[b, l]` (0 = pad), `temperature`
-    `[1 or b, 1 or h]` (`reference.head_temperature`)."""
+    """`[b, l, e]` -> `[b, l, e]`; `segment_ids` `[b, l]` (0 = pad), `temperature` float32
+    `[1 or b, 1 or h]` (this layer's slice of `layer_temperatures`' form, passed on as it is)."""
     cfg = self.config
     x = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
     # [b, l, e] -> [b, l, e]
@@ -256,7 +261,8 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, encoder_input_tokens: Array, segment_ids: Array, temperature: Array,
                deterministic: bool = False) -> Array:
-    """`[b, l]` tokens -> `[b, l, e]`; `temperature` is `[1 or b, num_encoder_layers, 1 or h]`."""
+    """`[b, l]` tokens -> `[b, l, e]`; `temperature` float32 `[1 or b, num_encoder_layers,
+    1 or h]`, as `layer_temperatures` gives it (not checked again here)."""
     cfg = self.config
     rel_emb = _relpos(cfg)
     # [b, l] -> [b, l, e]
@@ -319,8 +325,9 @@ class Transformer(nn.Module):
 
   Every entry point that runs the encoder takes an optional `temperature` (scalar, per layer,
   per example, `[batch, layers]` or `[batch, layers, heads]`; see `layer_temperatures`) that
-  overrides the config's
-  `encoder_attention_temperature` and may be traced (e.g. under `jax.vmap`).
+  overrides the config's `encoder_attention_temperature` and may be traced (e.g. under
+  `jax.vmap`). `encode` turns either into `[1 or batch, layers, 1 or heads]` once; the encoder's
+  layers and the attention take that form (a layer's slice) as it is.
   """
 
   config: T5Config
@@ -340,11 +347,13 @@ class Transformer(nn.Module):
     if encoder_input_tokens.ndim != 2:
       raise ValueError(f'encoder_input_tokens must be [batch, length]; got shape '
                        f'{encoder_input_tokens.shape}.')
+    n, b, h = cfg.num_encoder_layers, encoder_input_tokens.shape[0], cfg.num_heads
+    # [1 or b, n, 1 or h]: the temperature's one form from here to the attention's division.
     if temperature is None:
-      temperature = config_temperature(cfg)
-    # [1 or b, n, 1 or h]
-    tau = layer_temperatures(temperature, cfg.num_encoder_layers, encoder_input_tokens.shape[0],
-                             cfg.num_heads)
+      tau = layer_temperatures(cfg.encoder_attention_temperature, n, b, h, constant=True,
+                               name='T5Config.encoder_attention_temperature')
+    else:
+      tau = layer_temperatures(temperature, n, b, h)
     ids = segment_ids_for(encoder_input_tokens, encoder_segment_ids)
     return self.encoder(encoder_input_tokens, ids, tau, deterministic=not enable_dropout)
 

@@ -5,7 +5,7 @@ from (checkpoint, vocabulary, data files), the gin configuration after every ove
 run's settings (task options, seeds, temperature or schedule entry, dtypes, attention
 implementation, ...). A resumed run compares the identity it would record with the one recorded,
 field by field (`differences`), and refuses naming each differing field (`check_same`):
-  - `predictions.check_run`: eval's run.json per task folder;
+  - `check_run`: eval's run.json per task folder;
   - `calibration.CalibrationLog`: calibrate's progress beside OUTPUT_PATH, and a schedule's
     provenance['identity'] (what a reused schedule was calibrated for);
   - `check_same_processes`: every process of a multi-process run against process 0.
@@ -29,6 +29,7 @@ import sys
 from typing import Any, Collection, Iterable, Mapping
 
 from t5align.runtime import fileio
+from t5align.runtime import outputs
 
 FULL_HASH_BYTES = 256 * 2**20
 SAMPLED_BLOCKS = 16
@@ -320,3 +321,26 @@ def check_same_processes(settings: Mapping[str, Any], what: str = 'settings') ->
     raise RunMismatchError(
         f'the processes were started with different {what} (process 0 -> the other): '
         + ' | '.join(problems) + '. Start every process with the same command.')
+
+
+def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any],
+              has_results: bool | None = None) -> None:
+  """Writes run.json, or checks that the run that made the folder's results had the same
+  identity (`check_same`: every field but `INFORMATIONAL`).
+
+  A run.json whose folder holds no result yet (by default: no prediction record, no
+  metrics.json; the run failed before its first batch) is replaced, so a corrected rerun is not
+  refused. Results without a run.json are refused: nothing says which run made them.
+  """
+  path = fileio.join(folder, 'run.json')
+  settings = json.loads(json.dumps(settings, sort_keys=True))
+  predictions = fileio.join(folder, 'predictions.jsonl')
+  if has_results is None:
+    has_results = fileio.exists(fileio.join(folder, 'metrics.json')) or (
+        fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
+  if has_results:
+    before = outputs.read_json(path, 'run record') if fileio.exists(path) else None
+    check_same(before, settings, what=os.fspath(folder),
+                            hint='Use another output folder (or move this one away).')
+    return
+  fileio.write_json_atomic(path, settings)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks import attention_bench
+from benchmarks import calibration_stability
 from benchmarks import encoder_bench
 from benchmarks import preflight_table
 from benchmarks import tpu_kernel_bench
@@ -141,6 +142,20 @@ def test_time_calls_measures_the_peak_beside_each_call():
   result, out = attention_bench.time_calls(lambda: 7, lambda x: x, 3, lambda: next(peaks))
   assert out == 7 and result['peak_tflops_per_s'] == 2.0  # the median of the three
   assert attention_bench.matmul_peak('float32', 64)() > 0
+
+
+def test_calibration_stability_runs_the_demos_calibration(capsys):
+  """Two sampling seeds of the demo's per-task calibration at one length, through the demo's
+  library (`t5align.demo`'s planning, inputs and temperatures), as the benchmark reports them."""
+  calibration_stability.main(['--num_samples', '1', '--seeds', '2', '--strategies', 'pmax',
+                              '--lengths', '512', '--num_references', '2'])
+  [row] = json.loads(capsys.readouterr().out)['rows']
+  assert row['seeds'] == [7, 8] and row['prompts_per_length'] == {'512': 1}
+  assert row['num_references'] == 2
+  assert set(row['tasks']) == {'lines', 'kv'}
+  for task in ('lines', 'kv'):
+    cell = row['tasks'][task]['pmax']['512']
+    assert len(cell['taus']) == 2 and cell['stable'] == (cell['spread'] == 0.0), cell
 
 
 def test_preflight_table_markdown_sets_implementations_side_by_side():

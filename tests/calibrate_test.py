@@ -14,6 +14,8 @@ from t5align import calibrate
 from t5align import calibration
 from t5align.calibration import samples
 from t5align import checkpoints
+from t5align.jobs import calibration_job
+from t5align.jobs import eval_job
 from t5align import network
 from t5align import schedule
 from t5align.shipped import assets
@@ -97,7 +99,7 @@ def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
   # ~6e-5 relative, within the tolerance above: the dtype itself is checked exactly).
   assert np.any(f32 != bf16)
   with pytest.raises(ValueError, match='the dtype evaluation uses'):
-    calibrate.activation_dtype(network.T5Config(vocab_size=8, dtype=jnp.float32), 'bfloat16')
+    calibration_job.activation_dtype(network.T5Config(vocab_size=8, dtype=jnp.float32), 'bfloat16')
 
 
 def _task_jsonl(tmp_path: pathlib.Path) -> str:
@@ -123,7 +125,6 @@ def _task_jsonl(tmp_path: pathlib.Path) -> str:
 
 def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
   vocab = str(ASSET / 'sentencepiece.model')
   jsonl = _task_jsonl(tmp_path)
@@ -167,10 +168,10 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
   temp = temperature.Temperature(schedule=loaded)
   tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
-  np.testing.assert_allclose(t5align_eval.task_temperature(temp, 'lines').taus(tokens),
+  np.testing.assert_allclose(eval_job.task_temperature(temp, 'lines').taus(tokens),
                              [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)
   with pytest.warns(UserWarning, match="no calibration for task 'other'"):
-    other = t5align_eval.task_temperature(temp, 'other')
+    other = eval_job.task_temperature(temp, 'other')
   assert other.schedule is loaded
 
 

@@ -15,7 +15,7 @@ from t5align import checkpoints
 from t5align import decoding
 from t5align import eval as t5align_eval
 from t5align import network
-from t5align import report
+from t5align.evaluation import tables
 from t5align.runtime import batching
 from t5align import vocabularies
 from vocabularies_test import train_bpe  # pylint: disable=g-bad-import-order
@@ -86,7 +86,7 @@ def test_codet5_code_completion_and_truncation_row(codet5, tmp_path, monkeypatch
     out = np.asarray(decoding.greedy_decode(model, params, x, max_decode_length=4, eos_id=2))[0]
     assert r['prediction'] == vocab.decode(batching.strip_eos(out, 2))
   # Table 6 gets its truncation row, last, after tau = 1.
-  text = report.render(report.load_results([tmp_path]))
+  text = tables.render(tables.load_results([tmp_path]))
   lines = [l for l in text.splitlines() if l.startswith('| tiny-codet5') or
            l.startswith('| w/ truncation')]
   assert lines and lines[0].startswith('| tiny-codet5 tau = 1') and lines[1].startswith(

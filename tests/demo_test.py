@@ -17,9 +17,15 @@ import pytest
 
 from seqio_tasks import metrics
 from t5align import calibration
-from t5align import demo
 from t5align import network
 from t5align import run_identity
+from t5align.demo import command
+from t5align.demo import inputs
+from t5align.demo import planning
+from t5align.demo import reporting
+from t5align.demo import store
+from t5align.demo import temperatures
+from t5align.demo import timing
 from t5align.runtime import outputs
 from t5align.shipped import assets
 from t5align.shipped import heldout
@@ -32,8 +38,8 @@ NUM_EXAMPLES = 4
 NUM_REFERENCES = 3
 
 
-def _settings(out: str, length: int, **changes) -> demo.Settings:
-  return dataclasses.replace(demo.Settings(
+def _settings(out: str, length: int, **changes) -> planning.DemoSettings:
+  return dataclasses.replace(planning.DemoSettings(
       output_dir=out, model_dir=MODEL_DIR, lengths=(length,), strategies=STRATEGIES,
       num_examples=NUM_EXAMPLES, num_samples=1, num_references=NUM_REFERENCES,
       batch_size=NUM_EXAMPLES, controls=True), **changes)
@@ -44,7 +50,7 @@ def shortened(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('demo'))
   reference_length = assets.training_length(MODEL_DIR)
   length = 2 * reference_length
-  results = demo.run(_settings(out, length))
+  results = command.run(_settings(out, length))
   return out, results, reference_length, length
 
 
@@ -66,16 +72,16 @@ def test_accuracy_equals_recomputation(shortened):
   model, params, _, vocab = _model()
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
   expected = heldout.retrieval_accuracy(model, params, vocab, length=length,
-                                        num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
+                                        num_examples=NUM_EXAMPLES, seed=inputs.EVAL_SEED,
                                         batch_size=NUM_EXAMPLES, temperature=1.0)
   for task, value in expected.items():  # Every task at tau = 1 (passkey as a control).
     assert results['accuracy']['tau=1'][task][str(length)] == value, task
   # The tuned tasks, each at its own calibrated temperature; the controls at tau = 1 only.
-  assert set(schedule['tasks']) == set(demo.DEFAULT.tuned_tasks) == {'lines', 'kv'}
-  for task in demo.DEFAULT.tuned_tasks:
+  assert set(schedule['tasks']) == set(planning.DEFAULT.tuned_tasks) == {'lines', 'kv'}
+  for task in planning.DEFAULT.tuned_tasks:
     tau = schedule['tasks'][task]['pmax'][0]['tau']
     value = heldout.retrieval_accuracy(model, params, vocab, tasks=[task], length=length,
-                                       num_examples=NUM_EXAMPLES, seed=demo.EVAL_SEED,
+                                       num_examples=NUM_EXAMPLES, seed=inputs.EVAL_SEED,
                                        batch_size=NUM_EXAMPLES, temperature=tau)[task]
     assert results['accuracy']['pmax'][task][str(length)] == value, task
   assert set(results['accuracy']['pmax']) == {'lines', 'kv'}
@@ -93,7 +99,7 @@ def test_accuracy_equals_recomputation(shortened):
 
 
 def _read_predictions(out: str, row: str, length: int, task: str) -> list[dict]:
-  with open(demo.predictions_path(out, row, length, task), encoding='utf-8') as f:
+  with open(store.predictions_path(out, row, length, task), encoding='utf-8') as f:
     return [json.loads(line) for line in f]
 
 
@@ -113,11 +119,11 @@ def test_accuracy_rescored_from_written_predictions(shortened):
   for row, by_task in results['accuracy'].items():
     for task in by_task:
       for L in (reference_length, length):
-        path = demo.predictions_path(out, row, L, task)
+        path = store.predictions_path(out, row, L, task)
         if not os.path.exists(path):  # A cell copied from an earlier row with the same tau.
           continue
         records = _read_predictions(out, row, L, task)
-        examples = train_data.eval_examples(task, vocab, L, NUM_EXAMPLES, demo.EVAL_SEED)
+        examples = train_data.eval_examples(task, vocab, L, NUM_EXAMPLES, inputs.EVAL_SEED)
         assert [r['index'] for r in records] == list(range(NUM_EXAMPLES)), path
         assert [(r['target'], r['answer']) for r in records] == [
             (e.targets, e.answer) for e in examples], path
@@ -128,7 +134,7 @@ def test_accuracy_rescored_from_written_predictions(shortened):
                                                                        abs=1e-9), path
   # tau = 1 at L_ex is evaluated, never copied: its files exist for every task.
   for task in train_data.TASKS:
-    assert os.path.exists(demo.predictions_path(out, 'tau=1', length, task))
+    assert os.path.exists(store.predictions_path(out, 'tau=1', length, task))
 
 
 def _naive_greedy(apply, steps, eos_id, tau):
@@ -151,7 +157,7 @@ def test_written_prediction_equals_uncached_greedy_decoding(shortened, task, row
   out, _, _, length = shortened
   model, params, _, vocab = _model()
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
-  [example] = train_data.eval_examples(task, vocab, length, 1, demo.EVAL_SEED)
+  [example] = train_data.eval_examples(task, vocab, length, 1, inputs.EVAL_SEED)
   tokens = np.zeros((1, length), np.int32)
   tokens[0, :len(example.input_ids)] = example.input_ids
   steps = heldout.DECODE_LENGTH[train_data.FAMILY[task]]
@@ -175,7 +181,8 @@ def test_decode_length_shorter_than_an_answer_is_refused():
 def test_demo_needs_no_seqio():
   """With seqio unimportable, the demo's modules import and its examples score (no TensorFlow)."""
   code = ('import sys; sys.modules["seqio"] = None\n'
-          'from t5align import demo, vocabularies\n'
+          'from t5align import vocabularies\n'
+          'from t5align.demo import command\n'
           'from t5align.shipped import assets, heldout, train_data\n'
           'import os\n'
           'v = vocabularies.SentencePieceVocabulary(\n'
@@ -190,16 +197,43 @@ def test_demo_needs_no_seqio():
   assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_command_line_is_the_package():
+  """`python -m t5align.demo` runs `command.main`, whose docstring is the usage."""
+  env = {**os.environ, 'PYTHONPATH': REPO_ROOT, 'JAX_PLATFORMS': 'cpu'}
+  done = subprocess.run([sys.executable, '-m', 't5align.demo', '--help'], env=env, cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.startswith('usage: python -m t5align.demo [-h] [--output_dir OUTPUT_DIR]')
+  assert command.__doc__.splitlines()[0] in done.stdout
+
+
+def test_library_is_layered_and_never_imports_the_command():
+  """Each library module of the demo imports only those listed before it (t5align/demo's
+  docstring), none the command; neither do the benchmarks built on them."""
+  import imports_test  # pylint: disable=g-import-not-at-top
+  root = imports_test.REPO_ROOT
+  order = ('__init__', 'inputs', 'planning', 'timing', 'store', 'temperatures', 'reporting')
+  assert {p.stem for p in (root / 't5align' / 'demo').glob('*.py')} == {
+      *order, 'command', '__main__'}
+  for i, name in enumerate(order):
+    ours = {m for m in imports_test._imports(root / 't5align' / 'demo' / f'{name}.py')
+            if m.startswith('t5align.demo')}
+    assert ours <= {f't5align.demo.{m}' for m in order[1:i]}, (name, sorted(ours))
+  for path in sorted(root.glob('benchmarks/*.py')):
+    assert not imports_test._imports(path) & {'t5align.demo.command', 't5align.demo.__main__'}, (
+        f'{path} imports the demo command')
+
+
 def test_temperatures_equal_recomputation(shortened):
   out, _, reference_length, length = shortened
   _, params, config, vocab = _model()
   schedule = json.load(open(os.path.join(out, 'schedule.json'), encoding='utf-8'))
-  tuned = demo.DEFAULT.tuned_tasks
+  tuned = planning.DEFAULT.tuned_tasks
   # Per task: the task's prompts at L_ex against NUM_REFERENCES of the same task's at L_tr.
   pairs = {}
   for task in tuned:
-    [(long, short)] = demo.task_calibration_inputs(vocab, task, [length], reference_length, 1,
-                                                   num_references=NUM_REFERENCES)
+    [(long, short)] = inputs.task_calibration_inputs(vocab, task, [length], reference_length, 1,
+                                                     num_references=NUM_REFERENCES)
     assert long.shape == (1, length) and short.shape == (NUM_REFERENCES, reference_length)
     pairs[task] = (long, short)
     c = calibration.calibrate(params, config, long, 'pmax', reference_tokens=short,
@@ -225,12 +259,12 @@ def test_temperatures_equal_recomputation(shortened):
 
 def test_rerun_resumes_and_rejects_other_settings(shortened):
   out, results, _, length = shortened
-  again = demo.run(_settings(out, length))
+  again = command.run(_settings(out, length))
   assert again['accuracy'] == results['accuracy']
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'demo results .*results.json holds results of a different run; '
                            r'differing fields \(before -> now\): num_examples: 4 -> 5\.'):
-    demo.run(_settings(out, length, num_examples=NUM_EXAMPLES + 1))
+    command.run(_settings(out, length, num_examples=NUM_EXAMPLES + 1))
 
 
 class _Recalibrating(Exception):
@@ -251,18 +285,18 @@ def test_schedule_of_another_calibration_is_recalibrated(shortened, tmp_path, mo
       os.path.join(MODEL_DIR, assets.VOCAB_FILE))
   assert (identity['lengths'], identity['strategies']) == ([length], list(STRATEGIES))
   logged = []
-  assert demo.reusable_schedule('s.json', saved, identity, logged.append) is not None
+  assert store.reusable_schedule('s.json', saved, identity, logged.append) is not None
   assert logged == []
   # Calibrated elsewhere at the same content: the path is informational only.
   moved = {**identity, 'checkpoint_path': '/elsewhere/checkpoint_5000'}
-  assert demo.reusable_schedule('s.json', saved, moved, logged.append) is not None
-  assert demo.reusable_schedule('s.json', saved, {**identity, 'strategies': ['pmax']},
-                                logged.append) is None
+  assert store.reusable_schedule('s.json', saved, moved, logged.append) is not None
+  assert store.reusable_schedule('s.json', saved, {**identity, 'strategies': ['pmax']},
+                                 logged.append) is None
   assert logged == ["temperature schedule s.json holds results of a different run; differing "
                     "fields (before -> now): strategies: [\"pmax\", \"log_length\"] -> "
                     "[\"pmax\"]. Recalibrating; the new calibration replaces it."]
   no_identity = {**saved, 'provenance': {}}
-  assert demo.reusable_schedule('s.json', no_identity, identity, logged.append) is None
+  assert store.reusable_schedule('s.json', no_identity, identity, logged.append) is None
   assert 'no record of the run that made them' in logged[-1]
   # Through `run`: the schedule of a 2 x L_tr calibration, a run asking 4 x L_tr.
   other = tmp_path / 'other'
@@ -272,9 +306,9 @@ def test_schedule_of_another_calibration_is_recalibrated(shortened, tmp_path, mo
   def calibrate(*args, **kwargs):
     raise _Recalibrating()
 
-  monkeypatch.setattr(demo, '_calibrate', calibrate)
+  monkeypatch.setattr(command, '_calibrate', calibrate)
   with pytest.raises(_Recalibrating):
-    demo.run(_settings(str(other), 2 * length))
+    command.run(_settings(str(other), 2 * length))
   assert f'lengths: [{length}] -> [{2 * length}]' in capsys.readouterr().err
   assert not (other / 'results.json').exists()
 
@@ -288,21 +322,21 @@ def test_results_of_other_weights_are_refused(tmp_path):
   json.dump({'settings': settings, 'accuracy': {'tau=1': {'lines': {'512': 50.0}}}},
             open(path, 'w', encoding='utf-8'))
   moved = {**settings, 'model_dir': '/b', 'checkpoint_path': '/b/checkpoint_5'}
-  assert demo.Results(path, moved).get('tau=1', 'lines', 512) == 50.0
+  assert store.Results(path, moved).get('tau=1', 'lines', 512) == 50.0
   with pytest.raises(run_identity.RunMismatchError,
                      match=r"differing fields \(before -> now\): checkpoint.sha256: 'aa' -> "
                            r"'bb'\. Use another --output_dir"):
-    demo.Results(path, {**settings, 'checkpoint': {'sha256': 'bb', 'bytes': 10}})
+    store.Results(path, {**settings, 'checkpoint': {'sha256': 'bb', 'bytes': 10}})
   json.dump({'accuracy': {}}, open(path, 'w', encoding='utf-8'))
   with pytest.raises(run_identity.RunMismatchError, match='no record of the run'):
-    demo.Results(path, settings)
+    store.Results(path, settings)
 
 
 def test_schedule_lock_is_calibrates_output_path_lock(tmp_path):
   """The demo holds the per-file lock of its schedule.json, the one calibrate takes on its
   OUTPUT_PATH: a calibration writing there is refused while the demo runs (issue 23 #11)."""
   out = tmp_path / 'demo'
-  with demo.claim_outputs(str(out)):
+  with store.claim_outputs(str(out)):
     with pytest.raises(outputs.OutputLockedError, match=r'OUTPUT_PATH .*schedule.json is in use '
                                                         r'by another run'):
       with outputs.claim(str(out / 'schedule.json'), 'OUTPUT_PATH', is_file=True):
@@ -323,7 +357,7 @@ def test_vocabulary_larger_than_the_embedding_is_refused(tmp_path):
   out = tmp_path / 'out'
   with pytest.raises(ValueError, match=r'--model_dir vocabulary .*sentencepiece.model has 3000 '
                                        r'pieces but checkpoint .*checkpoint_\d+ embeds 1024 ids'):
-    demo.run(_settings(str(out), 512, model_dir=str(model_dir)))
+    command.run(_settings(str(out), 512, model_dir=str(model_dir)))
   assert os.listdir(out) == []
 
 
@@ -333,28 +367,29 @@ def test_bad_settings_name_the_flag():
                            ({'calibration_seeds': -2}, '--calibration_seeds=-2'),
                            ({'strategies': ('pmx',)}, '--strategies pmx')):
     with pytest.raises(ValueError, match=re.escape(message)):
-      dataclasses.replace(demo.Settings(), **changes).check()
+      dataclasses.replace(planning.DemoSettings(), **changes).check()
   with pytest.raises(ValueError, match='--lengths 256: every length must exceed L_tr = 256'):
-    demo.make_plan(demo.Settings(lengths=(256, 512)), 256)
+    planning.make_plan(planning.DemoSettings(lengths=(256, 512)), 256)
 
 
 def test_plan_of_each_mode():
-  plan = demo.make_plan(demo.Settings(), 256)
+  plan = planning.make_plan(planning.DemoSettings(), 256)
   assert plan.lengths == (512, 1024, 2048, 4096) and plan.eval_lengths[0] == 256
   assert plan.samples == {4096: 1, 2048: 2, 1024: 4, 512: 8}
   assert plan.rows == ('tau=1', 'pmax', 'entropy', 'log_length', 'pmax_per_layer')
   # Passkey only with --controls, and then at tau = 1 only.
   assert plan.row_tasks('tau=1') == plan.row_tasks('pmax') == plan.tasks == ('lines', 'kv')
   assert plan.control_tasks == ()
-  controls = demo.make_plan(demo.Settings(controls=True), 256)
+  controls = planning.make_plan(planning.DemoSettings(controls=True), 256)
   assert controls.control_tasks == ('passkey', 'passkey_decoys')
   assert controls.row_tasks('tau=1') == train_data.TASKS
   assert controls.row_tasks('pmax') == ('lines', 'kv')
-  assert plan.seeds == (demo.CALIBRATION_SEED,) and 'pmax_per_layer' not in plan.pooled
-  full = demo.make_plan(demo.Settings(full=True), 256)
-  assert full.strategies == demo.STRATEGIES and full.row_tasks('pmax') == train_data.TASKS
+  assert plan.seeds == (inputs.CALIBRATION_SEED,) and 'pmax_per_layer' not in plan.pooled
+  full = planning.make_plan(planning.DemoSettings(full=True), 256)
+  assert full.strategies == planning.STRATEGIES and full.row_tasks('pmax') == train_data.TASKS
   assert len(full.seeds) == 5 and 'prop1' not in full.rows and 'pmax_per_layer' in full.pooled
-  assert demo.make_plan(demo.Settings(full=True, controls=True), 256).control_tasks == ()
+  both = planning.DemoSettings(full=True, controls=True)
+  assert planning.make_plan(both, 256).control_tasks == ()
 
 
 def _results(cells: dict, trials: int = 50) -> dict:
@@ -365,9 +400,9 @@ def _results(cells: dict, trials: int = 50) -> dict:
   return {'settings': {'num_examples': trials}, 'accuracy': accuracy}
 
 
-def _plan(rows=('tau=1', 'pmax', 'entropy')) -> demo.Plan:
-  return demo.Plan(256, (1024, 4096), ('pmax', 'entropy'), rows, ('lines', 'kv'),
-                   ('passkey', 'passkey_decoys'), (), {1024: 1, 4096: 1}, 1, (7,))
+def _plan(rows=('tau=1', 'pmax', 'entropy')) -> planning.Plan:
+  return planning.Plan(256, (1024, 4096), ('pmax', 'entropy'), rows, ('lines', 'kv'),
+                       ('passkey', 'passkey_decoys'), (), {1024: 1, 4096: 1}, 1, (7,))
 
 
 def _toy_results() -> dict:
@@ -391,7 +426,7 @@ def _toy_results() -> dict:
 
 
 def test_observations_say_better_only_where_intervals_do_not_overlap():
-  notes = demo.observations(_toy_results(), _plan())
+  notes = reporting.observations(_toy_results(), _plan())
   text = '\n'.join(notes)
   lines_1024 = next(n for n in notes if n.startswith('  at 1024') and '78%' in n)
   assert 'better' not in lines_1024 and 'within noise of tau = 1 (78%' in lines_1024
@@ -405,7 +440,7 @@ def test_observations_say_better_only_where_intervals_do_not_overlap():
 
 
 def test_headline_table_lists_controls_apart():
-  table = demo.headline_table(_toy_results(), _plan()).splitlines()
+  table = reporting.headline_table(_toy_results(), _plan()).splitlines()
   assert table[0] == '| accuracy % (lines / kv) | 256 (L_tr) | 1024 | 4096 |'
   assert table[3] == '| w/ P_max | 100/100 | 92/100 | 70/42 |'
   assert table[-1] == ('| tau = 1: passkey / passkey_decoys (control) | 100/100 | 100/100 | '
@@ -415,15 +450,14 @@ def test_headline_table_lists_controls_apart():
 def test_without_controls_no_control_row_panel_or_note():
   plan = dataclasses.replace(_plan(), control_tasks=())
   results = _toy_results()
-  assert demo.headline_table(results, plan).splitlines()[-1].startswith('| w/ H |')
-  assert not any('passkey' in n for n in demo.observations(results, plan))
+  assert reporting.headline_table(results, plan).splitlines()[-1].startswith('| w/ H |')
+  assert not any('passkey' in n for n in reporting.observations(results, plan))
   assert plan.tasks == ('lines', 'kv')
 
 
 def test_accuracy_figure_intervals_marker_and_legend(saved_figure, tmp_path):
   results = _toy_results()
-  fig = saved_figure(lambda: demo.plot_accuracy(results, _plan(),
-                                                                 str(tmp_path / 'a.png')))
+  fig = saved_figure(lambda: reporting.plot_accuracy(results, _plan(), str(tmp_path / 'a.png')))
   axes = fig.axes
   assert [ax.get_title() for ax in axes] == [
       'passkey (control, tau = 1)', 'passkey_decoys (control, tau = 1)', 'lines', 'kv']
@@ -461,7 +495,7 @@ def _simulated_cells(compile_s: float, quadratic: float, linear: float, fixed: f
 def test_eta_within_2x_after_a_tenth_of_the_cells(compile_s, quadratic, linear, fixed):
   cells = _simulated_cells(compile_s, quadratic, linear, fixed)
   now = [0.0]
-  eta = demo.Eta({i: (L, 50) for i, (L, _) in enumerate(cells)}, clock=lambda: now[0])
+  eta = timing.Eta({i: (L, 50) for i, (L, _) in enumerate(cells)}, clock=lambda: now[0])
   for i, (_, seconds) in enumerate(cells):
     now[0] += seconds
     eta.advance(i)
@@ -474,22 +508,22 @@ def test_eta_within_2x_after_a_tenth_of_the_cells(compile_s, quadratic, linear, 
 
 def test_eta_text_rate_and_compilations():
   now = [100.0]
-  eta = demo.Eta({'a': (512, 0.0), 'b': (512, 1.0), 'c': (512, 3.0)}, clock=lambda: now[0])
+  eta = timing.Eta({'a': (512, 0.0), 'b': (512, 1.0), 'c': (512, 3.0)}, clock=lambda: now[0])
   assert eta.advance('a') == ''  # Nothing with a multiplier done: no estimate.
   now[0] += 30.0
   assert eta.advance('b') == ', ETA 1m30s'  # 30 s per unit, 3 units to go.
   # 12 s for the first piece at 2048, 10 s for the next: 2 s of compiling; 1024 not reached
   # yet: its units cost (1024 / 2048)^p of 2048's, p = 2 (the prior, one length measured).
-  eta = demo.Eta({0: (2048, 1.0), 1: (2048, 1.0), 2: (2048, 1.0), 3: (1024, 4.0)},
-                 clock=lambda: now[0], prior=lambda L: L * L)
+  eta = timing.Eta({0: (2048, 1.0), 1: (2048, 1.0), 2: (2048, 1.0), 3: (1024, 4.0)},
+                   clock=lambda: now[0], prior=lambda L: L * L)
   now[0] += 12.0
   eta.advance(0)
   now[0] += 10.0
   eta.advance(1)
   assert eta.seconds_left() == pytest.approx(10.0 + 4 * 10.0 / 4 + 2.0)
   # p fitted between two measured lengths: 8 s per unit at 4096, 2.83 at 2048 -> p = 1.5.
-  eta = demo.Eta({0: (4096, 1.0), 1: (4096, 1.0), 2: (2048, 1.0), 3: (2048, 1.0),
-                  4: (1024, 1.0)}, clock=lambda: now[0])
+  eta = timing.Eta({0: (4096, 1.0), 1: (4096, 1.0), 2: (2048, 1.0), 3: (2048, 1.0),
+                    4: (1024, 1.0)}, clock=lambda: now[0])
   for key, seconds in enumerate((8.0, 8.0, 2.0 ** 1.5, 2.0 ** 1.5)):
     now[0] += seconds
     eta.advance(key)
@@ -497,10 +531,10 @@ def test_eta_text_rate_and_compilations():
 
 
 def test_calibration_passes_count_a_shared_sweep_once():
-  assert demo.calibration_passes(('pmax', 'entropy', 'log_length', 'pmax_per_layer')) == {
+  assert timing.calibration_passes(('pmax', 'entropy', 'log_length', 'pmax_per_layer')) == {
       'pmax': 11, 'entropy': 0.0, 'log_length': 0.0, 'pmax_per_layer': 10}
-  assert demo.calibration_passes(('pmax', 'entropy'), done=('grid',)) == {'pmax': 0.0,
-                                                                         'entropy': 0.0}
+  assert timing.calibration_passes(('pmax', 'entropy'), done=('grid',)) == {'pmax': 0.0,
+                                                                           'entropy': 0.0}
 
 
 def test_spread_table_and_calibration_spread():
@@ -509,10 +543,10 @@ def test_spread_table_and_calibration_spread():
                       'pmax_per_layer': (c('pmax_per_layer', 512, (0.90, 0.92)),)}},
            {'lines': {'pmax': (c('pmax', 512, 0.9), c('pmax', 1024, 0.80)),
                       'pmax_per_layer': (c('pmax_per_layer', 512, (0.91, 0.95)),)}}]
-  spread = demo.calibration_spread(seeds)
+  spread = temperatures.calibration_spread(seeds)
   assert spread['lines']['pmax']['1024'] == {'taus': [0.85, 0.80], 'spread': pytest.approx(0.05)}
   assert spread['lines']['pmax_per_layer']['512']['spread'] == pytest.approx(0.03)
-  table = demo.spread_table(spread, [7, 8], [512, 1024])
+  table = reporting.spread_table(spread, [7, 8], [512, 1024])
   assert '0.850 [0.800-0.850]' in table and '0.900 [0.900-0.900]' in table
   assert 'range 0.030' in table
 
@@ -520,14 +554,14 @@ def test_spread_table_and_calibration_spread():
 def test_report_states_the_calibration_sample():
   """Prompt counts per length with their noun's number, the seeds that drew them (issue 24:
   never '1 prompts')."""
-  plan = demo.make_plan(demo.Settings(), 256)
-  assert demo.calibration_sample(plan) == (
+  plan = planning.make_plan(planning.DemoSettings(), 256)
+  assert reporting.calibration_sample(plan) == (
       'Temperatures calibrated per task (lines, kv) on 1 prompt of the task at 4096 tokens, '
       '2 prompts at 2048, 4 prompts at 1024, 8 prompts at 512 against 64 of its prompts at '
       'L_tr = 256 (sampling seed 7).')
-  plan = demo.make_plan(demo.Settings(full=True, num_samples=2, lengths=(512, 1024),
-                                      num_references=1), 256)
-  assert demo.calibration_sample(plan) == (
+  plan = planning.make_plan(planning.DemoSettings(full=True, num_samples=2, lengths=(512, 1024),
+                                                  num_references=1), 256)
+  assert reporting.calibration_sample(plan) == (
       'Temperatures calibrated per task (passkey, passkey_decoys, lines, kv) on 2 prompts of '
       'the task at 1024 tokens, 4 prompts at 512 against 1 of its prompts at L_tr = 256 '
       '(sampling seed 7; the calibration repeated with seeds 8, 9, 10, 11 for the spread '
@@ -538,25 +572,25 @@ def test_report_of_the_run_states_its_sample(shortened):
   out, _, reference_length, length = shortened
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()
   assert (f'on 1 prompt of the task at {length} tokens against {NUM_REFERENCES} of its prompts '
-          f'at L_tr = {reference_length} (sampling seed {demo.CALIBRATION_SEED}).') in report
+          f'at L_tr = {reference_length} (sampling seed {inputs.CALIBRATION_SEED}).') in report
   assert '1 prompts' not in report
 
 
 def test_full_mode_runs_per_head_beside_per_layer():
-  full = demo.make_plan(demo.Settings(full=True), 256)
+  full = planning.make_plan(planning.DemoSettings(full=True), 256)
   assert full.rows[-2:] == ('pmax_per_layer', 'pmax_per_head')
-  assert 'pmax_per_head' not in demo.make_plan(demo.Settings(), 256).strategies
-  assert demo.ROW_LABELS['pmax_per_head'] == 'w/ P_max (per head)'
+  assert 'pmax_per_head' not in planning.make_plan(planning.DemoSettings(), 256).strategies
+  assert planning.ROW_LABELS['pmax_per_head'] == 'w/ P_max (per head)'
   c = lambda s, tau: calibration.Calibration(s, 512, 256, tau)
   per_head = np.array([[0.8, 0.9], [1.0, 0.6], [0.7, 0.7]])  # [layers, heads]
-  table = demo.temperature_table(
+  table = reporting.temperature_table(
       {'lines': {'pmax_per_layer': (c('pmax_per_layer', (0.9, 0.8, 0.7)),),
                  'pmax_per_head': (c('pmax_per_head', per_head),)}},
       ('pmax_per_layer', 'pmax_per_head'), (512,)).splitlines()
   assert table[2].split()[-1] == '0.900/0.800/0.700'
   assert table[3].split()[-1] == '0.850/0.800/0.700'  # Each layer's mean over its heads.
   # A per-head tau reaches the encoder as [1, layers, heads]; per layer as [1, layers].
-  assert demo.encoder_temperature(per_head[None], 3).shape == (1, 3, 2)
-  assert demo.encoder_temperature((0.9, 0.8, 0.7), 3).shape == (1, 3)
-  assert demo.calibration_passes(('pmax_per_head', 'pmax_bisect')) == {'pmax_per_head': 20.0,
-                                                                       'pmax_bisect': 6.0}
+  assert temperatures.encoder_temperature(per_head[None], 3).shape == (1, 3, 2)
+  assert temperatures.encoder_temperature((0.9, 0.8, 0.7), 3).shape == (1, 3)
+  assert timing.calibration_passes(('pmax_per_head', 'pmax_bisect')) == {
+      'pmax_per_head': 20.0, 'pmax_bisect': 6.0}

@@ -31,9 +31,12 @@ from t5align.evaluation import temperature
 from t5align import network
 from t5align import partitioning
 from t5align import report
+from t5align.evaluation import tables
+from t5align import run_identity
 from t5align.runtime import batching
 from t5align.runtime import fileio
 from t5align.runtime import outputs
+from t5align.runtime import records
 from t5align import schedule
 from t5align import scheduled
 
@@ -47,10 +50,10 @@ FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 
 
 def test_prediction_log_appends_and_reopens(tmp_path):
   path = tmp_path / 'task' / 'predictions.jsonl'
-  log = predictions.PredictionLog(path)
+  log = records.RecordLog(path)
   log.append([{'index': 0, 'prediction': 'a'}, {'index': 1, 'prediction': 'b'}])
   log.append([{'index': 2, 'prediction': 'c'}])
-  again = predictions.PredictionLog(path)
+  again = records.RecordLog(path)
   assert [r['prediction'] for r in again.ordered()] == ['a', 'b', 'c']
   with pytest.raises(ValueError, match='index 1 is already recorded'):
     again.append([{'index': 1, 'prediction': 'x'}])
@@ -59,11 +62,11 @@ def test_prediction_log_appends_and_reopens(tmp_path):
 def test_prediction_log_drops_a_torn_last_line(tmp_path):
   path = tmp_path / 'predictions.jsonl'
   path.write_text('{"index": 0, "prediction": "a"}\n{"index": 1, "predic')
-  log = predictions.PredictionLog(path)
+  log = records.RecordLog(path)
   assert sorted(log.records) == [0]
   assert path.read_text() == '{"index": 0, "prediction": "a"}\n'
   log.append([{'index': 1, 'prediction': 'b'}])
-  assert sorted(predictions.PredictionLog(path).records) == [0, 1]
+  assert sorted(records.RecordLog(path).records) == [0, 1]
 
 
 @pytest.mark.parametrize('content, message', [
@@ -75,27 +78,27 @@ def test_prediction_log_corruption(tmp_path, content, message):
   path = tmp_path / 'predictions.jsonl'
   path.write_text(content)
   with pytest.raises(ValueError, match=message):
-    predictions.PredictionLog(path)
+    records.RecordLog(path)
 
 
 def test_write_json_atomic_and_check_run(tmp_path):
   fileio.write_json_atomic(tmp_path / 'm.json', {'a': 1})
   assert json.loads((tmp_path / 'm.json').read_text()) == {'a': 1}
   assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
-  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
-  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
   # No result yet (the first run failed before its first batch): a corrected rerun may start.
-  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
   assert json.loads((tmp_path / 'run.json').read_text())['temperature'] == 0.9
-  predictions.PredictionLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
-  predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  records.RecordLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
+  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
   with pytest.raises(ValueError, match=r'different run; differing fields \(before -> now\): '
                                        r'temperature: 0\.9 -> 0\.7'):
-    predictions.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
+    run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
 
 
 def test_run_examples_skips_recorded(tmp_path):
-  log = predictions.PredictionLog(tmp_path / 'p.jsonl')
+  log = records.RecordLog(tmp_path / 'p.jsonl')
   log.append([{'index': 1, 'prediction': 'old'}])
   seen = []
 
@@ -110,7 +113,7 @@ def test_run_examples_skips_recorded(tmp_path):
 
 
 def test_progress_bar_off_a_terminal_writes_plain_lines(tmp_path):
-  log = predictions.PredictionLog(tmp_path / 'p.jsonl')
+  log = records.RecordLog(tmp_path / 'p.jsonl')
   log.append([{'index': 1}])
   stream = io.StringIO()  # Not a TTY: every redraw is its own line, no carriage returns.
   predictions.run_examples([{'index': i} for i in range(5)], log,
@@ -160,7 +163,7 @@ def test_temperature_labels_and_values():
 def test_per_head_temperatures_of_a_run(tiny):
   """TEMPERATURE as `[layers][heads]` tuples (tiny: 2 x 4): `[b, layers, heads]` per batch;
   a per-head schedule gives each row its length's taus."""
-  from t5align import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  from t5align.jobs import eval_job as eval_lib  # pylint: disable=g-import-not-at-top
   config, _ = tiny
   tokens = np.array([[5] * 40 + [0] * 8, [5] * 8 + [0] * 40])
   per_head = [[0.9, 0.8, 0.7, 0.6], [1.0, 0.5, 0.75, 0.95]]
@@ -182,33 +185,38 @@ def test_per_head_temperatures_of_a_run(tiny):
 
 @pytest.mark.parametrize('scored', [False, True])
 @pytest.mark.parametrize('kind', ['scalar', 'per_layer', 'per_head', 'per_head_schedule'])
-def test_memory_check_lowers_the_program_the_run_calls(tiny, kind, scored):
-  """eval's memory check lowers `step` at `step_arguments`; the run calls `step` on the arrays
-  its batches make (`temp.taus(tokens)`, placed by rows): the two lowerings are the same text,
-  for every temperature shape (a per-head one was checked as `[b, layers]`)."""
-  from t5align import eval as eval_lib  # pylint: disable=g-import-not-at-top
+def test_the_run_its_memory_check_and_the_preflight_compile_one_program(tiny, kind, scored):
+  """`EvalJob.program` is the one builder: the run calls its `fn` on the arrays its batches
+  make (`temp.taus(tokens)`, placed by rows), the memory check lowers it at its abstract
+  arguments, and the pre-flight's `EvalJob.programs` (no data: the tasks' modes from the
+  catalog) builds the same; the lowerings are the same text for every temperature shape (a
+  per-head one was once checked as `[b, layers]`)."""
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
   from t5align.runtime import multihost  # pylint: disable=g-import-not-at-top
   config, params = tiny
   layers, heads = config.num_encoder_layers, config.num_heads
   per_head = tuple(tuple(0.5 + 0.1 * (i + j) for j in range(heads)) for i in range(layers))
   cals = {'pmax_per_head': (calibration.Calibration('pmax_per_head', 32, 16, per_head),)}
-  temp = {'scalar': temperature.Temperature(0.8),
-          'per_layer': temperature.Temperature(tuple(0.9 - 0.1 * i for i in range(layers))),
-          'per_head': temperature.Temperature(per_head),
-          'per_head_schedule': temperature.Temperature(
-              schedule=schedule.TemperatureSchedule(16, cals, 'pmax_per_head'))}[kind]
+  constant = {'scalar': 0.8, 'per_layer': tuple(0.9 - 0.1 * i for i in range(layers)),
+              'per_head': per_head, 'per_head_schedule': None}[kind]
+  temp = (temperature.Temperature(constant) if constant is not None else
+          temperature.Temperature(schedule=schedule.TemperatureSchedule(16, cals,
+                                                                        'pmax_per_head')))
+  job = jobs.EvalJob(temperature=constant, batch_size=2, max_decode_length=4,
+                     mixture_or_task_name='t5align_lm_wiki_2048' if scored else None)
   model, mesh = network.Transformer(config), partitioning.eval_mesh(1)
-  step = eval_lib.step(model, mesh, scored=scored, steps=4, eos_id=1)
+  program = job.program(model, mesh, params, temp, scored=scored, steps=4, eos_id=1,
+                        input_length=40, target_length=3)
   # The run's batch of 2: [2, 40] tokens padded to the 128-token width, targets to 128.
   tokens = batching.pad_batch(batching.pad_tokens([[5] * 40, [6] * 8], min_length=128), 2)
   targets = batching.pad_batch(batching.pad_tokens([[7] * 3, [8] * 2], min_length=128), 2)
   place = lambda x: multihost.global_batch(x, partitioning.batch_sharding(mesh, 2), 2)
   batch = (place(tokens), place(targets), place(temp.taus(tokens)))
-  run = step.lower(params, *(batch if scored else batch[::2])).as_text()
-  checked = step.lower(*eval_lib.step_arguments(
-      mesh, params, temp, scored=scored, batch_size=2, input_width=128,
-      target_width=128)).as_text()
-  assert checked == run
+  run = program.fn.lower(params, *(batch if scored else batch[::2])).as_text()
+  assert program.lower().as_text() == run
+  if constant is not None:  # The pre-flight reads the temperature from the job's settings.
+    (preflight,) = job.programs(config, mesh, params, length=40)
+    assert preflight.lower().as_text() == run
 
 
 def test_pad_and_strip():
@@ -318,7 +326,7 @@ def test_report_tables(tmp_path):
   _result(tmp_path, 'code', 'tau = 1', 'code', 'stdlib', 'all',
           {'em': 20.0, 'es': 60.0, 'em_1k': 19.6, 'es_1k': 62.4, 'em_10k': 0.0, 'es_10k': 5.0,
            'em_2k': 19.0, 'es_2k': 59.6}, 'codet5p')
-  text = report.render(report.load_results([tmp_path]))
+  text = tables.render(tables.load_results([tmp_path]))
   assert '| Model | 10 Docs: 0 | 10 Docs: 4 | 10 Docs: 9 | 10 Docs: Avg. |' in text
   # Rows in the paper's order: tau = 1 before P_max; a missing cell and its average are '-'.
   assert '| flan_t5_xl tau = 1 | 58.0 | 44.0 | - | - |' in text
@@ -375,7 +383,7 @@ def test_report_keeps_two_runs_of_one_cell_apart(tmp_path, changes, shown):
   _run_result(base, 100.0)
   _run_result(other, 0.0, **changes)
   for order in ((base, other), (other, base)):
-    text = report.render(report.load_results(order))
+    text = tables.render(tables.load_results(order))
     rows = [line for line in text.splitlines() if 'tau = 1' in line]
     assert len(rows) == 2, text
     assert any(f'tau = 1 [{other}, {shown}] | 0.0 | 0.0 |' in row for row in rows), text
@@ -385,15 +393,15 @@ def test_report_keeps_two_runs_of_one_cell_apart(tmp_path, changes, shown):
 
 def test_report_counts_one_run_once_and_refuses_what_it_cannot_tell_apart(tmp_path):
   _run_result(tmp_path / 'a', 50.0)
-  assert len(report.load_results([tmp_path / 'a', tmp_path / 'a'])) == 1  # Given twice.
+  assert len(tables.load_results([tmp_path / 'a', tmp_path / 'a'])) == 1  # Given twice.
   _run_result(tmp_path / 'copy', 50.0)  # The same run, copied: identical settings and metrics.
-  assert len(report.load_results([tmp_path / 'a', tmp_path / 'copy'])) == 1
+  assert len(tables.load_results([tmp_path / 'a', tmp_path / 'copy'])) == 1
   _run_result(tmp_path / 'rescored', 40.0)  # Equal settings, other metrics.
   with pytest.raises(ValueError, match='record the same run .* with different metrics'):
-    report.load_results([tmp_path / 'a', tmp_path / 'rescored'])
+    tables.load_results([tmp_path / 'a', tmp_path / 'rescored'])
   (tmp_path / 'rescored' / 'passkey' / 'run.json').unlink()
   with pytest.raises(ValueError, match='has no run.json to tell the runs apart'):
-    report.load_results([tmp_path / 'a', tmp_path / 'rescored'])
+    tables.load_results([tmp_path / 'a', tmp_path / 'rescored'])
 
 
 def test_report_without_results(tmp_path, capsys):
@@ -501,4 +509,4 @@ def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
     mean = 100 * np.mean([r['scores']['accuracy'] for r in records])
     assert metrics['metrics']['accuracy'] == pytest.approx(mean)
     assert all(r['tau'] == [1.0] and isinstance(r['prediction'], str) for r in records)
-  assert 'Retrieval accuracy' in report.render(report.load_results([out]))
+  assert 'Retrieval accuracy' in tables.render(tables.load_results([out]))

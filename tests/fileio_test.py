@@ -8,8 +8,9 @@ import os
 
 import pytest
 
-from t5align.evaluation import predictions
+from t5align import run_identity
 from t5align.runtime import fileio
+from t5align.runtime import records
 
 
 @pytest.fixture
@@ -46,17 +47,17 @@ def test_gs_writes_go_through_epath(fake_bucket):
 
 def test_prediction_log_on_gs_rewrites_the_object_and_reopens(fake_bucket):
   root, _ = fake_bucket
-  predictions.check_run('gs://b/eval/task', {'k': 1})
-  log = predictions.PredictionLog('gs://b/eval/task/predictions.jsonl')
+  run_identity.check_run('gs://b/eval/task', {'k': 1})
+  log = records.RecordLog('gs://b/eval/task/predictions.jsonl')
   log.append([{'index': 0, 'prediction': 'x'}])
   log.append([{'index': 1, 'prediction': 'y'}])
   lines = (root / 'b/eval/task/predictions.jsonl').read_text().splitlines()
   assert [json.loads(line)['index'] for line in lines] == [0, 1]
-  again = predictions.PredictionLog('gs://b/eval/task/predictions.jsonl')
+  again = records.RecordLog('gs://b/eval/task/predictions.jsonl')
   assert [r['prediction'] for r in again.ordered()] == ['x', 'y']
-  predictions.check_run('gs://b/eval/task', {'k': 1})  # The same run resumes.
+  run_identity.check_run('gs://b/eval/task', {'k': 1})  # The same run resumes.
   with pytest.raises(ValueError, match='different run'):
-    predictions.check_run('gs://b/eval/task', {'k': 2})
+    run_identity.check_run('gs://b/eval/task', {'k': 2})
 
 
 def test_gs_without_the_mock_uses_the_library_not_a_local_folder(tmp_path, monkeypatch):

@@ -38,8 +38,9 @@ def _loaded(module: str) -> tuple[set[str], set[str]]:
     ('t5align.scheduled', SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
                                                   't5align.layers'}, {'jax', 'flax'}),
     # Tables from finished runs (and their run identities, to keep runs apart): no JAX at all.
-    ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.run_identity',
-                        't5align.runtime', 't5align.runtime.fileio', 't5align.runtime.outputs'},
+    ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.evaluation',
+                        't5align.evaluation.tables', 't5align.run_identity', 't5align.runtime',
+                        't5align.runtime.fileio', 't5align.runtime.outputs'},
      set()),
 ])
 def test_import_loads_only_what_it_uses(module, expected, heavy):
@@ -91,3 +92,37 @@ def test_attention_modules_depend_one_way():
   assert ours('dispatch') == {pkg + m for m in ('reference', 'blockwise', 'pallas_gpu',
                                                 'pallas_mgpu', 'pallas_tpu')}
   assert ours('__init__') == set()
+
+
+COMMANDS = {'t5align.eval', 't5align.calibrate', 't5align.train', 't5align.preflight',
+            't5align.report', 't5align.demo.command', 't5align.demo.__main__'}
+
+
+def _module(path: pathlib.Path) -> str:
+  return '.'.join(path.relative_to(REPO_ROOT).with_suffix('').parts)
+
+
+def _imported_commands(path: pathlib.Path) -> set[str]:
+  """The command modules `path` imports (`from t5align import eval` names t5align.eval)."""
+  return {m for m in _imports(path) for c in COMMANDS if m == c or m.startswith(c + '.')}
+
+
+def test_commands_stand_on_the_library_and_nothing_imports_a_command():
+  """A command is flags/gin -> job -> `job.run()`: no module of the library or the benchmarks,
+  and no other command, imports one (the pre-flight compiles the jobs' own programs, the
+  benchmarks use the library); `t5align/demo/__main__.py` alone imports the demo's command."""
+  paths = sorted([*(REPO_ROOT / 't5align').rglob('*.py'), *(REPO_ROOT / 'benchmarks').glob('*.py'),
+                  *(REPO_ROOT / 'seqio_tasks').glob('*.py')])
+  found = {_module(p): _imported_commands(p) - {_module(p)} for p in paths}
+  found['t5align.demo.__main__'] -= {'t5align.demo.command'}
+  assert {m: c for m, c in found.items() if c} == {}
+
+
+@pytest.mark.parametrize('command', ['eval', 'calibrate', 'train'])
+def test_run_commands_are_thin(command):
+  """The run commands hold flags/gin -> job -> run only: no definitions beyond `main` and the
+  gin name of their job (the job lives in `t5align.jobs`)."""
+  tree = ast.parse((REPO_ROOT / 't5align' / f'{command}.py').read_text())
+  defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+  assert defined == {'main'}
+  assert len((REPO_ROOT / 't5align' / f'{command}.py').read_text().splitlines()) <= 100

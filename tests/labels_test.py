@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from t5align import calibration
-from t5align import demo
+from t5align.demo import planning
 from t5align.evaluation import temperature
 from t5align import labels
-from t5align import report
+from t5align.evaluation import tables
 from t5align import schedule
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,8 +35,8 @@ def _schedule() -> schedule.TemperatureSchedule:
 def test_printed_labels_come_from_the_table():
   table = set(labels.STRATEGY_LABELS.values())
   # The demo's report rows.
-  assert set(demo.ROW_LABELS.values()) == table | {labels.TAU_ONE}
-  assert set(demo.ROW_LABELS) >= set(demo.STRATEGIES)
+  assert set(planning.ROW_LABELS.values()) == table | {labels.TAU_ONE}
+  assert set(planning.ROW_LABELS) >= set(planning.STRATEGIES)
   # The schedule's temperature table: each row starts with a strategy's label.
   sched = _schedule()
   rows = sched.table().splitlines()[3:]
@@ -53,7 +53,7 @@ def test_printed_labels_come_from_the_table():
               labels.STRATEGY_LABELS['entropy'], labels.STRATEGY_LABELS['pmax']]
   assert sorted(shuffled, key=labels.label_order) == [
       labels.TAU_ONE, 'w/ P_max', 'w/ H', 'w/ log_Lex L_tr', 'w/ other']
-  assert report.labels is labels
+  assert tables.labels is labels
 
 
 def test_report_imports_no_jax():

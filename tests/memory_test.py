@@ -113,12 +113,18 @@ def test_eval_cli_refuses_before_running(tmp_path, monkeypatch):
 
 
 def test_calibration_sweep_is_refused_on_xla_figure(load_t5x_fixture):
-  """`calibration.check_sweep_memory` (what `t5align.calibrate` runs before its sweeps): 10^5
-  samples of 2048 tokens need terabytes; a small sweep passes with XLA's figures."""
-  from t5align import calibration  # pylint: disable=g-import-not-at-top
+  """The sweep program `t5align.calibrate` checks before its sweeps (`CalibrationJob.programs`):
+  10^5 samples of 2048 tokens need terabytes; a small sweep passes with XLA's figures."""
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
   config, params, _ = load_t5x_fixture('t5_1_1_tiny')
+
+  def check(length, batch_size, taus):
+    (sweep,) = jobs.CalibrationJob(batch_size=batch_size, tau_batch_size=taus).programs(
+        config, None, params, length=length)
+    return sweep.check_memory('This calibration sweep')
+
   with pytest.raises(memory.DoesNotFitError, match=r'This calibration sweep needs .* as XLA '
                      r'compiled it .*BATCH_SIZE \(now 100000\) lower.*TAU_BATCH_SIZE, now 11'):
-    calibration.check_sweep_memory(params, config, length=2048, batch_size=100_000, taus=11)
-  fits = calibration.check_sweep_memory(params, config, length=256, batch_size=2, taus=3)
+    check(2048, 100_000, 11)
+  fits = check(256, 2, 3)
   assert 0 < fits.total < 2**30 and fits.temporaries > 0

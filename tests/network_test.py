@@ -12,6 +12,7 @@ import pytest
 
 from t5align import decoding
 from t5align import network
+from t5align.attention import reference
 
 TAUS = ('1.00', '0.80', '0.60')
 FIXTURES = ('t5_1_1_tiny', 't5_1_0_tiny')
@@ -207,6 +208,89 @@ def test_temperature_shape_errors():
                      encoder_attention_temperature=(0.9, 0.8, 0.7))
   with pytest.raises(ValueError, match="attention_impl='flash'"):
     network.T5Config(vocab_size=8, attention_impl='flash')
+
+
+# `layer_temperatures` with 2 layers, 3 heads, a batch of 4: every accepted form and the
+# float32 `[1 or batch, layers, 1 or heads]` array it becomes, written out.
+_CONSTANT_FORMS = {
+    'scalar': (0.8, [[[0.8], [0.8]]]),
+    'one_for_every_layer': ((0.9,), [[[0.9], [0.9]]]),
+    'per_layer': ((0.9, 0.7), [[[0.9], [0.7]]]),
+    'per_layer_and_head': (((0.9, 0.8, 0.7), (0.6, 0.5, 0.4)), [[[0.9, 0.8, 0.7],
+                                                                   [0.6, 0.5, 0.4]]]),
+}
+_CALL_FORMS = {
+    'scalar': (0.8, [[[0.8], [0.8]]]),
+    'per_layer': (np.array([0.9, 0.7]), [[[0.9], [0.7]]]),
+    'per_example': (np.array([0.6, 0.7, 0.8, 0.9]), [[[0.6]] * 2, [[0.7]] * 2, [[0.8]] * 2,
+                                                      [[0.9]] * 2]),
+    'one_vector': (np.array([0.5]), [[[0.5], [0.5]]]),
+    'batch_by_one': (np.array([[0.6], [0.7], [0.8], [0.9]]), [[[0.6]] * 2, [[0.7]] * 2,
+                                                               [[0.8]] * 2, [[0.9]] * 2]),
+    'one_by_layers': (np.array([[0.9, 0.7]]), [[[0.9], [0.7]]]),
+    'batch_by_layers': (np.array([[0.9, 0.7], [0.8, 0.6], [1.0, 0.5], [0.4, 0.3]]),
+                        [[[0.9], [0.7]], [[0.8], [0.6]], [[1.0], [0.5]], [[0.4], [0.3]]]),
+    'one_by_layers_by_heads': (np.array([[[0.9, 0.8, 0.7], [0.6, 0.5, 0.4]]]),
+                               [[[0.9, 0.8, 0.7], [0.6, 0.5, 0.4]]]),
+    'batch_by_one_by_heads': (np.array([[[0.9, 0.8, 0.7]], [[0.6, 0.5, 0.4]]] * 2),
+                              [[[0.9, 0.8, 0.7]] * 2, [[0.6, 0.5, 0.4]] * 2] * 2),
+}
+
+
+@pytest.mark.parametrize('constant, form', [(True, k) for k in _CONSTANT_FORMS] +
+                         [(False, k) for k in _CALL_FORMS])
+def test_layer_temperatures_forms(constant, form):
+  """Each form becomes the written-out `[1 or b, n, 1 or h]` float32 array, eagerly and traced;
+  the layer's slice passes the attention's `head_temperature` unchanged."""
+  value, expected = (_CONSTANT_FORMS if constant else _CALL_FORMS)[form]
+  expected = np.array(expected, np.float32)
+  tau = network.layer_temperatures(value, 2, 4, 3, constant=constant)
+  assert tau.dtype == jnp.float32 and tau.shape == expected.shape
+  np.testing.assert_array_equal(tau, expected)
+  if not constant:  # Traced (jit, vmap): the same, its values unchecked.
+    traced = jax.jit(lambda t: network.layer_temperatures(t, 2, 4, 3))(jnp.asarray(value))
+    np.testing.assert_array_equal(traced, expected)
+  for i in range(2):
+    np.testing.assert_array_equal(reference.head_temperature(tau[:, i], 4, 3), expected[:, i])
+
+
+def test_head_temperature_of_direct_callers():
+  """None, a scalar and a `[batch]` vector (the attention's direct callers) -> `[1 or b, 1]`."""
+  np.testing.assert_array_equal(reference.head_temperature(None, 4, 3), [[1.0]])
+  np.testing.assert_array_equal(reference.head_temperature(0.5, 4, 3), np.float32([[0.5]]))
+  np.testing.assert_array_equal(reference.head_temperature(np.array([0.6, 0.7, 0.8, 0.9]), 4, 3),
+                                np.float32([[0.6], [0.7], [0.8], [0.9]]))
+  for bad in (np.ones(3), np.ones((1, 1, 1))):
+    with pytest.raises(ValueError, match=r'expected \[1 or batch=4, 1 or heads=3\], a scalar'):
+      reference.head_temperature(bad, 4, 3)
+
+
+@pytest.mark.parametrize('value, kwargs, message', [
+    # The config's constant: no batch axis, at most [layers][heads].
+    ((0.9, 0.8, 0.7), dict(constant=True), r'config_tau of shape \(3,\) does not broadcast to '
+     r'\[num_encoder_layers=2, num_heads=3\]; accepted: a scalar, \[num_encoder_layers=2\] or '
+     r'\[num_encoder_layers=2\]\[num_heads=3\]\.'),
+    (((0.9,) * 4,) * 2, dict(constant=True), r'config_tau of shape \(2, 4\) does not broadcast'),
+    (np.ones((1, 2, 3)), dict(constant=True), r'config_tau of shape \(1, 2, 3\) does not'),
+    (0.0, dict(constant=True), r'config_tau must be finite and > 0'),
+    # A call's value.
+    (np.array([0.9, 0.8]), dict(batch=2), r'config_tau of shape \(2,\) is ambiguous: batch and '
+     r'num_encoder_layers are both 2\. Pass shape \(2, 1\) for one value per example or '
+     r'\(1, 2\) for one per layer\.'),
+    (np.ones(3), {}, r'config_tau of shape \(3,\) matches neither batch=4 nor '
+     r'num_encoder_layers=2; accepted: a scalar, \[num_encoder_layers=2\], \[batch=4\]'),
+    (np.ones((4, 3)), {}, r'config_tau of shape \(4, 3\) does not broadcast to \[batch=4, '
+     r'num_encoder_layers=2, num_heads=3\]; accepted: a scalar'),
+    (np.ones((2, 2, 3)), {}, r'shape \(2, 2, 3\) does not broadcast to \[batch=4'),
+    (np.ones((4, 2, 2)), {}, r'shape \(4, 2, 2\) does not broadcast to \[batch=4'),
+    (np.ones((1, 2, 3, 1)), {}, r'shape \(1, 2, 3, 1\) does not broadcast to \[batch=4'),
+    (np.array([[0.9, float('nan')]]), {}, r'config_tau must be finite and > 0.*got \[nan\]'),
+])
+def test_layer_temperatures_errors(value, kwargs, message):
+  """Errors name the value (`name`), its shape, the model's sizes and the accepted forms."""
+  kwargs = dict(dict(num_layers=2, batch=4, num_heads=3), **kwargs)
+  with pytest.raises(ValueError, match=message):
+    network.layer_temperatures(value, name='config_tau', **kwargs)
 
 
 @pytest.mark.parametrize('bad', [1.0, -0.1, None, 'x'])

@@ -106,7 +106,7 @@ _SCRIPT = textwrap.dedent('''
     mesh = partitioning.calibration_mesh(8, 1, 1)
     out['bisect_mesh'] = calibration.calibrate(
         params, config, tokens, 'pmax_bisect',
-        reference_length=32, settings=calibration.Settings(mesh=mesh)).tau
+        reference_length=32, settings=calibration.SearchSettings(mesh=mesh)).tau
     placed = partitioning.place_params(params, config, partitioning.calibration_mesh(1, 1, 8))
     layer0 = [calibration.layer0_sorted_logits(p, config, tokens[1:], chunk=32)
               for p in (params, placed)]

@@ -1,8 +1,8 @@
 """t5align/preflight.py: deviceless TPU compiles of the real programs, their figures, the CLI.
 
 Compiles need libtpu (the test extras install it: `jax[tpu]`); without it those tests skip. The
-references: hand-computed parameter bytes per chip, written-out loop costs (matmul FLOPs times
-trip counts), and the same program compiled with its loop unrolled.
+references: hand-computed parameter bytes per chip and written-out loop costs (matmul FLOPs times
+trip counts). The cost model itself is tested in hlo_cost_test.py.
 """
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from t5align import jobs
 from t5align import network
-from t5align import preflight
+from t5align import partitioning
+from t5align.jobs import preflight
 from t5align.runtime import tpu_chips
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -79,81 +81,11 @@ def test_meshes_over_a_slice_are_the_runs_meshes():
   assert partitioning.all_devices() == jax.devices()  # Outside the block: jax's own.
 
 
-@needs_libtpu
-def test_loop_costs_apply_trip_counts():
-  """A scan of 10 x (scan of 3 matmuls): FLOPs = 30 x 2 n^3 (+ tanh), as when the outer loop is
-  unrolled; XLA's own `cost_analysis` counts each body once."""
-  devices = preflight.compile_only_devices(V5E_2X2)
-  sharding = jax.sharding.SingleDeviceSharding(devices[0])
-  n = 256
-  arg = jax.ShapeDtypeStruct((n, n), jnp.float32, sharding=sharding)
-
-  def program(unroll):
-    def f(x, w):
-      def outer(c, _):
-        c, _ = jax.lax.scan(lambda c2, _: (jnp.tanh(c2 @ w), None), c, None, length=3)
-        return c, None
-      return jax.lax.scan(outer, x, None, length=10, unroll=unroll)[0]
-    compiled = jax.jit(f).lower(arg, arg).compile()
-    return compiled, preflight.HloProgram(compiled.as_text())
-
-  rolled, hlo = program(1)
-  cost = hlo.cost()
-  assert [(loop.trips, loop.exact) for loop in hlo.loops] == [(10, True), (3, True)]
-  matmuls = 30 * 2 * n**3
-  assert matmuls <= cost.flops <= matmuls * 1.01
-  assert cost.transcendentals == 30 * n * n  # tanh
-  assert rolled.cost_analysis()['flops'] < 0.04 * matmuls  # one inner body: 1/30
-  unrolled, hlo_unrolled = program(10)
-  assert not any(loop.trips == 10 for loop in hlo_unrolled.loops)
-  assert hlo_unrolled.cost().flops == pytest.approx(cost.flops, rel=1e-6)
-  assert hlo_unrolled.cost().bytes_accessed == pytest.approx(cost.bytes_accessed, rel=0.05)
-
-
-def test_conditional_counts_its_costliest_branch_with_trip_counts():
-  """A `lax.switch` whose branches hold loops (XLA's CPU compiler; the counting is the same HLO
-  analysis): the costliest branch after trip counts, 5 loop matmuls, not the costliest before
-  them (4 unrolled matmuls, XLA's own count) nor every branch's loops together (4 + 4 + 2)."""
-  n = 128
-  arg = jax.ShapeDtypeStruct((n, n), jnp.float32)
-
-  def f(x, w, i):
-    loop = lambda trips: lambda x: jax.lax.fori_loop(0, trips, lambda _, c: c @ w, x)
-    return jax.lax.switch(i, [lambda x: x, loop(5), lambda x: jnp.tanh(loop(3)(x)),
-                              lambda x: jnp.tanh(x @ w @ w @ w @ w)], x)
-
-  compiled = jax.jit(f).lower(arg, arg, jax.ShapeDtypeStruct((), jnp.int32)).compile()
-  hlo = preflight.HloProgram(compiled.as_text())
-  cost = hlo.cost()
-  matmul = 2 * n**3
-  assert sorted(loop.trips for loop in hlo.loops) == [3, 5]
-  assert compiled.cost_analysis()['flops'] == pytest.approx(4 * matmul, rel=1e-3)
-  assert cost.flops == pytest.approx(5 * matmul, rel=1e-3)
-  assert cost.transcendentals == n * n  # the tanh of either branch that has one
-
-
-@needs_libtpu
-def test_pallas_kernels_count_by_their_cost_estimate():
-  """jax's own Pallas TPU flash attention (Mosaic), 3 calls in a loop: XLA's generic analysis
-  knows nothing of a kernel, so the kernel's declared estimate counts, times the trip count."""
-  from jax.experimental.pallas.ops.tpu import flash_attention  # pylint: disable=g-import-not-at-top
-  devices = preflight.compile_only_devices(V5E_2X2)
-  arg = jax.ShapeDtypeStruct((1, 8, 2048, 64), jnp.bfloat16,
-                             sharding=jax.sharding.SingleDeviceSharding(devices[0]))
-
-  def f(q, k, v):
-    return jax.lax.fori_loop(0, 3, lambda i, x: flash_attention.flash_attention(x, k, v), q)
-
-  compiled = jax.jit(f).lower(arg, arg, arg).compile()
-  hlo = preflight.HloProgram(compiled.as_text())
-  cost = hlo.cost()
-  assert hlo.custom_calls_without_estimate == [] and [loop.trips for loop in hlo.loops] == [3]
-  # The kernel's own estimate (q.k and p.v of 8 heads x 2048 x 2048 x 64, exp per logit).
-  kernel = compiled.cost_analysis()
-  assert kernel['flops'] == pytest.approx(4 * 8 * 2048 * 2048 * 64, rel=0.01)
-  assert cost.flops == pytest.approx(3 * kernel['flops'], rel=0.01)
-  assert cost.transcendentals == pytest.approx(3 * 8 * 2048 * 2048, rel=0.01)
-  assert cost.bytes_accessed >= 3 * 4 * 8 * 2048 * 64 * 2  # q, k, v, out per call
+def _check(program, config, target, length, **settings):
+  """The pre-flight report of the job ('eval' or 'calibration') with these settings."""
+  job = (jobs.EvalJob if program == 'eval' else jobs.CalibrationJob)(**settings)
+  (report,) = preflight.check(preflight.Case(job, config, target, length))
+  return report
 
 
 @pytest.fixture(scope='module')
@@ -163,10 +95,10 @@ def small_reports():
     pytest.skip('libtpu is not installed (pip install "jax[tpu]")')
   common = dict(config=SMALL, target=V5E_2X2, length=2048, batch_size=4)
   return {
-      'eval': preflight.check(preflight.Settings(
-          'eval', num_partitions=2, max_decode_length=8, **common)),
-      'calibration': preflight.check(preflight.Settings(
-          'calibration', mesh_shape=(1, 2, 2), tau_batch=3, **common))}
+      'eval': _check(
+          'eval', num_partitions=2, max_decode_length=8, **common),
+      'calibration': _check(
+          'calibration', mesh_shape=(1, 2, 2), tau_batch_size=3, **common)}
 
 
 @pytest.fixture(scope='module')
@@ -177,10 +109,10 @@ def small_fused_reports():
   common = dict(config=dataclasses.replace(SMALL, attention_impl='pallas'), target=V5E_2X2,
                 length=2048, batch_size=4)
   return {
-      'eval': preflight.check(preflight.Settings(
-          'eval', num_partitions=2, max_decode_length=8, **common)),
-      'calibration': preflight.check(preflight.Settings(
-          'calibration', mesh_shape=(1, 2, 2), tau_batch=3, **common))}
+      'eval': _check(
+          'eval', num_partitions=2, max_decode_length=8, **common),
+      'calibration': _check(
+          'calibration', mesh_shape=(1, 2, 2), tau_batch_size=3, **common)}
 
 
 def test_fused_kernel_counts_by_its_estimate_times_trip_counts(small_reports,
@@ -285,14 +217,13 @@ def test_tiny_model_programs_compile_for_v5e_2x2(impl, kernel):
   finally:
     gin.clear_config()
   common = dict(config=config, target=V5E_2X2, length=1000, batch_size=3)
-  report = preflight.check(preflight.Settings('eval', num_partitions=2, **common))
+  report = _check('eval', num_partitions=2, **common)
   assert report.fits and report.mesh == {'data': 2, 'model': 2}
   assert report.attention_impl == kernel
   assert report.shapes == {'inputs': (4, 1024), 'taus': (4, 1)}  # 3 -> 4 rows; 128-multiple
   assert [(loop.trips, loop.exact) for loop in report.loops].count((64, False)) == 1
   assert report.cost.flops > report.xla_cost['flops'] and report.per_unit()['flops'] > 0
-  report = preflight.check(preflight.Settings('calibration', mesh_shape=(1, 2, 2), tau_batch=3,
-                                              **common))
+  report = _check('calibration', mesh_shape=(1, 2, 2), tau_batch_size=3, **common)
   assert report.fits and report.mesh == {'tau': 1, 'data': 2, 'model': 2}
   assert report.attention_impl == kernel and report.custom_calls_without_estimate == ()
   assert report.shapes == {'inputs': (4, 1000), 'taus': (3, 2, 1)}
@@ -367,22 +298,33 @@ def test_cli_names_a_topology_libtpu_has_no_slice_of(tmp_path):
 
 
 def test_eval_programs_follow_the_tasks():
-  """A scored task is scored over its continuation; decoded tasks group by their steps (the
-  task's own, or MAX_DECODE_LENGTH for all); a name outside t5align's tasks is refused."""
+  """`EvalJob.programs` (what the pre-flight compiles): a scored task is scored over its
+  continuation; decoded tasks group by their steps (the task's own, or MAX_DECODE_LENGTH for
+  all); a name outside t5align's tasks is refused."""
   pytest.importorskip('seqio')
   from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+  config = network.T5Config(vocab_size=64, emb_dim=8, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, head_dim=4, mlp_dim=8)
+  mesh = partitioning.eval_mesh(1)
+  params = network.param_shapes(config)
+
+  def programs(tasks, steps):
+    return [(p.settings['scored'], p.settings['max_decode_length'], p.settings['target_length'],
+             tuple(p.settings['tasks']))
+            for p in jobs.EvalJob(mixture_or_task_name=tasks, max_decode_length=steps).programs(
+                config, mesh, params, length=256)]
+
   steps = {catalog.SPECS[t].max_decode_length for t in catalog.resolve('t5align_retrieval')}
-  assert preflight.eval_programs(None, None) == [{'max_decode_length': None}]
-  assert preflight.eval_programs('t5align_lm_wiki_2048', 8) == [dict(
-      scored=True, max_decode_length=None, target_length=128, tasks=('t5align_lm_wiki_2048',))]
-  mixed = preflight.eval_programs('t5align_lm_wiki_2048,t5align_retrieval', None)
-  assert [p['scored'] for p in mixed] == [True] + [False] * len(steps)
-  assert {p['max_decode_length'] for p in mixed[1:]} == steps
-  assert sum(len(p['tasks']) for p in mixed[1:]) == len(catalog.resolve('t5align_retrieval'))
-  one = preflight.eval_programs('t5align_retrieval', 16)
-  assert len(one) == 1 and one[0]['max_decode_length'] == 16
+  assert programs(None, None) == [(False, 64, 0, ())]
+  assert programs('t5align_lm_wiki_2048', 8) == [(True, None, 128, ('t5align_lm_wiki_2048',))]
+  mixed = programs('t5align_lm_wiki_2048,t5align_retrieval', None)
+  assert [p[0] for p in mixed] == [True] + [False] * len(steps)
+  assert {p[1] for p in mixed[1:]} == steps
+  assert sum(len(p[3]) for p in mixed[1:]) == len(catalog.resolve('t5align_retrieval'))
+  one = programs('t5align_retrieval', 16)
+  assert len(one) == 1 and one[0][1] == 16
   with pytest.raises(ValueError, match=r"MIXTURE_OR_TASK_NAME='my_task' is not a t5align task"):
-    preflight.eval_programs('t5align_passkey_20k,my_task', None)
+    programs('t5align_passkey_20k,my_task', None)
 
 
 @needs_libtpu
@@ -402,12 +344,11 @@ def test_cli_compiles_scoring_for_a_scored_task(tmp_path):
 
 
 def test_eval_settings_come_from_the_eval_gin_files():
+  """The pre-flight's job is the one gin makes for `t5align.eval` (nothing of the command is
+  imported but what the gin file imports)."""
   pytest.importorskip('seqio')
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
-  # Registered with gin before it is configured, as `preflight.main` does.
-  from t5align import calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   gin.clear_config()
   try:
     gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xxl.gin',
@@ -415,10 +356,11 @@ def test_eval_settings_come_from_the_eval_gin_files():
                        '--gin.PARAMS_DTYPE=bfloat16',
                        '--gin.TEMPERATURE=(' + ', '.join(['0.9'] * 24) + ')'],
                       prog='t', unset_required=True)
-    settings, = preflight.settings_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
+    case = preflight.case_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
   finally:
     gin.clear_config()
-  assert settings.program == 'eval' and settings.config.num_heads == 64
-  assert (settings.length, settings.batch_size, settings.num_partitions) == (4000, 2, 8)
-  assert settings.layer_taus and settings.max_decode_length == 64
-  assert settings.params_dtype == 'bfloat16' and settings.config.attention_impl == 'auto'
+  job = case.job
+  assert isinstance(job, jobs.EvalJob) and case.config.num_heads == 64 and case.length == 32768
+  assert (job.truncate_inputs, job.batch_size, job.num_partitions) == (4000, 2, 8)
+  assert job.temperature == (0.9,) * 24 and job.max_decode_length is None
+  assert job.params_dtype == 'bfloat16' and case.config.attention_impl == 'auto'

@@ -16,18 +16,20 @@ import time
 import numpy as np
 import pytest
 
-from t5align import calibrate
 from t5align.calibration import samples
 from t5align import checkpoints
-from t5align.evaluation import predictions
 from t5align import gin_cli
+from t5align import jobs
+from t5align.jobs import calibration_job
+from t5align.jobs import train_job
 from t5align import network
-from t5align import report
+from t5align.evaluation import tables
+from t5align import run_identity
 from t5align.runtime import fileio
 from t5align.runtime import outputs
+from t5align.runtime import records
 from t5align.runtime import validate
 from t5align import schedule
-from t5align import train
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -75,7 +77,7 @@ def test_eval_run_settings_are_checked_first(settings, message, tmp_path):
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=message):
     t5align_eval.evaluate(checkpoint_path='/no/such', mixture_or_task_name='t',
-                          output_dir=str(tmp_path / 'out'), **settings)
+                          output_dir=str(tmp_path / 'out'), **settings).run()
 
 
 def test_mean_row_stats_of_an_all_padding_batch_raises():
@@ -204,7 +206,7 @@ def test_non_utf8_calibration_text_and_prediction_line(tmp_path):
   log = tmp_path / 'predictions.jsonl'
   log.write_bytes(b'{"index": 0}\n{"index": 1, "prediction": "\xff"}\n')
   with pytest.raises(ValueError, match=rf'{log}:2: not UTF-8 text'):
-    predictions.PredictionLog(log)
+    records.RecordLog(log)
 
 
 @pytest.mark.parametrize('content, message', [
@@ -215,7 +217,7 @@ def test_corrupt_metrics_json_in_report(content, message, tmp_path):
   (tmp_path / 'task').mkdir()
   (tmp_path / 'task' / 'metrics.json').write_text(content)
   with pytest.raises(ValueError, match=message) as e:
-    report.load_results([tmp_path])
+    tables.load_results([tmp_path])
   assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
 
 
@@ -224,7 +226,7 @@ def test_a_string_metric_in_metrics_json_names_the_file_and_metric(tmp_path):
   (tmp_path / 'task' / 'metrics.json').write_text(json.dumps(
       {'group': 'Passkey', 'column': '4k', 'metrics': {'accuracy': 'high'}}))
   with pytest.raises(ValueError, match=r"metric 'accuracy' is 'high'; expected a number") as e:
-    report.load_results([tmp_path])
+    tables.load_results([tmp_path])
   assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
 
 
@@ -233,7 +235,7 @@ _READ = {  # Each reader of an input file, by its setting, as a script of the pa
                  'samples.text_file_stream(sys.argv[1], None)',
     'JSONL_FILE': 'from t5align.calibration import samples; '
                   'samples.jsonl_examples(sys.argv[1], None, 1, 1)',
-    'metrics file': 'from t5align import report; report.load_results([sys.argv[1]])',
+    'metrics file': 'from t5align.evaluation import tables; tables.load_results([sys.argv[1]])',
     'schedule': 'from t5align import schedule; schedule.load_schedule(sys.argv[1])',
 }
 
@@ -280,11 +282,11 @@ def test_a_short_calibration_input_names_its_file():
 
 
 def test_corrupt_demo_results_json(tmp_path):
-  from t5align import demo  # pylint: disable=g-import-not-at-top
+  from t5align.demo import store  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'results.json'
   path.write_text('{"settings": {}, "acc')
   with pytest.raises(ValueError, match=rf'demo results {path}:1: not valid JSON'):
-    demo.Results(str(path), {})
+    store.Results(str(path), {})
 
 
 # ---------------------------------------------------------------- output folders
@@ -324,23 +326,24 @@ def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_pa
 def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(tmp_path):
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   out = tmp_path / 'out'
-  log = predictions.PredictionLog(out / 'task' / 'predictions.jsonl')
+  log = records.RecordLog(out / 'task' / 'predictions.jsonl')
   with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # The first run, mid-way.
     log.append([{'index': 0, 'prediction': 'a'}])
     before = log.path and pathlib.Path(log.path).read_bytes()
     with pytest.raises(outputs.OutputLockedError, match='in use by another run'):
       t5align_eval.evaluate(checkpoint_path='/no/such', mixture_or_task_name='t',
-                            output_dir=str(out))
+                            output_dir=str(out)).run()
     log.append([{'index': 1, 'prediction': 'b'}])
   assert pathlib.Path(log.path).read_bytes() == before + b'{"index": 1, "prediction": "b"}\n'
-  assert sorted(predictions.PredictionLog(log.path).records) == [0, 1]
+  assert sorted(records.RecordLog(log.path).records) == [0, 1]
 
 
 def test_calibrate_refuses_a_directory_output_path_before_any_work(tmp_path):
   (tmp_path / 'schedule.json').mkdir()
   with pytest.raises(IsADirectoryError, match=rf'OUTPUT_PATH {tmp_path / "schedule.json"} is a '
                                               'directory'):
-    calibrate.run('/no/such/checkpoint', str(tmp_path / 'schedule.json'), text_file='x')
+    jobs.CalibrationJob('/no/such/checkpoint', str(tmp_path / 'schedule.json'),
+                        text_file='x').run()
 
 
 def test_unwritable_output_folder_is_refused(tmp_path):
@@ -439,7 +442,7 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
                  '{"step": 40, "loss": 1.')
   (tmp_path / 'checkpoint_40.tmp-k3j').mkdir()  # A kill while writing checkpoint_40.
   with pytest.raises(ValueError, match=rf'{log}:2: not a JSON record'):
-    train.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
+    train_job.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
 
   class Started(Exception):
     pass
@@ -447,19 +450,20 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
   def stop(*unused_args, **unused_kwargs):
     raise Started()
 
-  monkeypatch.setattr(train.vocabularies, 'train_sentencepiece', stop)  # Just after the repairs.
+  # Just after the repairs.
+  monkeypatch.setattr(train_job.vocabularies, 'train_sentencepiece', stop)
   with pytest.raises(Started):
-    train.train(model=network.Transformer(network.T5Config(vocab_size=1024)),
-                model_dir=str(tmp_path))
+    jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
+                  model_dir=str(tmp_path)).run()
   assert log.read_text().count('\n') == 1
   assert not (tmp_path / 'checkpoint_40.tmp-k3j').exists()
-  assert train.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
+  assert train_job.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
                                                   'loop_s': 10.0}
 
 
 def test_failed_start_leaves_the_folder_reusable(tmp_path):
-  predictions.check_run(tmp_path, {'checkpoint': '/wrong/path'})  # Then the run failed.
-  predictions.check_run(tmp_path, {'checkpoint': '/right/path'})  # The corrected rerun starts.
+  run_identity.check_run(tmp_path, {'checkpoint': '/wrong/path'})  # Then the run failed.
+  run_identity.check_run(tmp_path, {'checkpoint': '/right/path'})  # The corrected rerun starts.
   assert json.loads((tmp_path / 'run.json').read_text()) == {'checkpoint': '/right/path'}
 
 
@@ -510,11 +514,11 @@ def test_calibrate_refuses_bad_relpos_heads_before_any_work(heads, config, messa
   _no_work(monkeypatch)
   out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
   with pytest.raises(ValueError, match=message):
-    calibrate.run('/no/such/checkpoint', str(out), text_file='corpus.txt',
-                  vocabulary_path='v.model', config=config, analysis_dir=str(analysis_dir),
-                  relpos_heads=heads)
+    jobs.CalibrationJob('/no/such/checkpoint', str(out), text_file='corpus.txt',
+                        vocabulary_path='v.model', config=config, analysis_dir=str(analysis_dir),
+                        relpos_heads=heads).run()
   assert not analysis_dir.exists() and not out.exists()
-  assert not os.path.exists(calibrate.progress_path(str(out)))
+  assert not os.path.exists(calibration_job.progress_path(str(out)))
 
 
 def test_calibrate_checks_relpos_heads_once_the_weights_tell_the_heads(tmp_path, monkeypatch):
@@ -529,9 +533,9 @@ def test_calibrate_checks_relpos_heads_once_the_weights_tell_the_heads(tmp_path,
   vocabularies.train_sentencepiece([text.read_text()] * 4, str(vocab), 40)
   out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
   with pytest.raises(ValueError, match=r'RELPOS_HEADS=\(99,\): .*heads, 0\.\.'):
-    calibrate.run(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(out), text_file=str(text),
-                  vocabulary_path=str(vocab), analysis_dir=str(analysis_dir),
-                  relpos_heads=(99,), reference_length=16, lengths=(32,))
+    jobs.CalibrationJob(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(out), text_file=str(text),
+                        vocabulary_path=str(vocab), analysis_dir=str(analysis_dir),
+                        relpos_heads=(99,), reference_length=16, lengths=(32,)).run()
   assert not analysis_dir.exists() and not out.exists()
 
 
@@ -539,9 +543,9 @@ def test_calibrate_refuses_a_file_as_analysis_dir_before_any_work(tmp_path, monk
   _no_work(monkeypatch)
   (tmp_path / 'analysis').write_text('x')
   with pytest.raises(NotADirectoryError, match=rf'ANALYSIS_DIR {tmp_path / "analysis"} is a file'):
-    calibrate.run(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(tmp_path / 'schedule.json'),
-                  text_file='corpus.txt', vocabulary_path='v.model',
-                  analysis_dir=str(tmp_path / 'analysis'))
+    jobs.CalibrationJob(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(tmp_path / 'schedule.json'),
+                        text_file='corpus.txt', vocabulary_path='v.model',
+                        analysis_dir=str(tmp_path / 'analysis')).run()
 
 
 def test_write_analysis_refuses_bad_heads_before_writing_any_file(tmp_path):

@@ -4,31 +4,31 @@ from __future__ import annotations
 import pytest
 from scipy import stats
 
-from t5align import report
+from t5align.evaluation import tables
 
 
 @pytest.mark.parametrize('successes,trials', [(0, 10), (5, 10), (10, 10), (45, 50), (1, 60),
                                               (59, 60), (37, 100)])
 def test_binomial_interval_is_scipys_wilson_interval(successes, trials):
   expected = stats.binomtest(successes, trials).proportion_ci(0.95, method='wilson')
-  low, high = report.binomial_interval(successes, trials)
+  low, high = tables.binomial_interval(successes, trials)
   assert low == pytest.approx(expected.low, abs=1e-6)
   assert high == pytest.approx(expected.high, abs=1e-6)
 
 
 def test_binomial_interval_written_out_values():
   # Wilson 95% for 5 of 10: the textbook (0.2366, 0.7634); 0 of 10: upper bound 0.2775.
-  assert report.binomial_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
-  assert report.binomial_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+  assert tables.binomial_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+  assert tables.binomial_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
 
 
 def test_accuracy_cell():
-  assert report.accuracy_cell(90.0, 50) == '90 [79-96]'
-  assert report.accuracy_cell(100.0, 50) == '100 [93-100]'
+  assert tables.accuracy_cell(90.0, 50) == '90 [79-96]'
+  assert tables.accuracy_cell(100.0, 50) == '100 [93-100]'
   with pytest.raises(ValueError, match='not a whole number of 50'):
-    report.accuracy_cell(33.3, 50)
+    tables.accuracy_cell(33.3, 50)
   with pytest.raises(ValueError, match='successes=11, trials=10'):
-    report.binomial_interval(11, 10)
+    tables.binomial_interval(11, 10)
 
 
 @pytest.mark.parametrize('percent,baseline,verdict', [
@@ -42,11 +42,11 @@ def test_accuracy_cell():
     (14.0, 0.0, 'within noise'),  # 14 [6.95-26.2]: 6.95 < 7.13
 ])
 def test_compare_accuracies_by_disjoint_intervals(percent, baseline, verdict):
-  assert report.compare_accuracies(percent, baseline, 50) == verdict
+  assert tables.compare_accuracies(percent, baseline, 50) == verdict
 
 
 def test_accuracy_interval_is_the_wilson_interval_in_percent():
-  assert report.accuracy_interval(90.0, 50) == pytest.approx(
-      tuple(100 * x for x in report.binomial_interval(45, 50)))
+  assert tables.accuracy_interval(90.0, 50) == pytest.approx(
+      tuple(100 * x for x in tables.binomial_interval(45, 50)))
   with pytest.raises(ValueError, match='not a whole number of 50'):
-    report.accuracy_interval(33.3, 50)
+    tables.accuracy_interval(33.3, 50)

@@ -24,21 +24,22 @@ import gin
 import numpy as np
 import pytest
 
-from t5align import calibrate
 from t5align import calibration
 from t5align import checkpoints
-from t5align.evaluation import predictions
 from t5align import gin_cli
+from t5align import jobs
+from t5align.jobs import eval_job
+from t5align.jobs import train_job
 from t5align import memory
 from t5align import network
 from t5align import run_identity
 from t5align.runtime import fileio
 from t5align.runtime import multihost
 from t5align.runtime import outputs
+from t5align.runtime import records
 from t5align.runtime import validate
 from t5align import schedule
 from t5align.shipped import assets
-from t5align import train
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
@@ -142,7 +143,7 @@ def test_1_vocabulary_larger_than_the_embedding_is_refused_before_work(tmp_path,
                                                head_dim=4, mlp_dim=16))
   with pytest.raises(ValueError, match=r'sentencepiece.model has 3000 pieces but the model '
                                        r'\(network.T5Config.vocab_size=1024\) embeds 1024 ids'):
-    train.train(model=model, model_dir=str(model_dir), num_steps=1, eval_lengths=())
+    jobs.TrainJob(model=model, model_dir=str(model_dir), num_steps=1, eval_lengths=()).run()
   assert not list(model_dir.glob('checkpoint_*'))
 
 
@@ -195,7 +196,6 @@ def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_g
   """Process 0's and process 1's settings, as `evaluate` hands them to
   `run_identity.check_same_processes`, compared through the collective with process 1's fed in
   (two processes: test 22)."""
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('T5ALIGN_VOCABULARY', str(VOCAB))
   seen = []
 
@@ -206,7 +206,7 @@ def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_g
     seen.append(json.loads(json.dumps(settings)))
     raise Stop()
 
-  monkeypatch.setattr(t5align_eval.run_identity, 'check_same_processes', capture)
+  monkeypatch.setattr(eval_job.run_identity, 'check_same_processes', capture)
   for tau in ('1.0', '0.5'):
     with pytest.raises(Stop):
       _run_eval(*_eval_args(pathlib.Path('/tmp/unused'), CKPT, f'--gin.TEMPERATURE={tau}'))
@@ -265,8 +265,8 @@ def test_7_records_without_run_json_are_refused_and_metrics_state_the_records_ta
 @pytest.mark.parametrize('num_steps', [-3, 0])
 def test_8_train_refuses_a_non_positive_num_steps(tmp_path, num_steps):
   with pytest.raises(ValueError, match=rf'NUM_STEPS must be a positive integer; got {num_steps}'):
-    train.train(model=network.Transformer(network.T5Config(vocab_size=1024)),
-                model_dir=str(tmp_path / 'm'), num_steps=num_steps)
+    jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
+                  model_dir=str(tmp_path / 'm'), num_steps=num_steps).run()
   assert not list((tmp_path / 'm').glob('*.model'))
 
 
@@ -277,19 +277,19 @@ def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkey
   def stop(*unused_args, **unused_kwargs):
     raise Started()
 
-  monkeypatch.setattr(train.vocabularies, 'train_sentencepiece', stop)  # Just after the checks.
+  monkeypatch.setattr(train_job.vocabularies, 'train_sentencepiece', stop)  # Just after the checks.
   model = network.Transformer(network.T5Config(vocab_size=1024))
   with pytest.raises(Started):
-    train.train(model=model, model_dir=str(tmp_path), learning_rate=1e-3)
+    jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=1e-3).run()
   assert json.loads((tmp_path / 'run.json').read_text())['learning_rate'] == 1e-3
   (tmp_path / 'checkpoint_2').mkdir()  # What checkpoint_steps counts as a result.
   (tmp_path / 'checkpoint_2' / 'checkpoint').write_bytes(b'')
-  pathlib.Path(train.train_state_path(str(tmp_path), 2)).write_bytes(b'')
+  pathlib.Path(train_job.train_state_path(str(tmp_path), 2)).write_bytes(b'')
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'differing fields \(before -> now\): learning_rate: 0\.001 -> 0\.002'):
-    train.train(model=model, model_dir=str(tmp_path), learning_rate=2e-3)
+    jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=2e-3).run()
   with pytest.raises(Started):  # The same settings resume.
-    train.train(model=model, model_dir=str(tmp_path), learning_rate=1e-3)
+    jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=1e-3).run()
 
 
 def test_9_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean_gin):
@@ -348,21 +348,21 @@ def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_pa
   monkeypatch.setattr(fileio, 'write_synced', disk(3))
   with pytest.raises(OSError, match=rf'\[Errno 28\] No space left on device \(what was written '
                                     rf"before stays; .*\): '{log_path}'"):
-    calibrate.run(**_calibrate_args(tmp_path))
-  logged = predictions.PredictionLog(log_path, key='key').records
+    jobs.CalibrationJob(**_calibrate_args(tmp_path)).run()
+  logged = records.RecordLog(log_path, key='key').records
   assert sorted(logged) == ['identity', '|entropy|384', '|pmax|384', '|pmax|512']
   # Freed space for the calibrations, but not for the schedule itself.
   writes.clear()
   calls.clear()
   monkeypatch.setattr(fileio, 'write_synced', disk(1))
   with pytest.raises(OSError, match=rf"No space left on device .*: '{tmp_path / 'schedule.json'}'"):
-    calibrate.run(**_calibrate_args(tmp_path))
+    jobs.CalibrationJob(**_calibrate_args(tmp_path)).run()
   assert calls == ['entropy']  # Only what was not written.
   assert not (tmp_path / 'schedule.json').exists()
   writes.clear()
   calls.clear()
   monkeypatch.setattr(fileio, 'write_synced', original)
-  result = calibrate.run(**_calibrate_args(tmp_path))
+  result = jobs.CalibrationJob(**_calibrate_args(tmp_path)).run()
   assert not calls and not log_path.exists()  # Nothing computed again.
   written = schedule.load_schedule(str(tmp_path / 'schedule.json'))
   for strategy in ('pmax', 'entropy'):
@@ -407,8 +407,8 @@ def test_11_one_lock_per_output_file_shared_by_the_folder_that_holds_it(tmp_path
     with pytest.raises(outputs.OutputLockedError,
                        match=rf'OUTPUT_PATH {demo_dir / "schedule.json"} is inside {demo_dir}, '
                              rf'the output folder of another run \(pid={demo.pid} '):
-      calibrate.run(**{**_calibrate_args(tmp_path),
-                       'output_path': str(demo_dir / 'schedule.json')})
+      jobs.CalibrationJob(**{**_calibrate_args(tmp_path),
+                          'output_path': str(demo_dir / 'schedule.json')}).run()
   # A calibration writes D/schedule.json: a run into D is refused, by any path to it.
   link = tmp_path / 'link'
   link.symlink_to(demo_dir)
@@ -484,7 +484,8 @@ def test_14_non_utf8_jsonl_names_file_and_line(tmp_path, no_load):
   jsonl.write_bytes(b'{"inputs": "fine"}\n{"inputs": "bad \xff byte"}\n')
   with pytest.raises(ValueError, match=rf'{jsonl}:2: not UTF-8 text \(invalid start byte at '
                                        r'byte 16\)'):
-    calibrate.run(**{**_calibrate_args(tmp_path), 'text_file': None, 'jsonl_file': str(jsonl)})
+    jobs.CalibrationJob(**{**_calibrate_args(tmp_path), 'text_file': None,
+                        'jsonl_file': str(jsonl)}).run()
 
 
 @pytest.mark.parametrize('field, value, message', [
@@ -532,19 +533,18 @@ def test_17_calibrate_refuses_a_vocabulary_larger_than_the_embedding(tmp_path, n
   big = _vocabulary(tmp_path / 'big.model', extra_pieces=2000)
   with pytest.raises(ValueError, match=rf'VOCABULARY_PATH {big} has 3000 pieces but checkpoint '
                                        rf'{CKPT} embeds 1024 ids'):
-    calibrate.run(**{**_calibrate_args(tmp_path), 'vocabulary_path': big})
+    jobs.CalibrationJob(**{**_calibrate_args(tmp_path), 'vocabulary_path': big}).run()
 
 
 def test_18_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   config = network.T5Config(vocab_size=32, num_encoder_layers=3)
   with pytest.raises(ValueError, match=r'TEMPERATURE=\(0\.9, 0\.8\): give one temperature, or 3 '
                                        r'numbers \(one per encoder layer of checkpoint C, which '
                                        r'has 3\); got 2 values'):
-    t5align_eval.make_temperature(config, (0.9, 0.8), model='checkpoint C')
+    eval_job.make_temperature(config, (0.9, 0.8), model='checkpoint C')
   with pytest.raises(ValueError, match=r"TEMPERATURE='abc' is not a temperature: give a number "
                                        r'\(e\.g\. TEMPERATURE=0\.8\) or a tuple of 3'):
-    t5align_eval.make_temperature(config, 'abc')
+    eval_job.make_temperature(config, 'abc')
   cals = {'pmax_per_layer': tuple(schedule.Calibration(
       'pmax_per_layer', L, 256, (0.9,) * 5) for L in (512, 1024))}
   path = tmp_path / 's.json'
@@ -552,8 +552,8 @@ def test_18_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
   with pytest.raises(ValueError, match=rf"temperature schedule {path} \(SCHEDULE_PATH\): strategy "
                                        r"'pmax_per_layer' has 5 per-layer taus but checkpoint C "
                                        r'has 3 encoder layers'):
-    t5align_eval.make_temperature(config, schedule_path=str(path), model='checkpoint C')
-  assert t5align_eval.make_temperature(config, (0.9, 0.8, 0.7)).constant == (0.9, 0.8, 0.7)
+    eval_job.make_temperature(config, schedule_path=str(path), model='checkpoint C')
+  assert eval_job.make_temperature(config, (0.9, 0.8, 0.7)).constant == (0.9, 0.8, 0.7)
 
 
 def test_19_eval_without_a_model_file_names_what_is_missing(clean_gin):
@@ -581,7 +581,8 @@ def test_19_eval_without_a_model_file_names_what_is_missing(clean_gin):
 def test_20_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_load, setting,
                                                                  message):
   with pytest.raises(ValueError, match=message):
-    calibrate.run(**{**_calibrate_args(tmp_path), 'checkpoint_path': '/no/such', **setting})
+    jobs.CalibrationJob(**{**_calibrate_args(tmp_path), 'checkpoint_path': '/no/such',
+                        **setting}).run()
 
 
 @pytest.mark.parametrize('setting, message', [
@@ -593,8 +594,8 @@ def test_20_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_lo
 ])
 def test_21_train_settings_are_checked_before_work(tmp_path, setting, message):
   with pytest.raises(ValueError, match=message):
-    train.train(model=network.Transformer(network.T5Config(vocab_size=1024)),
-                model_dir=str(tmp_path / 'm'), **setting)
+    jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
+                  model_dir=str(tmp_path / 'm'), **setting).run()
   assert not (tmp_path / 'm' / assets.VOCAB_FILE).exists()
 
 

@@ -61,11 +61,8 @@ CPU_TILE_ELEMENTS = 2 ** 20
 def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
                         backend: str | None = None) -> int:
   """Examples attended at once: all on accelerators; on CPU as many as keep a tile within
-  `CPU_TILE_ELEMENTS` (at least one).
-
-  Measured on the shipped retrieval T5 (8 heads) at 4096 tokens, 2-core CPU: 0.59 s per example
-  for a batch of 50 in 256 x 512 tiles, 0.36 s with 64 x 64 tiles, 0.28 s one example at a time
-  in 256 x 512 tiles.
+  `CPU_TILE_ELEMENTS` (at least one): on CPU a batch's tiles past it leave the cache, and fewer
+  examples at a time run faster than smaller tiles (README, Performance).
   """
   if (backend or reference.target_platform()) != 'cpu':
     return batch
@@ -199,8 +196,7 @@ def softmax_tile(carry, x: Array, v: Array, p_dtype: jnp.dtype, *, scale: Array 
     stats: update c (for the entropy); False leaves it as it is.
     dot_stats: take the row sums of products `sum_k p (x - x_ref)` as an einsum, which XLA CPU
       runs as a dot, instead of a multiply and a sum (what a Triton kernel can lower): on CPU
-      the multiply-and-sum fusion took 2.8 ms of a 5.3 ms step, the einsum 0.5 ms (a 256 x 512
-      tile of 6 heads, one core of this project's 2-core machine).
+      the dot is several times faster (README, Performance).
 
   Returns:
     The updated `(m, l, c, acc)`.

@@ -217,8 +217,8 @@ def self_attention(
     query, key, value: `[b, l, h, d]`.
     rel_embedding: `[h, num_buckets]` relative-position table.
     segment_ids: int `[b, l]`; 0 marks padding, positions attend within equal ids.
-    temperature: softmax temperature per example and head, broadcastable to `[b, h]`
-      (`reference.head_temperature`); None for 1.
+    temperature: softmax temperature, float32 `[1 or b, 1 or h]`: an encoder layer's, taken as it
+      is; a direct caller may give None (1), a scalar or `[b]` (`reference.head_temperature`).
     bidirectional: relative buckets for an encoder (True) or a causal decoder (False).
     impl: a key of `IMPLEMENTATIONS` ('reference': materialized, reference.py; 'blockwise':
       blockwise.py; 'pallas_gpu': Triton, pallas_gpu.py; 'pallas_mgpu': Mosaic GPU for Hopper,

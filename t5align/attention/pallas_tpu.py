@@ -1,46 +1,10 @@
 """Pallas TPU (Mosaic) self-attention kernel ('pallas' on TPU) with the T5 bias built in-kernel.
 
-The same math as 'reference' (reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
+The math of 'reference' (reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
 float32, q.k in the inputs' dtype with float32 accumulation, fully masked (padding) query rows
-uniform over all keys, and per-row P_max and entropy from the same pass: the flash accumulators
-of `blockwise.init_carry` / `online_softmax_step` / `finalize`, which lower under Mosaic as they
-are, with the row statistics kept `[block_q, 128]` (each row repeated over the lanes,
-`init_carry(lanes=128)`), the layout of their VMEM scratch. Attention dropout is not implemented
-(the dispatch, layers.py, refuses it); under a mesh of several devices the dispatch runs the
-kernel per device in a `shard_map`, since XLA cannot partition a Mosaic call.
-
-Layout and grid. q, k, v go to `[b, h, L, d]` (full-`d` blocks: `d` = 64 for Flan-T5 is the
-array's own last dimension, as Mosaic requires), padded to a multiple of the blocks. The grid is
-`(batch * heads, query blocks, key blocks)`: the first axis 'parallel' (a megacore chip splits
-it over its two cores), the other two 'arbitrary', so one core visits every tile of an
-(example, head) in order; the online-softmax accumulators live in VMEM scratch across key blocks.
-
-Relative bias, never `[L, L]` in HBM. The kernel takes the `[heads, 32]` bucket table (in SMEM:
-32 scalars a head). Every offset with `|key - query| >= MAX_DISTANCE` shares its side's last
-bucket (T5's bucketing), so a tile wholly beyond the band adds one scalar per head and side.
-With aligned blocks the bias of a tile depends only on `k_start - q_start` (T5's bias is
-Toeplitz), so the few tiles that touch the band (3 for 512 x 512 blocks) are built once per
-(example, head) into VMEM scratch, at the first tile, and reused by every query block. They are
-built from the bucket structure, not by bucketing each offset: `reference.offset_buckets`
-(host numpy, the same buckets as 'reference' on every platform) gives the offsets at which the
-bucket changes, so a 128 x 128 piece is a chain of compare/selects over the thresholds its
-offset range crosses, and a piece beyond the band is one constant. The bucket table rather than
-the `[heads, 2 * 128 + 1]` offset table: Mosaic has no vector gather, so either table is read as
-scalars, and the 32 of the bucket table with static thresholds is the shorter chain.
-
-Masks and skipped tiles. Segment ids give the mask (0 = padding). Before the kernel, XLA reduces
-the ids per block to the smallest and largest id and whether the block is one segment without
-padding (scalar-prefetched into SMEM). A tile whose query and key id ranges cannot meet (packed
-segments far apart, a padding-only block) or that lies above the diagonal (causal) is skipped,
-and its key/value blocks are not fetched (the index map stays on a needed block); a tile whose
-query and key blocks are the same single segment, without padding or a causal cut, runs without
-any mask. Fully masked rows are uniform over all keys: their output is the mean of v over the
-real keys, reduced by XLA before the kernel.
-
-Verified: equality with 'reference' in interpret mode on CPU (tests/attention_test.py,
-tests/network_impl_test.py, tests/pallas_tpu_test.py) and Mosaic compiles for TPU topologies
-without a TPU (tests/pallas_tpu_test.py, benchmarks/tpu_kernel_bench.py). Real TPU speed is
-unmeasured: no TPU ran this kernel.
+uniform over all keys, and per-row P_max and entropy from the same pass, tiled as 'blockwise'
+(`blockwise.online_softmax_step`) so that no `[L, L]` array reaches HBM. README's paragraph on
+the TPU kernel (t5x section) describes its grid, the bias, the skipped tiles and what is verified.
 """
 from __future__ import annotations
 

@@ -175,23 +175,23 @@ def mask_from_ids(q_ids: Array, k_ids: Array) -> Array:
 
 
 def head_temperature(temperature: Array | float | None, batch: int, heads: int) -> Array:
-  """Canonical temperature of one attention layer: float32 `[1 or batch, 1 or heads]`.
+  """The temperature of one attention layer as every implementation takes it: float32
+  `[1 or batch, 1 or heads]`.
 
-  Accepted: None (1.0); a scalar; a 1-D `[batch]` or `[1]` vector (one value per example); a 2-D
-  `[1 or batch, 1 or heads]` array (per example and per head). Every self-attention
-  implementation takes this form, so a per-head temperature reaches every kernel unchanged.
+  The encoder's layers pass that form already (their slice of `network.layer_temperatures`'
+  `[1 or b, layers, 1 or h]`, checked there), so a 2-D value is returned as it is, not checked
+  again (a direct caller's must be `[1 or batch, 1 or heads]`). Direct callers may also pass None
+  (1.0), a scalar or a `[batch]` vector (one per example): `[1 or batch, 1]`.
   """
   if temperature is None:
     return jnp.ones((1, 1), jnp.float32)
   tau = jnp.asarray(temperature, jnp.float32)
-  if tau.ndim <= 1:
-    tau = tau.reshape(-1, 1)
-    if tau.shape[0] not in (1, batch):
-      raise ValueError(f'temperature has {tau.shape[0]} values; expected 1 or batch={batch}.')
-  elif tau.ndim != 2 or tau.shape[0] not in (1, batch) or tau.shape[1] not in (1, heads):
-    raise ValueError(f'temperature of shape {tau.shape} does not broadcast to '
-                     f'[batch={batch}, heads={heads}].')
-  return tau
+  if tau.ndim == 2:
+    return tau
+  if tau.ndim > 2 or tau.size not in (1, batch):
+    raise ValueError(f'temperature of shape {tau.shape}: expected [1 or batch={batch}, 1 or '
+                     f'heads={heads}], a scalar or a [batch] vector.')
+  return tau.reshape(-1, 1)  # [] or [b] -> [1 or b, 1]
 
 
 def softmax_with_stats(

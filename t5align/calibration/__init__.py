@@ -39,7 +39,6 @@ from t5align.calibration.search import run_lockstep
 from t5align.calibration.search import run_steps
 from t5align.calibration.stats import AttentionStats
 from t5align.calibration.stats import check_lengths
-from t5align.calibration.stats import check_sweep_memory
 from t5align.calibration.stats import check_tokens
 from t5align.calibration.stats import cut_at_boundary
 from t5align.calibration.stats import cut_to_length
@@ -50,7 +49,7 @@ from t5align.calibration.stats import Memo
 from t5align.calibration.strategies import calibrate
 from t5align.calibration.strategies import parse_strategy
 from t5align.calibration.strategies import SCOPES
-from t5align.calibration.strategies import Settings
+from t5align.calibration.strategies import SearchSettings
 from t5align.calibration.strategies import STATISTICS
 from t5align.calibration.strategies import STRATEGIES
 from t5align.calibration.strategies import T5_EOS_ID
@@ -60,11 +59,11 @@ from t5align.schedule import Tau
 __all__ = [
     'align_heads', 'align_layers', 'AttentionStats', 'bisect_search', 'bisect_steps',
     'build_schedule', 'calibrate', 'calibrate_tasks', 'Calibration', 'calibration_key',
-    'CalibrationLog', 'check_lengths', 'check_sweep_memory', 'check_tokens', 'clamp_tau',
+    'CalibrationLog', 'check_lengths', 'check_tokens', 'clamp_tau',
     'closed_form_tau', 'cut_at_boundary', 'cut_to_length', 'encoder_attention_stats', 'grid_search',
     'grid_steps', 'layer0_sorted_logits', 'length_groups', 'log_length_tau', 'LogitSummary', 'Memo',
     'PAPER_GRID', 'parse_strategy', 'prop1_tau', 'prop2_tau', 'reference_pmax',
-    'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'Settings', 'STATISTICS',
+    'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'SearchSettings', 'STATISTICS',
     'STRATEGIES',
     'summarize_logit_vector', 'T5_EOS_ID', 'Tau',
 ]

@@ -13,11 +13,11 @@ import numpy as np
 
 from t5align.calibration import stats
 from t5align.calibration import strategies as strategies_lib
-from t5align.evaluation import predictions
 from t5align import partitioning
 from t5align import run_identity
 from t5align.runtime import fileio
 from t5align.runtime import outputs
+from t5align.runtime import records
 from t5align import schedule
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def build_schedule(
     progress: Callable[[int, int, schedule.Calibration], None] | None = None,
     previous: Mapping[str, schedule.Calibration] | None = None,
     record: Callable[[str | None, schedule.Calibration], None] | None = None,
-    settings: strategies_lib.Settings | None = None,
+    settings: strategies_lib.SearchSettings | None = None,
     memo: stats.Memo | None = None,
 ) -> schedule.TemperatureSchedule:
   """Calibrates every (length, strategy) pair on the same documents.
@@ -64,7 +64,7 @@ def build_schedule(
       made again), so the schedule equals an uninterrupted run's.
     record: called as `record(None, calibration)` for each new calibration, as it finishes
       (`CalibrationLog.add`).
-    settings: how every calibration searches and computes (`strategies.Settings`).
+    settings: how every calibration searches and computes (`strategies.SearchSettings`).
     memo: results shared by every pair (a new `stats.Memo` if None).
 
   Returns:
@@ -81,7 +81,7 @@ def build_schedule(
     stats.check_lengths(L, reference_length)
   for s in strategies:
     strategies_lib.parse_strategy(s)
-  settings = settings or strategies_lib.Settings()
+  settings = settings or strategies_lib.SearchSettings()
   memo = memo or stats.Memo()
   params = partitioning.place_params(params, config, settings.mesh)
   cals = {s: [] for s in strategies}
@@ -121,7 +121,7 @@ def calibrate_tasks(
     progress: Callable[[int, int, schedule.Calibration], None] | None = None,
     previous: Mapping[str, schedule.Calibration] | None = None,
     record: Callable[[str | None, schedule.Calibration], None] | None = None,
-    settings: strategies_lib.Settings | None = None,
+    settings: strategies_lib.SearchSettings | None = None,
     memo: stats.Memo | None = None,
 ) -> dict[str, dict[str, tuple[schedule.Calibration, ...]]]:
   """Per-task calibration, as the paper does it: each task on its own inputs.
@@ -137,13 +137,13 @@ def calibrate_tasks(
     reference_length: L_tr.
     progress: called as `progress(done, total, calibration)`.
     previous, record: as `build_schedule`'s, per (task, L_ex).
-    settings: how every calibration searches and computes (`strategies.Settings`).
+    settings: how every calibration searches and computes (`strategies.SearchSettings`).
     memo: results shared by every calibration (a new `stats.Memo` if None).
 
   Returns:
     {task: {strategy: (calibration,)}}, ready for `TemperatureSchedule(tasks=...)`.
   """
-  settings = settings or strategies_lib.Settings()
+  settings = settings or strategies_lib.SearchSettings()
   memo = memo or stats.Memo()
   params = partitioning.place_params(params, config, settings.mesh)
   pairs = {t: v if isinstance(v, list) else [v] for t, v in task_inputs.items()}
@@ -189,7 +189,7 @@ def _resumed(previous: Mapping[str, schedule.Calibration] | None, task: str | No
 
 class CalibrationLog:
   """The calibrations a run has finished, one JSON line each, appended and fsynced as each one
-  finishes (`predictions.PredictionLog`): a rerun after a kill or a failed write (a full disk)
+  finishes (`records.RecordLog`): a rerun after a kill or a failed write (a full disk)
   redoes none of them.
 
   Its first record, written with the first calibration, is the run identity (`run_identity`);
@@ -198,7 +198,7 @@ class CalibrationLog:
 
   def __init__(self, path: str, identity: Mapping[str, Any]):
     self.path = path
-    self._log = predictions.PredictionLog(path, key='key')
+    self._log = records.RecordLog(path, key='key')
     self._identity = None  # To write with the first calibration.
     if self.done():
       recorded = self._log.records.get('identity')
@@ -209,7 +209,7 @@ class CalibrationLog:
       return
     if len(self._log):  # An identity alone: its run made nothing.
       self.remove()
-      self._log = predictions.PredictionLog(path, key='key')
+      self._log = records.RecordLog(path, key='key')
     self._identity = {'key': 'identity', 'identity': dict(identity)}
 
   def done(self) -> dict[str, dict[str, Any]]:

@@ -112,9 +112,8 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
   """Candidate taus computed at once (vmapped) per device: 1 on CPU, all (None) elsewhere.
 
   On CPU a vmapped batch of taus multiplies every attention tile's working set by the batch and
-  pushes it out of cache: 11 taus at 2048 tokens (shipped model, blockwise) took 9.1 s vmapped
-  and 3.0 s one after another in the same compiled call (`lax.map`). Accelerators gain from the
-  batch.
+  pushes it out of cache, so one after another in the same compiled call (`lax.map`) is faster
+  there (README, Performance); accelerators gain from the batch.
   """
   return 1 if (backend or jax.default_backend()) == 'cpu' else None
 
@@ -123,8 +122,8 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
 def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
              parts: tuple[str, ...] = ('decoder', 'encoder', 'token_embedder')) -> Callable:
   """jit of per-example row-statistic sums per layer and head for `[t, n, 1 or h]` taus:
-  `(params, tokens [b, l], taus) -> sums`, the compiled sweep of `encoder_attention_stats` (and
-  of `t5align.preflight`'s calibration check).
+  `(params, tokens [b, l], taus) -> sums`, the compiled sweep of `encoder_attention_stats`
+  (`sweep_program` gives it with its arguments).
 
   `parts`: the top-level keys of the params it is called with (the encoder needs 'encoder' and
   'token_embedder' only, so a tree without the decoder is enough).
@@ -171,20 +170,17 @@ def sweep_fn(config: network.T5Config, mesh: Mesh | None, tau_chunk: int | None,
       out_shardings=partitioning.replicated(mesh))
 
 
-def check_sweep_memory(params: Any, config: network.T5Config, *, length: int, batch_size: int,
-                       taus: int, mesh: Mesh | None = None,
-                       tau_chunk: int | None | str = 'auto') -> Any:
-  """Compiles the sweep `encoder_attention_stats` runs for `batch_size` samples of `length`
-  tokens and `taus` candidates per call, and refuses it if XLA's memory figure exceeds the
-  device's (`memory.check_compiled`); the sweep then calls the same executable.
-
-  Returns:
-    The `memory.Compiled` figures.
-  """
-  from t5align import memory  # pylint: disable=g-import-not-at-top
+def sweep_program(params: Any, config: network.T5Config, *, length: int, batch_size: int,
+                  taus: int, mesh: Mesh | None = None,
+                  tau_chunk: int | None | str = 'auto') -> tuple[Callable, tuple[Any, ...]]:
+  """The sweep `encoder_attention_stats` calls for `batch_size` samples of `length` tokens and
+  `taus` candidates per call, and its abstract arguments `(params, tokens [b, l], taus
+  [t, n, 1])` as the run places them (`params` placed on `mesh`: no copy when already placed;
+  sizes rounded up to the mesh's 'data' and 'tau' axes)."""
   tau_axis, data_axis = (mesh.shape['tau'], mesh.shape['data']) if mesh is not None else (1, 1)
   tau_chunk = default_tau_chunk() if tau_chunk == 'auto' else tau_chunk
-  params = partitioning.place_params(params, config, mesh)  # No copy when already placed.
+  if not isinstance(jax.tree.leaves(params)[0], jax.ShapeDtypeStruct):  # Abstract: as given.
+    params = partitioning.place_params(params, config, mesh)
   rows = (batching.round_up(batch_size, data_axis), length)
   # [t, n, 1]: the form `encoder_attention_stats` calls the sweep with (one tau per layer).
   cands = (batching.round_up(taus, tau_axis), config.num_encoder_layers, 1)
@@ -193,15 +189,7 @@ def check_sweep_memory(params: Any, config: network.T5Config, *, length: int, ba
   else:
     args = (jax.ShapeDtypeStruct(rows, jnp.int32, sharding=partitioning.batch_sharding(mesh, 2)),
             jax.ShapeDtypeStruct(cands, jnp.float32, sharding=tau_sharding(mesh)))
-  compiled = sweep_fn(config, mesh, tau_chunk, tuple(sorted(params))).lower(params, *args)
-  figures = memory.Compiled.of(compiled.compile(), parameter_bytes=memory.per_device_bytes(
-      params), input_bytes=memory.per_device_bytes(args))
-  model = mesh.shape['model'] if mesh is not None else 1
-  return memory.check_compiled(figures, what='This calibration sweep', hints=(
-      memory.settings_to_change(
-          model_shards=model, batch_size=batch_size, length=length, taus=taus,
-          attention_impl=network.encoder_attention_impl(config, length),
-          model_setting="MESH_SHAPE's third entry")))
+  return sweep_fn(config, mesh, tau_chunk, tuple(sorted(params))), (params, *args)
 
 
 def tau_sharding(mesh: Mesh) -> NamedSharding:
@@ -336,9 +324,8 @@ def _mean_stats(pmax_sum: np.ndarray, entropy_sum: np.ndarray,
 @functools.lru_cache(maxsize=16)
 def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -> Callable:
   model = network.Transformer(config)
-  # NOTE: on one CPU device the rows are sorted by numpy (a callback), 14x faster than XLA's
-  # CPU sort ([1024, 4096] float32 rows: 0.18 s against 2.6 s, same 2-core machine and load);
-  # the sorted values are the same.
+  # NOTE: on one CPU device the rows are sorted by numpy (a callback), much faster than XLA's
+  # CPU sort (README, Performance); the sorted values are the same.
   host = mesh is None and jax.default_backend() == 'cpu'
 
   def sort_descending(x):

@@ -44,7 +44,7 @@ SCOPES = ('encoder', 'layer', 'head')
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class SearchSettings:
   """How calibrations search and compute (not what they align): one object per job.
 
   Attributes:
@@ -113,7 +113,7 @@ def _as_float(x: Any) -> schedule.Tau:
 
 
 def _align(params, config, tokens, statistic, target_stats, *, search: str, scope: str,
-           settings: Settings, memo: stats_lib.Memo) -> tuple[Any, Any, bool, dict]:
+           settings: SearchSettings, memo: stats_lib.Memo) -> tuple[Any, Any, bool, dict]:
   """Searches tau (or per-layer or per-head taus) so the statistic at `tokens` matches
   `target_stats`."""
   increasing = statistic == 'entropy'  # flatter with larger tau: entropy up, P_max down.
@@ -166,7 +166,7 @@ def calibrate(
     *,
     reference_tokens: Any = None,
     reference_length: int | None = None,
-    settings: Settings | None = None,
+    settings: SearchSettings | None = None,
     memo: stats_lib.Memo | None = None,
 ) -> schedule.Calibration:
   """Chooses the encoder temperature for inputs like `tokens` (one strategy, one length).
@@ -179,14 +179,14 @@ def calibrate(
     reference_tokens: int `[b', L_tr]` reference samples; if None, `tokens` cut to
       `reference_length` (the same documents, as in the paper).
     reference_length: L_tr; defaults to `reference_tokens`' width, else 512.
-    settings: how to search and compute (`Settings`); None: the defaults.
+    settings: how to search and compute (`SearchSettings`); None: the defaults.
     memo: results shared with other calls on the same model (see `Memo`); None: a fresh one.
 
   Returns:
     A Calibration with the chosen tau, the target and achieved statistic and search details.
   """
   statistic, search, scope = parse_strategy(strategy)
-  settings = settings or Settings()
+  settings = settings or SearchSettings()
   tokens = stats_lib.check_tokens(tokens)
   length = tokens.shape[1]
   if reference_tokens is not None:

@@ -1,3 +1,4 @@
 """Evaluation on a mesh: scoring and greedy decoding of batches (scoring), per-example records
-with progress and resume (predictions), the run's encoder temperatures (temperature). Import the
-modules themselves; `t5align.eval` is the command line."""
+with progress and resume (predictions), the run's encoder temperatures (temperature), and the
+results' Markdown tables (tables, no JAX). Import the modules themselves; the job is
+`t5align.jobs.EvalJob`, the command lines `t5align.eval` and `t5align.report`."""

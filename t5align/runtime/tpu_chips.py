@@ -9,10 +9,10 @@ table of each; read 2026-11-25):
   v6e  cloud.google.com/tpu/docs/v6e   918 TFLOP/s bf16, HBM 32 GB, 1638 GB/s
 HBM capacities are taken as GiB (the v4 page says GiB; the stacks are binary-sized; the others'
 "GB" is read the same way), bandwidths as decimal GB/s. What a program may use is a little less:
-XLA's TPU compiler (libtpu 0.0.42.1, jax 0.10.2) refuses programs above 30.75 GiB (v4),
-15.75 GiB (v5e), 95.74 GiB (v5p) and 31.25 GiB (v6e) per chip, the "available HBM" its
-out-of-memory error names (read here by compiling a 512 GiB program for each); `t5align.preflight`
-checks against these.
+XLA's TPU compiler refused programs above 30.75 GiB (v4), 15.75 GiB (v5e), 95.74 GiB (v5p) and
+31.25 GiB (v6e) per chip, the "available HBM" its out-of-memory error named when a 512 GiB
+program was compiled for each (libtpu 0.0.42.1 with jax 0.10.2); `t5align.preflight` checks
+against these.
 
 TPU type names (`--topology=v4-32`) map to the default slice shape of that size:
   v4-N, v5p-N    N TensorCores, 2 per chip (one JAX device per chip: megacore), 3-D shapes

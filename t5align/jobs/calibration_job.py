@@ -1,0 +1,413 @@
+"""The calibration job: encoder temperatures for a checkpoint, written as a TemperatureSchedule.
+
+Its finished calibrations are logged (`progress_path`) until the schedule is written, so a rerun
+resumes; with several processes every process computes the same schedule and process 0 writes it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5align import calibration
+from t5align.calibration import samples
+from t5align.calibration import stats
+from t5align.jobs import common
+from t5align import network
+from t5align import partitioning
+from t5align import run_identity
+from t5align.runtime import fileio
+from t5align.runtime import multihost
+from t5align.runtime import outputs
+from t5align.runtime import validate
+from t5align import schedule as schedule_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationJob:
+  """`python -m t5align.calibrate`'s settings (gin/calibrate.gin binds its macros to these fields,
+  as `t5align.calibrate.run`) and its run: loads a checkpoint, samples inputs, calibrates, prints
+  the table and writes the schedule.
+
+  Attributes:
+    checkpoint_path: any checkpoint `checkpoints.load_params` reads.
+    output_path: schedule JSON to write.
+    text_file: plain text to sample from (with `vocabulary_path`).
+    vocabulary_path: tokenizer of `text_file` / `jsonl_file`: a SentencePiece model, a HF
+      tokenizer.json, or a folder with vocab.json + merges.txt (`vocabularies.load_vocabulary`);
+      EOS is its EOS.
+    seqio_task: registered SeqIO tasks or mixtures to sample from instead, comma-separated
+      (needs seqio; the t5align_* tasks are registered here).
+    seqio_split: its split.
+    jsonl_file: a JSONL file of task inputs instead ({"inputs": text, "task": name} per line;
+      task defaults to the file's name), tokenized with `vocabulary_path`.
+    per_task: with `seqio_task` (each task of the mixture) or `jsonl_file`, also calibrate each
+      task on its first `num_samples` whole inputs (L_ex = the longest) against the same task at
+      L_tr, stored in the schedule's `tasks` (t5align.eval applies a task's own entry), and
+      print the per-task vs pooled temperatures. The pooled schedule (windows of all inputs
+      concatenated, at `lengths`) stays the fallback for tasks without an entry.
+    reference_tasks: {task: the same task's setting nearest L_tr} (seqio names), e.g.
+      {'t5align_passkey_20k': 't5align_passkey_2k'}; tasks not listed use their own inputs cut
+      at the last sentence / line boundary before L_tr (`calibration.cut_at_boundary`).
+    lengths: extrapolation lengths L_ex.
+    strategies: `calibration.STRATEGIES` names; the first is the schedule's default.
+    reference_length: L_tr (512; 768 for CodeT5+).
+    num_samples: documents sampled at the longest length; shorter lengths use them cut.
+    seed: sampling seed.
+    config: a `network.T5Config` to check the checkpoint against; inferred if None.
+    dtype: activation dtype ('float32' or 'bfloat16'), which must be the one evaluation
+      computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE, the macro every gin/models
+      file binds `network.T5Config.dtype` to. None: `config`'s dtype, else float32. Softmax and
+      statistics stay float32 either way.
+    params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
+      default to float32): the layer-norm scales and the relative-position table are used
+      unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
+    attention_impl: encoder attention implementation ('blockwise' keeps long inputs in memory);
+      the config's if None.
+    mesh_shape: (tau, data, model) device mesh, e.g. (4, 2, 1); (tau, data) means model = 1.
+      None: one device, or with several processes every device along 'data'. Parameters
+      shard over 'model', candidate taus over 'tau', samples over 'data'.
+    batch_size: examples per encoder call.
+    tau_batch_size: candidate temperatures per encoder call.
+    grid: Algorithm 1's grid.
+    tol: tolerance of the continuous searches.
+    analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
+      per task too when calibrated per task).
+    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
+    relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
+
+  """
+
+  checkpoint_path: str | None = None
+  output_path: str | None = None
+  text_file: str | None = None
+  vocabulary_path: str | None = None
+  seqio_task: str | None = None
+  seqio_split: str = 'validation'
+  jsonl_file: str | None = None
+  per_task: bool = True
+  reference_tasks: Mapping[str, str] | None = None
+  lengths: Sequence[int] = (1024, 2048, 4096, 8192, 15000)
+  strategies: Sequence[str] = ('pmax', 'entropy', 'log_length')
+  reference_length: int = 512
+  num_samples: int = 8
+  seed: int = 0
+  config: Any = None
+  dtype: str | None = None
+  params_dtype: str = 'float32'
+  attention_impl: str | None = None
+  mesh_shape: tuple[int, ...] | None = None
+  batch_size: int | None = None
+  tau_batch_size: int | None = None
+  grid: Sequence[float] = calibration.PAPER_GRID
+  tol: float = 1e-3
+  analysis_dir: str | None = None
+  check_finite: bool = True
+  relpos_heads: Sequence[int] | None = None
+
+  @property
+  def checkpoint(self) -> common.Checkpoint:
+    return common.Checkpoint(str(self.checkpoint_path), self.params_dtype, self.check_finite)
+
+  @property
+  def activation_dtype(self) -> str:
+    """The dtype the calibration computes in (`activation_dtype`)."""
+    return activation_dtype(self.config, self.dtype)
+
+  def check(self) -> None:
+    """Every setting that needs no file, and ANALYSIS_DIR / RELPOS_HEADS, before any work."""
+    _check_settings(self.checkpoint_path, self.output_path,
+                    (self.text_file, self.seqio_task, self.jsonl_file), self.lengths,
+                    self.strategies, self.reference_length, self.num_samples, self.seed,
+                    self.batch_size, self.tau_batch_size, self.params_dtype, self.grid,
+                    self.tol, self.mesh_shape)
+    _check_analysis_settings(self.analysis_dir, self.relpos_heads, self.config)
+    self.activation_dtype  # pylint: disable=pointless-statement
+
+  def mesh(self) -> Any:
+    """The ('tau', 'data', 'model') mesh of MESH_SHAPE, or None for one device."""
+    return mesh_for(self.mesh_shape)
+
+  def model_config(self, config: network.T5Config) -> network.T5Config:
+    """The config the calibration computes with (`run_config`)."""
+    return run_config(config, self.activation_dtype, self.attention_impl)
+
+  def programs(self, config: network.T5Config, mesh: Any, params: Any, *,
+               length: int | None = None) -> list[common.Program]:
+    """The sweep this job runs at its widest: BATCH_SIZE (else NUM_SAMPLES) samples of `length`
+    tokens (default the longest of LENGTHS) at TAU_BATCH_SIZE (else the grid's) candidates."""
+    length = length or max(self.lengths)
+    batch_size = self.batch_size or self.num_samples
+    taus = self.tau_batch_size or len(self.grid)
+    # The tau chunk of the devices the mesh lays out (a TPU slice's in the pre-flight).
+    platform = mesh.devices.flat[0].platform if mesh is not None else None
+    fn, args = stats.sweep_program(params, config, length=length, batch_size=batch_size,
+                                   taus=taus, mesh=mesh,
+                                   tau_chunk=stats.default_tau_chunk(platform))
+    shape = dict(mesh.shape) if mesh is not None else {}
+    model = shape.get('model', 1)
+    return [common.Program(
+        name='calibration', description='the calibration sweep', fn=fn, args=args,
+        names=('inputs', 'taus'), units=args[1].shape[0] * args[2].shape[0],
+        unit='encoder pass (one sample at one tau)',
+        settings={'length': length, 'batch_size': batch_size, 'params_dtype': self.params_dtype,
+                  'mesh_shape': self.mesh_shape, 'tau_batch': taus},
+        hints=dict(model_shards=model, batch_size=batch_size, length=length, taus=taus,
+                   attention_impl=network.encoder_attention_impl(config, length),
+                   model_setting="MESH_SHAPE's third entry"),
+        estimate=dict(length=length, batch_size=batch_size, params_dtype=self.params_dtype,
+                      model_shards=model, data_shards=shape.get('data', 1), taus=taus,
+                      tau_shards=shape.get('tau', 1)))]
+
+  def identity(self, data: Any) -> dict[str, Any]:
+    """What the schedule depends on (the calibration log's header): the checkpoint's content,
+    the inputs and every setting of the search."""
+    return run_identity.make(checkpoint=self.checkpoint_path, settings={
+        **data.identity, 'lengths': sorted(set(self.lengths)),
+        'strategies': list(self.strategies), 'reference_length': self.reference_length,
+        'num_samples': self.num_samples, 'seed': self.seed, 'dtype': self.activation_dtype,
+        'params_dtype': jnp.dtype(self.params_dtype).name,
+        'attention_impl': self.attention_impl or (
+            self.config.attention_impl if self.config is not None else {
+                f.name: f.default for f in dataclasses.fields(network.T5Config)}[
+                    'attention_impl']),
+        'per_task': bool(self.per_task), 'reference_tasks': self.reference_tasks,
+        'grid': list(self.grid), 'tol': self.tol, 'mesh_shape': self.mesh_shape})
+
+  def run(self) -> schedule_lib.TemperatureSchedule:
+    """Calibrates and writes OUTPUT_PATH (and ANALYSIS_DIR); returns the schedule."""
+    if not isinstance(self.output_path, (str, os.PathLike)):
+      return self._run()  # Unset: `check` reports it.
+    with outputs.claim(self.output_path, 'OUTPUT_PATH', is_file=True):
+      return self._run()
+
+  def _inputs(self) -> tuple[Any, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The inputs, read, tokenized and checked against the model before any weight is read:
+    the sample source, and per task (PER_TASK) its inputs and its reference at L_tr."""
+    from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
+    assets.check_reference_length(self.checkpoint_path, self.reference_length,
+                                  'REFERENCE_LENGTH')
+    data = samples.read_inputs(text_file=self.text_file, vocabulary_path=self.vocabulary_path,
+                               seqio_task=self.seqio_task, seqio_split=self.seqio_split,
+                               jsonl_file=self.jsonl_file, num_samples=self.num_samples)
+    embedded = self.checkpoint.embedding_rows()
+    validate.vocabulary_fits(data.vocab_size, embedded, vocabulary=data.vocabulary_name,
+                             model=self.checkpoint.name)
+    validate.token_ids(data.stream, embedded, data.source_name)
+    samples.check_stream_length(data.stream, max(self.lengths), data.source_name)
+    inputs = {}
+    if self.per_task and self.text_file is None:
+      if self.seqio_task is not None:
+        inputs = samples.seqio_task_inputs(self.seqio_task, self.seqio_split, self.num_samples,
+                                           self.reference_length, self.reference_tasks or {})
+      else:
+        boundaries = samples.boundary_ids(data.vocab.decode, data.vocab.vocab_size)
+        inputs = {t: samples.task_inputs(rows, self.reference_length, data.eos_id, boundaries)
+                  for t, rows in data.by_task.items()}
+      for task, (tokens, reference) in inputs.items():
+        validate.token_ids(tokens, embedded, f'{data.source_name}, task {task}')
+        validate.token_ids(reference, embedded, f'{data.source_name}, task {task} reference')
+    return data, inputs
+
+  def _run(self) -> schedule_lib.TemperatureSchedule:
+    self.check()
+    dtype, lengths = self.activation_dtype, sorted(set(self.lengths))
+    start = time.time()
+    data, inputs = self._inputs()
+    eos_id = data.eos_id
+    identity = self.identity(data)
+    # Every process must run the same command: compared before any weight is read.
+    run_identity.check_same_processes({'gin': run_identity.gin_config(ignore=()), **identity})
+    log_path = progress_path(self.output_path)
+    log = multihost.on_writer(lambda: calibration.CalibrationLog(log_path, identity),
+                              f'opening {log_path}')
+    previous = calibration.resumed_calibrations(
+        multihost.broadcast_json(log.done() if log is not None else {}), log_path)
+    if previous and multihost.is_writer():
+      print(f'resuming: {len(previous)} calibrations done before are in {log_path}',
+            file=sys.stderr, flush=True)
+
+    def record(task, c):
+      multihost.on_writer(lambda: log.add(task, c), f'writing {log_path}')
+
+    print(f'loading {self.checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
+    mesh = self.mesh()
+    params, config = self.checkpoint.load(self.config, mesh)
+    config = self.model_config(config)
+    if self.relpos_heads is not None:  # The range, first checked here where no config was given.
+      from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+      analysis.check_heads(self.relpos_heads, config.num_heads, 'RELPOS_HEADS')
+    # Every process draws the same samples (same seed); on a mesh each copies to its devices
+    # only the rows of its 'data' shards (partitioning.global_array).
+    tokens = samples.sample_windows(data.stream, self.num_samples, max(lengths), self.seed,
+                                    eos_id=eos_id, source=data.source_name)
+    # Before any sweep: the widest one (every sample at the longest length) fits the devices.
+    (sweep,) = self.programs(config, mesh, partitioning.place_params(params, config, mesh))
+    sweep.check_memory('This calibration sweep')
+    print(f'{self.num_samples} samples of {max(lengths)} tokens from {len(data.stream)}; '
+          f'{len(lengths)} lengths x {len(self.strategies)} strategies', file=sys.stderr,
+          flush=True)
+    memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
+    progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
+    search = calibration.SearchSettings(
+        grid=tuple(self.grid), tol=self.tol, mesh=mesh, batch_size=self.batch_size,
+        tau_batch_size=self.tau_batch_size, eos_id=eos_id)
+    schedule = calibration.build_schedule(
+        params, config, tokens, lengths, self.strategies,
+        reference_length=self.reference_length,
+        provenance={'checkpoint': self.checkpoint_path, 'seed': self.seed, 'dtype': dtype,
+                    'params_dtype': self.params_dtype,
+                    'attention_impl': config.attention_impl, **data.source,
+                    'process_count': jax.process_count(), 'device_count': jax.device_count(),
+                    'created_unix': int(time.time()), 'identity': identity},
+        progress=progress, previous=previous, record=record, settings=search, memo=memo)
+    if inputs:
+      tasks = calibration.calibrate_tasks(
+          params, config, inputs, self.strategies, reference_length=self.reference_length,
+          progress=progress, previous=previous, record=record, settings=search, memo=memo)
+      schedule = dataclasses.replace(schedule, tasks=tasks, provenance={
+          **schedule.provenance, 'per_task': {
+              t: {'num_examples': int(len(x)), 'length': int(x.shape[1]),
+                  'reference': (self.reference_tasks or {}).get(
+                      t, 'inputs cut at a boundary before L_tr'),
+                  'reference_width': int(r.shape[1])} for t, (x, r) in inputs.items()}})
+    # Every process computed the same schedule; process 0 writes it, the others wait for that.
+    multihost.on_writer(lambda: (schedule.save(self.output_path), log.remove()),
+                        f'writing {self.output_path}')
+    if multihost.is_writer():
+      print(schedule.table())
+      for strategy in self.strategies:
+        if schedule.tasks and calibration.parse_strategy(strategy)[1] != 'closed_form':
+          print(schedule.task_table(strategy))
+      print(f'wrote {self.output_path}', file=sys.stderr)
+    multihost.barrier('t5align.calibrate:schedule')
+    if self.analysis_dir:
+      self._analysis(params, config, tokens, inputs, schedule, mesh, memo, eos_id)
+    return schedule
+
+  def _analysis(self, params, config, tokens, inputs, schedule, mesh, memo, eos_id) -> None:
+    """Writes ANALYSIS_DIR's figures and numbers (reusing the calibration's sweeps)."""
+    from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+    numbers = analysis.collect(
+        params, config, tokens, sorted(set(self.lengths)),
+        reference_length=self.reference_length, grid=self.grid, eos_id=eos_id, mesh=mesh,
+        batch_size=self.batch_size, tau_batch_size=self.tau_batch_size, memo=memo)
+    tasks = analysis.task_statistics(params, config, inputs, memo=memo, mesh=mesh,
+                                     batch_size=self.batch_size,
+                                     tau_batch_size=self.tau_batch_size)
+    multihost.on_writer(lambda: analysis.write_analysis(numbers, self.analysis_dir, schedule,
+                                                        tasks=tasks, heads=self.relpos_heads),
+                        f'writing {self.analysis_dir}')
+    if multihost.is_writer():
+      print(analysis.dispersion_table(numbers))
+      print(analysis.lmax_table(numbers))
+      if tasks:
+        print(analysis.task_tables(tasks))
+      print(f'wrote analysis to {self.analysis_dir}', file=sys.stderr)
+    multihost.barrier('t5align.calibrate:analysis')
+
+
+def progress_path(output_path: str) -> str:
+  """Where calibrate logs its finished calibrations until the schedule is written."""
+  return f'{output_path}.partial.jsonl'
+
+
+def activation_dtype(config: network.T5Config | None, dtype: str | None) -> str:
+  """The dtype calibration computes in: `dtype`, else `config.dtype`, else 'float32'.
+
+  The temperature found is for the logits the model computes in that dtype, so it must be the
+  dtype evaluation uses (one gin macro, ACTIVATION_DTYPE, sets both); a config and an explicit
+  dtype that disagree raise ValueError.
+  """
+  if config is not None and dtype is not None and jnp.dtype(config.dtype) != jnp.dtype(dtype):
+    raise ValueError(f'calibrate.run.dtype={dtype!r} but the model config computes in '
+                     f'{jnp.dtype(config.dtype).name}: calibrate at the dtype evaluation uses '
+                     '(set ACTIVATION_DTYPE once).')
+  if dtype is None:
+    dtype = 'float32' if config is None else jnp.dtype(config.dtype).name
+  if jnp.dtype(dtype) not in (jnp.float32, jnp.bfloat16):
+    raise ValueError(f"dtype={dtype!r}: expected 'float32' or 'bfloat16'.")
+  return jnp.dtype(dtype).name
+
+
+def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
+  tau = c.tau if np.ndim(c.tau) == 0 else float(np.mean(c.tau))
+  flag = ' (target outside range)' if c.clamped else ''
+  print(f'[{done:>3}/{total}] L_ex={c.length:<6} {c.strategy:<18} tau={tau:.3f}{flag}  '
+        f'{time.time() - start:7.1f} s', file=sys.stderr, flush=True)
+
+
+def _check_settings(checkpoint_path: Any, output_path: Any, sources: Sequence[Any],
+                    lengths: Any, strategies: Any, reference_length: Any, num_samples: Any,
+                    seed: Any, batch_size: Any, tau_batch_size: Any, params_dtype: Any,
+                    grid: Any, tol: Any, mesh_shape: Any) -> None:
+  """Every setting of `run` that needs no file, each error naming its macro and the form
+  accepted."""
+  if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
+    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
+                     '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
+  if sum(x is not None for x in sources) != 1:
+    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
+                     'JSONL_FILE (with VOCABULARY_PATH).')
+  validate.positive_int(reference_length, 'REFERENCE_LENGTH', minimum=2)
+  validate.int_tuple(lengths, 'LENGTHS', minimum=reference_length,
+                     why=f'REFERENCE_LENGTH, L_tr = {reference_length}: calibration aligns '
+                         'longer inputs to it',
+                     example=f'({2 * reference_length}, {4 * reference_length})')
+  validate.strategy_names(strategies, 'STRATEGIES', calibration.STRATEGIES)
+  validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
+                        tau_batch_size=tau_batch_size, seed=seed, params_dtype=params_dtype)
+  validate.temperature_array(grid, 'calibrate.run.grid')
+  validate.number(tol, 'calibrate.run.tol', positive=True)
+  if mesh_shape is not None:
+    validate.int_tuple(mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
+    if len(mesh_shape) not in (2, 3):
+      raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
+
+
+def _check_analysis_settings(analysis_dir: Any, relpos_heads: Any,
+                             config: network.T5Config | None) -> None:
+  """ANALYSIS_DIR and RELPOS_HEADS, before any work (they were once refused after the whole
+  calibration, leaving a half-written analysis): RELPOS_HEADS's form, and its range where the
+  model's config is given (else `run` checks the range once the weights are read, before any
+  sweep)."""
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+  if analysis_dir is not None:
+    if not isinstance(analysis_dir, (str, os.PathLike)):
+      raise ValueError(f'ANALYSIS_DIR={analysis_dir!r}: expected the path of a folder, or None.')
+    if (not fileio.is_remote(analysis_dir) and os.path.exists(analysis_dir)
+        and not os.path.isdir(analysis_dir)):
+      raise NotADirectoryError(f'ANALYSIS_DIR {analysis_dir} is a file; give a folder to write '
+                               'the analysis into.')
+  if relpos_heads is not None:
+    analysis.check_heads(relpos_heads, None if config is None else config.num_heads,
+                         'RELPOS_HEADS')
+
+
+def run_config(config: network.T5Config, dtype: str,
+               attention_impl: str | None) -> network.T5Config:
+  """The `network.T5Config` calibration computes with: `dtype` activations, no dropout, and
+  `attention_impl` (None: the config's)."""
+  return dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
+                             attention_impl=attention_impl or config.attention_impl)
+
+
+def mesh_for(mesh_shape: Sequence[int] | None) -> Any:
+  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device.
+
+  Over `partitioning.all_devices()`: jax's, or a TPU topology's in `t5align.preflight`.
+  """
+  if not mesh_shape:
+    if partitioning.process_count() == 1:
+      return None
+    return partitioning.calibration_mesh(1, len(partitioning.all_devices()), 1)
+  shape = tuple(int(s) for s in mesh_shape)
+  if len(shape) not in (2, 3):
+    raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
+  return partitioning.calibration_mesh(*shape)

@@ -1,0 +1,91 @@
+"""What every job shares: the checkpoint it reads and the programs it compiles."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import jax.numpy as jnp
+
+from t5align import checkpoints
+from t5align import memory
+from t5align import run_identity
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+  """A checkpoint a job reads: where, the dtype its parameters are held in (PARAMS_DTYPE), and
+  whether NaN or inf is refused (`checkpoints.load_params`)."""
+
+  path: str
+  params_dtype: str = 'float32'
+  check_finite: bool = True
+
+  @property
+  def name(self) -> str:
+    """How errors name it: 'checkpoint PATH'."""
+    return f'checkpoint {self.path}'
+
+  def load(self, config: Any, mesh: Any) -> tuple[Any, Any]:
+    """(params, config): read sharded over `mesh` (each process reads only its devices'
+    slices), checked against `config` (None: inferred)."""
+    return checkpoints.load_params(self.path, config, dtype=jnp.dtype(self.params_dtype),
+                                   mesh=mesh, check_finite=self.check_finite)
+
+  def embedding_rows(self) -> int:
+    """Rows of the token embedding, read from the checkpoint's metadata (no weights)."""
+    return checkpoints.embedding_rows(self.path)
+
+  def fingerprint(self) -> Any:
+    """The content's identity for run.json (`run_identity.checkpoint_fingerprint`)."""
+    return run_identity.checkpoint_fingerprint(self.path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """One compiled program of a job, the same for the run, its memory check and the pre-flight.
+
+  `fn` is the jitted function the run calls; `args` its abstract arguments as the run places them
+  (`jax.ShapeDtypeStruct`s with shardings; `args[0]` the parameters); `names` name `args[1:]`.
+  `units` is the work of one call (`unit`: an example, or an encoder pass at one tau);
+  `settings` what the program depends on, for reports; `hints` the keyword arguments of
+  `memory.settings_to_change` for a refusal; `estimate` those of `memory.estimate`.
+  """
+
+  name: str
+  description: str
+  fn: Callable
+  args: tuple[Any, ...]
+  names: tuple[str, ...]
+  units: int
+  unit: str
+  settings: Mapping[str, Any]
+  hints: Mapping[str, Any]
+  estimate: Mapping[str, Any]
+
+  def lower(self) -> Any:
+    return self.fn.lower(*self.args)
+
+  @property
+  def shapes(self) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(a.shape) for k, a in zip(self.names, self.args[1:])}
+
+  @property
+  def parameter_bytes(self) -> int:
+    """Per device: the whole parameter tree, as the run places it."""
+    return memory.per_device_bytes(self.args[0])
+
+  @property
+  def input_bytes(self) -> int:
+    """Per device: the batch arguments."""
+    return memory.per_device_bytes(self.args[1:])
+
+  def figures(self, compiled: Any) -> memory.Compiled:
+    """XLA's memory figures of the compiled program, with the parameters it does not read."""
+    return memory.Compiled.of(compiled, parameter_bytes=self.parameter_bytes,
+                              input_bytes=self.input_bytes)
+
+  def check_memory(self, what: str = 'This run') -> memory.Compiled:
+    """Compiles the program and refuses it if XLA's memory figure exceeds the device's
+    (`memory.check_compiled`); the run then calls the same jitted function."""
+    return memory.check_compiled(self.figures(self.lower().compile()), what=what,
+                                 hints=memory.settings_to_change(**self.hints))

@@ -1,0 +1,612 @@
+"""The evaluation job: a checkpoint on seqio tasks at an encoder temperature, resumably.
+
+Per task of the mixture, `output_dir/<task>/` gets predictions.jsonl (appended and fsynced batch
+by batch), run.json (`EvalJob.identity`) and, once every example is done, metrics.json (written
+atomically); a rerun skips the examples recorded. With several processes the mesh spans every
+process's devices, each places only its rows of a batch, and process 0 alone writes.
+seqio is imported inside functions only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+import warnings
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t5align.evaluation import predictions
+from t5align.evaluation import scoring
+from t5align.evaluation import temperature as temperature_lib
+from t5align import gin_cli
+from t5align.jobs import common
+from t5align import network
+from t5align import partitioning
+from t5align import run_identity
+from t5align.runtime import batching
+from t5align.runtime import fileio
+from t5align.runtime import multihost
+from t5align.runtime import outputs
+from t5align.runtime import records
+from t5align.runtime import validate
+from t5align import schedule as schedule_lib
+
+DEFAULT_MAX_DECODE_LENGTH = 64
+INPUT_WIDTH_MULTIPLE = 128  # Batches are padded to a multiple of this many tokens.
+TRUNCATION_LABEL = 'w/ truncation'  # paper Table 6's baseline row
+# The EOS `programs` decodes with (T5's): the early stop changes no shape of the program.
+PREFLIGHT_EOS_ID = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalJob:
+  """`python -m t5align.eval`'s settings (gin/runs/eval.gin binds its macros to these fields,
+  as `t5align.eval.evaluate`) and its run.
+
+  Attributes:
+    model: the network (gin: @network.Transformer() from a gin/models file); its config is
+      checked against the checkpoint. None infers the config from the checkpoint.
+    checkpoint_path: any format `checkpoints.load_params` reads.
+    mixture_or_task_name: a registered seqio task or mixture (e.g. 't5align_passkey'), or several
+      separated by commas.
+    output_dir: results folder; one subfolder per task.
+    temperature: encoder temperature override (a float, one per layer, or `[layers][heads]`
+      tuples); None: the config's.
+    schedule_path: a `t5align.schedule` JSON file giving per-example temperatures instead.
+    schedule_strategy: which of the schedule's strategies to apply (default: its own).
+    label: row label in reports (default: 'tau = x' or the schedule strategy's, e.g. 'w/ P_max').
+    model_name: model name in reports (default: from the checkpoint path).
+    batch_size: examples per decoding step (rounded up to a multiple of the 'data' axis).
+    num_partitions: devices along the mesh's 'model' axis.
+    num_examples: evaluate only the first n examples of each task.
+    split: dataset split.
+    max_decode_length: decoding steps; default: the task's (t5align tasks) or 64.
+    params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
+    truncate_inputs: keep only each input's last `truncate_inputs` tokens (the paper's
+      'truncation' baseline at L_tr, Table 6; label 'w/ truncation' by default). Records keep
+      the full input length, so length buckets are the untruncated inputs'.
+    show_progress: draw a progress bar per task.
+    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
+  """
+
+  model: network.Transformer | None = None
+  checkpoint_path: str | None = None
+  mixture_or_task_name: str | None = None
+  output_dir: str | None = None
+  temperature: Any = None
+  schedule_path: str | None = None
+  schedule_strategy: str | None = None
+  label: str | None = None
+  model_name: str | None = None
+  batch_size: int = 8
+  num_partitions: int = 1
+  num_examples: int | None = None
+  split: str = 'test'
+  max_decode_length: int | None = None
+  params_dtype: str = 'float32'
+  truncate_inputs: int | None = None
+  show_progress: bool = True
+  check_finite: bool = True
+
+  @property
+  def checkpoint(self) -> common.Checkpoint:
+    return common.Checkpoint(str(self.checkpoint_path), self.params_dtype, self.check_finite)
+
+  @property
+  def row_label(self) -> str | None:
+    """LABEL, else 'w/ truncation' with TRUNCATE_INPUTS, else None (the temperature's)."""
+    if self.label is None and self.truncate_inputs is not None:
+      return TRUNCATION_LABEL
+    return self.label
+
+  def check(self) -> None:
+    """The settings that need no file, each error naming its macro."""
+    gin_cli.require('evaluate', checkpoint_path=self.checkpoint_path,
+                    mixture_or_task_name=self.mixture_or_task_name, output_dir=self.output_dir)
+    validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
+                          num_examples=self.num_examples,
+                          max_decode_length=self.max_decode_length,
+                          params_dtype=self.params_dtype, truncate_inputs=self.truncate_inputs)
+
+  def mesh(self) -> jax.sharding.Mesh:
+    """The ('data', 'model') mesh over every device, NUM_PARTITIONS along 'model'."""
+    return partitioning.eval_mesh(self.num_partitions)
+
+  def temperature_of(self, config: network.T5Config) -> temperature_lib.Temperature:
+    """A constant (TEMPERATURE, else the config's) or the schedule file's temperatures, checked
+    against the model's encoder layers."""
+    return make_temperature(config, self.temperature, self.schedule_path,
+                            self.schedule_strategy, self.row_label, self.checkpoint.name)
+
+  def task_mode(self, spec: Any, task: Any = None) -> tuple[bool, int]:
+    """(scored, decoding steps) of a task as this job runs it: a catalog task (`spec`, a
+    `seqio_tasks.catalog.TaskSpec`) is scored when its spec decodes nothing, another seqio
+    `task` when it has score metrics and no predict metrics; steps: MAX_DECODE_LENGTH, else the
+    spec's, else `DEFAULT_MAX_DECODE_LENGTH`."""
+    scored = (spec.max_decode_length == 0) if spec else (
+        bool(task.score_metric_fns) and not task.predict_metric_fns)
+    steps = self.max_decode_length or (spec.max_decode_length if spec
+                                       else DEFAULT_MAX_DECODE_LENGTH)
+    return scored, steps
+
+  # -------------------------------------------------------------------------------------------
+  # Programs: one builder for the run's batches, its memory check and the pre-flight.
+
+  def program(self, model: network.Transformer, mesh: jax.sharding.Mesh, params: Any,
+              temp: temperature_lib.Temperature, *, scored: bool, steps: int, eos_id: int,
+              input_length: int, target_length: int = 1,
+              tasks: Sequence[str] = ()) -> common.Program:
+    """A task's step on `mesh` for a global batch of BATCH_SIZE rows (rounded up to the 'data'
+    axis) of `input_length` tokens (targets `target_length`), each padded to a multiple of 128:
+    `(params, inputs, targets, taus) -> [b]` log-likelihoods for a scored task, else greedy
+    decoding `(params, inputs, taus) -> [b, steps]` tokens; the taus shaped as `temp.taus`
+    makes them (`[b, 1]`, `[b, layers]` or `[b, layers, heads]`)."""
+    batch = batching.round_up(self.batch_size, mesh.shape['data'])
+    width = batching.round_up(max(input_length, 1), INPUT_WIDTH_MULTIPLE)
+    target_width = batching.round_up(max(target_length, 1), INPUT_WIDTH_MULTIPLE)
+    rows = partitioning.batch_sharding(mesh, 2)
+    tokens = jax.ShapeDtypeStruct((batch, width), jnp.int32, sharding=rows)
+    # [1, width] -> [1, 1 | layers (, heads)]
+    tau_shape = temp.taus(np.ones((1, width), np.int32)).shape[1:]
+    taus = jax.ShapeDtypeStruct((batch, *tau_shape), jnp.float32, sharding=rows)
+    config = model.config
+    if scored:
+      fn = scoring.partitioned_score(model, mesh)
+      targets = jax.ShapeDtypeStruct((batch, target_width), jnp.int32, sharding=rows)
+      args, names = (params, tokens, targets, taus), ('inputs', 'targets', 'taus')
+      what = f'scoring of {target_width}-token targets'
+    else:
+      fn = scoring.partitioned_greedy_decode(model, mesh, steps, eos_id)
+      args, names = (params, tokens, taus), ('inputs', 'taus')
+      what = f'greedy decoding of {steps} steps'
+    return common.Program(
+        name='eval', description=what + (f' (tasks {", ".join(tasks)})' if tasks else ''),
+        fn=fn, args=args, names=names, units=batch, unit='example',
+        settings={'length': input_length, 'batch_size': self.batch_size,
+                  'params_dtype': self.params_dtype, 'num_partitions': self.num_partitions,
+                  'max_decode_length': None if scored else steps, 'scored': scored,
+                  'target_length': target_width if scored else 0, 'tasks': list(tasks)},
+        hints=dict(model_shards=mesh.shape['model'], batch_size=batch, length=width,
+                   attention_impl=network.encoder_attention_impl(config, width)),
+        estimate=dict(length=width, batch_size=self.batch_size, params_dtype=self.params_dtype,
+                      model_shards=mesh.shape['model'], data_shards=mesh.shape['data'],
+                      decoding=True))
+
+  def programs(self, config: network.T5Config, mesh: jax.sharding.Mesh, params: Any, *,
+               length: int) -> list[common.Program]:
+    """Each distinct program this job runs for `length`-token inputs, in task order, for a
+    check before the run (the pre-flight): MIXTURE_OR_TASK_NAME's t5align tasks decide scoring
+    and steps, read from `seqio_tasks.catalog`, not from data; no tasks: decoding of
+    MAX_DECODE_LENGTH or 64.
+
+    Raises:
+      ValueError: naming a task that is not one of t5align's: whether it is scored, and its
+        target length, are not known without its data.
+    """
+    model = network.Transformer(config)
+    temp = self._assumed_temperature(config)
+    length = min(length, self.truncate_inputs or length)
+    modes: dict[tuple[bool, int, int], list[str]] = {}
+    for task, spec, target in self._catalog_tasks():
+      scored, steps = self.task_mode(spec)
+      modes.setdefault((scored, steps, target if scored else 1), []).append(task)
+    if not self.mixture_or_task_name:
+      modes[(False, self.max_decode_length or DEFAULT_MAX_DECODE_LENGTH, 1)] = []
+    return [self.program(model, mesh, params, temp, scored=scored, steps=steps,
+                         eos_id=PREFLIGHT_EOS_ID, input_length=length, target_length=target,
+                         tasks=tasks)
+            for (scored, steps, target), tasks in modes.items()]
+
+  def _catalog_tasks(self) -> list[tuple[str, Any, int]]:
+    """(task, spec, target length of a scored task) of MIXTURE_OR_TASK_NAME's t5align tasks."""
+    if not self.mixture_or_task_name:
+      return []
+    from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+    found = []
+    for name in [n.strip() for n in str(self.mixture_or_task_name).split(',') if n.strip()]:
+      try:
+        tasks = catalog.resolve(name)
+      except KeyError as e:
+        raise ValueError(
+            f'MIXTURE_OR_TASK_NAME={name!r} is not a t5align task or mixture, so the '
+            'pre-flight cannot tell whether eval scores or decodes it, nor its target length. '
+            'Check a t5align task with the same input length and decoding (e.g. '
+            'MIXTURE_OR_TASK_NAME=t5align_passkey_20k for decoding, t5align_lm_wiki_15000 for '
+            'scoring), or leave MIXTURE_OR_TASK_NAME out to check decoding of '
+            'MAX_DECODE_LENGTH steps.') from e
+      found += [(t, catalog.SPECS[t], catalog.options()['lm_continuation']) for t in tasks]
+    return found
+
+  def _assumed_temperature(self, config: network.T5Config) -> temperature_lib.Temperature:
+    """The temperature, or without the schedule file (the pre-flight may run before it is
+    written) one tau per layer, the widest a schedule's calibration per layer gives."""
+    if self.schedule_path and self.temperature is None and not fileio.exists(self.schedule_path):
+      return temperature_lib.Temperature((1.0,) * config.num_encoder_layers)
+    return self.temperature_of(config)
+
+  # -------------------------------------------------------------------------------------------
+  # The run.
+
+  def identity(self, task: Any, config: network.T5Config, mesh: jax.sharding.Mesh,
+               temp: temperature_lib.Temperature, *, base: Mapping[str, Any],
+               vocabulary: Any, examples_sha256: str, total: int, scored: bool,
+               steps: int) -> dict[str, Any]:
+    """What a task's records depend on (its run.json): the checkpoint's content, the data, the
+    program and the temperature."""
+    # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
+    # support; a folder written before then reads as a different run (start a new folder).
+    return {
+        **base, 'task': task.name, 'split': self.split, 'vocabulary': vocabulary,
+        'examples_sha256': examples_sha256, 'num_examples': total,
+        'mode': 'score' if scored else 'greedy',
+        'max_decode_length': None if scored else steps, 'params_dtype': self.params_dtype,
+        **({'truncate_inputs': self.truncate_inputs}
+           if self.truncate_inputs is not None else {}),
+        'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
+        'process_count': jax.process_count(), 'device_count': jax.device_count(),
+        'mesh': dict(mesh.shape), **temp.describe()}
+
+  def run(self) -> dict[str, dict[str, Any]]:
+    """Runs every task; returns {task: metrics} of finished tasks (with several processes,
+    process 0's; the others return {})."""
+    path = self.output_dir
+    if not isinstance(path, (str, os.PathLike)):
+      return self._run()  # Unset: `check` reports it.
+    with outputs.claim(path, 'EVAL_OUTPUT_DIR'):
+      return self._run()
+
+  def _run(self) -> dict[str, dict[str, Any]]:
+    self.check()
+    import seqio  # pylint: disable=g-import-not-at-top
+    import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+    from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+
+    tasks = [t for name in str(self.mixture_or_task_name).split(',') if name.strip()
+             for t in seqio.get_subtasks(seqio.get_mixture_or_task(name.strip()))]
+    vocabularies = {t.name: t.output_features['targets'].vocabulary for t in tasks}
+    vocabulary_ids = {t: run_identity.vocabulary_fingerprint(v) for t, v in vocabularies.items()}
+    options = catalog.options()
+    checkpoint = self.checkpoint
+    # Every process must run the same command: compared before any checkpoint is read.
+    run_identity.check_same_processes({
+        'gin': run_identity.gin_config(ignore=()), 'task_options': options,
+        'vocabularies': vocabulary_ids, 'arguments': {
+            'checkpoint_path': checkpoint.path, 'output_dir': str(self.output_dir),
+            'tasks': [t.name for t in tasks], 'temperature': self.temperature,
+            'schedule_path': self.schedule_path, 'num_examples': self.num_examples,
+            'split': self.split, 'truncate_inputs': self.truncate_inputs}})
+    rows = checkpoint.embedding_rows()
+    for name, vocab in vocabularies.items():
+      files = ','.join(run_identity.vocabulary_files(vocab))
+      validate.vocabulary_fits(vocab.vocab_size, rows, model=checkpoint.name,
+                               vocabulary=f'vocabulary {files} (task {name})')
+    # Checked before any weight is read when the model file gives the config.
+    temp = None if self.model is None else self.temperature_of(self.model.config)
+    # What the records depend on (run.json): the checkpoint's content, not its path.
+    base = {'checkpoint': checkpoint.fingerprint() if multihost.is_writer() else None,
+            'checkpoint_path': checkpoint.path, 'gin': run_identity.gin_config(),
+            'task_options': options}
+    mesh = self.mesh()
+    params, config = checkpoint.load(None if self.model is None else self.model.config, mesh)
+    run = _Run(self, network.Transformer(config), mesh, params,
+               temp or self.temperature_of(config), base, vocabulary_ids)
+    results = {}
+    for task in tasks:
+      metrics = run.task(task, catalog.SPECS.get(task.name), vocabularies[task.name])
+      if metrics is not None:
+        results[task.name] = metrics
+      multihost.barrier(f't5align.eval:{task.name}')
+    return results
+
+
+@dataclasses.dataclass
+class _Run:
+  """One run of an `EvalJob`: the loaded model on its mesh, task by task."""
+
+  job: EvalJob
+  model: network.Transformer
+  mesh: jax.sharding.Mesh
+  params: Any
+  pooled_temp: temperature_lib.Temperature
+  base: Mapping[str, Any]
+  vocabulary_ids: Mapping[str, Any]
+
+  def __post_init__(self):
+    job = self.job
+    self.batch_size = batching.round_up(job.batch_size, self.mesh.shape['data'])
+    self.model_name = job.model_name or _model_name(job.checkpoint_path)
+    self.rows_sharding = partitioning.batch_sharding(self.mesh, 2)
+    self.my_rows = multihost.process_rows(self.rows_sharding, self.batch_size)
+    # Processes feeding the same rows form a group; each group reads only its share of the
+    # examples (seqio ShardInfo: example i belongs to group i % groups).
+    self.groups, self.group = multihost.data_groups(self.rows_sharding, self.batch_size)
+
+  def examples(self, task: Any) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """This group's share of the task's examples, with global indices, and every process's
+    [group, examples, longest input, longest target]."""
+    import seqio  # pylint: disable=g-import-not-at-top
+    job, groups, group = self.job, self.groups, self.group
+    shard = seqio.ShardInfo(index=group, num_shards=groups) if groups > 1 else None
+    dataset = task.get_dataset(sequence_length=None, split=job.split, shuffle=False,
+                               shard_info=shard)
+    examples = []
+    for j, ex in enumerate(dataset.as_numpy_iterator()):
+      index = group + groups * j
+      if job.num_examples is not None and index >= job.num_examples:
+        break
+      examples.append({**ex, 'index': index})
+    # [processes, 4]; a group's processes report the same.
+    shares = np.asarray(multihost.gather(np.array(
+        [[group, len(examples)] + [max([len(ex.get(k, ())) for ex in examples] + [0])
+                                   for k in ('inputs', 'targets')]], np.int64))).reshape(-1, 4)
+    return examples, shares
+
+  def task(self, task: Any, spec: Any, vocab: Any) -> dict[str, Any] | None:
+    """Runs one task to its metrics (None on processes other than 0)."""
+    job = self.job
+    temp = task_temperature(self.pooled_temp, task.name)
+    scored, steps = job.task_mode(spec, task)
+    examples, shares = self.examples(task)
+    total = int(sum({int(g): int(n) for g, n, _, _ in shares}.values()))
+    if not total:
+      raise ValueError(f'{task.name} ({job.split}) has no examples.')
+    if self.groups > 1:
+      print(f'{task.name}: process {jax.process_index()} reads {len(examples)} of {total} '
+            f'examples (share {self.group} of {self.groups})', file=sys.stderr, flush=True)
+    longest = int(shares[:, 2].max())
+    step = self.job.program(
+        self.model, self.mesh, self.params, temp, scored=scored, steps=steps,
+        eos_id=vocab.eos_id, input_length=min(longest, job.truncate_inputs or longest),
+        target_length=int(shares[:, 3].max()))
+    # Before anything is written or run: the step for the widest batch fits the devices.
+    step.check_memory()
+    folder = os.path.join(job.output_dir, task.name)
+    log = SharedLog.open(folder, job.identity(
+        task, self.model.config, self.mesh, temp, base=self.base,
+        vocabulary=self.vocabulary_ids[task.name], examples_sha256=_examples_sha256(examples),
+        total=total, scored=scored, steps=steps), total)
+    process = functools.partial(self._batch, task=task, spec=spec, vocab=vocab, temp=temp,
+                                scored=scored, step=step.fn)
+    predictions.run_examples(examples, log, process, batch_size=len(self.my_rows),
+                             desc=task.name, total=total, collect=multihost.gather_json,
+                             show_progress=job.show_progress and multihost.is_writer())
+    return multihost.on_writer(
+        lambda: _write_metrics(task, spec, total, log.log, folder, scored,
+                               model_name=self.model_name, temp=temp,
+                               checkpoint_path=job.checkpoint_path),
+        f'writing {folder}/metrics.json')
+
+  def _batch(self, batch: Sequence[Mapping[str, Any]], *, task: Any, spec: Any, vocab: Any,
+             temp: temperature_lib.Temperature, scored: bool,
+             step: Callable) -> list[dict[str, Any]]:
+    """The records of this process's rows of one global batch (all-padding rows fill it, so
+    shapes repeat across batches); every process pads to the same width."""
+    from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
+    job, rows = self.job, len(self.my_rows)
+    inputs = [ex['inputs'] if job.truncate_inputs is None
+              else keep_last(ex['inputs'], job.truncate_inputs) for ex in batch]
+    place = lambda x: multihost.global_batch(x, self.rows_sharding, self.batch_size)
+    tokens = batching.pad_batch(batching.pad_tokens(inputs, min_length=_global_width(inputs)),
+                                rows)
+    validate.token_ids(tokens, self.model.config.vocab_size, f'{task.name} inputs')
+    taus = temp.taus(tokens)
+    taus[len(batch):] = 1.0
+    target_text = functools.partial(_target_text, vocab=vocab)
+    # What the metrics compare, made here where the example was read (see `_write_metrics`).
+    targets = [task.postprocess_fn(target_text(ex), example=ex, is_target=True) for ex in batch]
+    records = []
+    if scored:
+      target_tokens = batching.pad_batch(batching.pad_tokens(
+          [ex['targets'] for ex in batch],
+          min_length=_global_width([ex['targets'] for ex in batch])), rows)
+      ll = multihost.gather(step(self.params, place(tokens), place(target_tokens),
+                                 place(taus)))[self.my_rows]
+      for j, ex in enumerate(batch):
+        records.append({'log_likelihood': float(ll[j]),
+                        'num_target_tokens': int(np.sum(target_tokens[j] > 0))})
+    else:
+      out = multihost.gather(step(self.params, place(tokens), place(taus)))[self.my_rows]
+      for j, ex in enumerate(batch):
+        prediction = vocab.decode(batching.strip_eos(out[j], vocab.eos_id))
+        record = {'prediction': prediction}
+        processed = task.postprocess_fn(prediction, example=ex, is_target=False)
+        if processed != prediction:
+          record['postprocessed_prediction'] = processed
+        if spec is not None:
+          record['scores'] = task_metrics.score_example(spec.family, targets[j], prediction)
+        records.append(record)
+    for j, ex in enumerate(batch):
+      records[j].update({'index': int(ex['index']), 'id': _text(ex.get('id', ex['index'])),
+                         'input_length': int(np.sum(np.asarray(ex['inputs']) > 0)),
+                         'target': target_text(ex), 'tau': taus[j].tolist(),
+                         'postprocessed_target': targets[j]})
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# The temperature.
+
+
+def make_temperature(config: network.T5Config, temperature: Any = None,
+                     schedule_path: str | None = None, schedule_strategy: str | None = None,
+                     label: str | None = None, model: str = 'the model'
+                     ) -> temperature_lib.Temperature:
+  """A constant (the override, else the config's) or a schedule file's temperatures, checked
+  against the model's encoder layers (`model` names it in errors, e.g. its checkpoint)."""
+  layers = config.num_encoder_layers
+  if temperature is not None and schedule_path:
+    raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
+  if schedule_path:
+    schedule = schedule_lib.load_schedule(schedule_path, schedule_strategy)
+    calibrated = schedule.provenance.get('dtype')
+    if calibrated and jnp.dtype(calibrated) != jnp.dtype(config.dtype):
+      warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
+                    f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
+                    '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
+    fits = {(), (layers,), (layers, config.num_heads)}
+    for task, cals in [('', schedule.calibrations), *schedule.tasks.items()]:
+      shapes = {np.shape(c.tau) for c in cals[schedule.strategy]}
+      if shapes - fits:
+        shape = max(shapes - fits)
+        raise ValueError(
+            f'temperature schedule {schedule_path} (SCHEDULE_PATH): strategy '
+            f'{schedule.strategy!r}{f" of task {task!r}" if task else ""} has '
+            + (f'{shape[0]} per-layer taus' if len(shape) == 1 else
+               f'[{shape[0]}][{shape[1]}] per-layer, per-head taus')
+            + f' but {model} has {layers} encoder layers of {config.num_heads} heads: '
+            'calibrate it for this model.')
+    return temperature_lib.Temperature(schedule=schedule, label=label or '')
+  if schedule_strategy:
+    raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
+  if temperature is None:  # Checked against the model by `network.T5Config`.
+    temperature = config.encoder_attention_temperature
+  else:
+    temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model,
+                                               config.num_heads)
+  return temperature_lib.Temperature(constant=temperature, label=label or '')
+
+
+def task_temperature(temp: temperature_lib.Temperature, task: str) -> temperature_lib.Temperature:
+  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
+  schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
+  if temp.schedule is None:
+    return temp
+  return dataclasses.replace(temp, schedule=temp.schedule.for_task(task))
+
+
+# ---------------------------------------------------------------------------------------------
+# Records and metrics.
+
+
+def keep_last(tokens: Any, length: int) -> np.ndarray:
+  """The last `length` non-pad tokens of one input (its EOS stays last): Table 6's
+  'truncation' baseline, which feeds the model only the L_tr tokens nearest the completion."""
+  tokens = np.asarray(tokens)
+  if length < 1:
+    raise ValueError(f'TRUNCATE_INPUTS={length} must be >= 1.')
+  tokens = tokens[tokens > 0]
+  return tokens[-length:]
+
+
+def _model_name(checkpoint_path: str) -> str:
+  parts = [p for p in str(checkpoint_path).rstrip('/').split('/') if p]
+  if len(parts) > 1 and parts[-1].startswith('checkpoint'):
+    return parts[-2]
+  return parts[-1] if parts else str(checkpoint_path)
+
+
+def _text(value: Any) -> str:
+  if isinstance(value, np.ndarray) and value.ndim == 0:
+    value = value.item()
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
+
+def _target_text(ex: Mapping[str, Any], *, vocab: Any) -> str:
+  if 'targets_pretokenized' in ex:
+    return _text(ex['targets_pretokenized'])
+  return vocab.decode([int(t) for t in ex['targets']])
+
+
+def _plain(value: Any) -> Any:
+  """Metric values as JSON numbers (seqio may return Scalar objects or numpy values)."""
+  value = getattr(value, 'value', value)
+  if isinstance(value, (np.generic, np.ndarray)):
+    return value.tolist()
+  return value
+
+
+def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:
+  """One fingerprint of every process's examples (index, input and target tokens), in index
+  order: the data, seed, options and tokenizer the records were made from."""
+  mine = [[int(ex['index']), run_identity.array_fingerprint([ex['inputs'], ex['targets']])]
+          for ex in examples]
+  everyone = dict(map(tuple, multihost.gather_json(mine)))  # A group's processes agree.
+  return run_identity.array_fingerprint(
+      [np.frombuffer(f'{i}:{everyone[i]}'.encode(), np.uint8) for i in sorted(everyone)])
+
+
+def _global_width(rows: Sequence[Sequence[int]], multiple: int = INPUT_WIDTH_MULTIPLE) -> int:
+  """The padded width (a multiple of `multiple`) of the longest row over every process."""
+  longest = max([len(r) for r in rows] + [1])
+  return int(np.asarray(multihost.gather(np.array([batching.round_up(longest, multiple)]))).max())
+
+
+class SharedLog:
+  """The prediction log as every process sees it: process 0 owns the file, all know the indices.
+
+  Resume: process 0 alone opens (and, after a kill, repairs) predictions.jsonl and broadcasts
+  which examples it holds, so every process skips the same ones and the global batches agree.
+  Reading the file on every host instead would need every host to see the output folder, and
+  two processes could both cut a torn last line. Appends happen on process 0 only.
+  """
+
+  def __init__(self, log: records.RecordLog | None, done: np.ndarray):
+    self.log = log  # On process 0; None elsewhere.
+    self.done = set(int(i) for i in np.flatnonzero(done))
+
+  @classmethod
+  def open(cls, folder: str, settings: Mapping[str, Any], num_examples: int) -> SharedLog:
+    """Checks or writes run.json and opens predictions.jsonl (process 0), then broadcasts."""
+    def open_log():
+      run_identity.check_run(folder, settings)
+      return records.RecordLog(os.path.join(folder, 'predictions.jsonl'))
+
+    log = multihost.on_writer(open_log, f'opening {folder}')
+    done = np.zeros(num_examples, np.int32)
+    if log is not None:
+      done[[i for i in log.records if 0 <= i < num_examples]] = 1
+    return cls(log, multihost.broadcast(done))
+
+  def __contains__(self, index: int) -> bool:
+    return index in self.done
+
+  def __len__(self) -> int:
+    return len(self.done)
+
+  def append(self, records: Sequence[Mapping[str, Any]]) -> None:
+    multihost.on_writer(lambda: self.log.append(records), 'appending predictions')
+    self.done.update(int(r['index']) for r in records)
+
+
+def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
+                   checkpoint_path) -> dict[str, Any]:
+  """Metrics of a finished task from its log, with the task's own seqio metric functions.
+
+  Records carry the postprocessed target (and prediction), made where the example was read,
+  so the writing process needs no example of another process's share.
+  """
+  records = [log.records[i] for i in range(total)]
+  taus = sorted({tuple(np.ravel(r['tau']).tolist()) for r in records})
+  constant = temp.describe().get('temperature')
+  if constant is not None and taus != [tuple(np.ravel(np.float32(constant)).tolist())]:
+    raise ValueError(f'{folder}: the records were made at temperatures {taus[:8]}, not this '
+                     f'run\'s {constant}: the folder mixes runs; evaluate into a new folder.')
+  targets = [r['postprocessed_target'] for r in records]
+  values: dict[str, Any] = {}
+  if scored:
+    scores = np.array([r['log_likelihood'] for r in records])
+    for fn in task.score_metric_fns:
+      values.update(fn(targets, scores))
+  else:
+    predicted = [r.get('postprocessed_prediction', r['prediction']) for r in records]
+    for fn in task.predict_metric_fns:
+      values.update(fn(targets, predicted))
+  result = {
+      'task': task.name, 'model': model_name, 'label': temp.label,
+      'checkpoint': str(checkpoint_path), 'num_examples': total,
+      'metrics': {k: _plain(v) for k, v in values.items()},
+      'family': spec.family if spec else None, 'table': spec.table if spec else 'other',
+      'group': spec.group if spec else task.name, 'column': spec.column if spec else 'all',
+      'primary_metric': 'perplexity' if scored else 'accuracy',
+      **{k: v for k, v in temp.describe().items() if k != 'schedule'},
+      # From the records: the temperatures the metrics' predictions were made at.
+      'record_temperatures': {'distinct': len(taus), 'min': [min(t) for t in zip(*taus)],
+                              'max': [max(t) for t in zip(*taus)],
+                              **({'values': [list(t) for t in taus]} if len(taus) <= 8 else {})},
+  }
+  fileio.write_json_atomic(os.path.join(folder, 'metrics.json'), result)
+  return result
