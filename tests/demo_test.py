@@ -21,6 +21,7 @@ from t5align import network
 from t5align import run_identity
 from t5align.demo import command
 from t5align.demo import inputs
+from t5align.demo import job
 from t5align.demo import planning
 from t5align.demo import reporting
 from t5align.demo import store
@@ -50,7 +51,7 @@ def shortened(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('demo'))
   reference_length = assets.training_length(MODEL_DIR)
   length = 2 * reference_length
-  results = command.run(_settings(out, length))
+  results = job.run(_settings(out, length))
   return out, results, reference_length, length
 
 
@@ -212,7 +213,8 @@ def test_library_is_layered_and_never_imports_the_command():
   docstring), none the command; neither do the benchmarks built on them."""
   import imports_test  # pylint: disable=g-import-not-at-top
   root = imports_test.REPO_ROOT
-  order = ('__init__', 'inputs', 'planning', 'timing', 'store', 'temperatures', 'reporting')
+  order = ('__init__', 'inputs', 'planning', 'timing', 'store', 'temperatures', 'reporting',
+           'job')
   assert {p.stem for p in (root / 't5align' / 'demo').glob('*.py')} == {
       *order, 'command', '__main__'}
   for i, name in enumerate(order):
@@ -259,12 +261,12 @@ def test_temperatures_equal_recomputation(shortened):
 
 def test_rerun_resumes_and_rejects_other_settings(shortened):
   out, results, _, length = shortened
-  again = command.run(_settings(out, length))
+  again = job.run(_settings(out, length))
   assert again['accuracy'] == results['accuracy']
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'demo results .*results.json holds results of a different run; '
                            r'differing fields \(before -> now\): num_examples: 4 -> 5\.'):
-    command.run(_settings(out, length, num_examples=NUM_EXAMPLES + 1))
+    job.run(_settings(out, length, num_examples=NUM_EXAMPLES + 1))
 
 
 class _Recalibrating(Exception):
@@ -306,9 +308,9 @@ def test_schedule_of_another_calibration_is_recalibrated(shortened, tmp_path, mo
   def calibrate(*args, **kwargs):
     raise _Recalibrating()
 
-  monkeypatch.setattr(command, '_calibrate', calibrate)
+  monkeypatch.setattr(job, '_calibrate', calibrate)
   with pytest.raises(_Recalibrating):
-    command.run(_settings(str(other), 2 * length))
+    job.run(_settings(str(other), 2 * length))
   assert f'lengths: [{length}] -> [{2 * length}]' in capsys.readouterr().err
   assert not (other / 'results.json').exists()
 
@@ -357,7 +359,7 @@ def test_vocabulary_larger_than_the_embedding_is_refused(tmp_path):
   out = tmp_path / 'out'
   with pytest.raises(ValueError, match=r'--model_dir vocabulary .*sentencepiece.model has 3000 '
                                        r'pieces but checkpoint .*checkpoint_\d+ embeds 1024 ids'):
-    command.run(_settings(str(out), 512, model_dir=str(model_dir)))
+    job.run(_settings(str(out), 512, model_dir=str(model_dir)))
   assert os.listdir(out) == []
 
 

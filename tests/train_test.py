@@ -56,6 +56,22 @@ def _assert_trees_equal(actual, expected):
 # Training step and checkpoints (tiny config).
 
 
+def test_the_train_program_is_the_step_the_run_calls():
+  """`TrainJob.programs()` (abstract arguments, for a compile ahead of the run) lowers to the
+  same program as its step called on the arrays a run makes: initialized parameters, their
+  optimizer state and a batch of BATCH_SIZE examples."""
+  job = jobs.TrainJob(model=network.Transformer(TINY), batch_size=2, input_length=128,
+                      target_length=8, optimizer='adafactor', per_example_loss=True)
+  (program,) = job.programs()
+  params = network.init_variables(TINY, jax.random.PRNGKey(3))['params']
+  opt_state = job.optimizer_config().make().init(params)
+  batch = {k: np.zeros((2, width), np.int32) for k, width in (
+      ('encoder_input_tokens', 128), ('decoder_input_tokens', 8), ('decoder_target_tokens', 8))}
+  run = program.fn.lower(params, opt_state, batch, jax.random.PRNGKey(3)).as_text()
+  assert program.lower().as_text() == run
+  assert program.shapes['batch']['encoder_input_tokens'] == (2, 128)
+
+
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(shipped):
   vocab = shipped[2]
   examples = [train_data.fill(train_data.passkey_draft(k, d, 512), vocab, 96)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping
 
+import jax
 import jax.numpy as jnp
 
 from t5align import checkpoints
@@ -66,8 +67,10 @@ class Program:
     return self.fn.lower(*self.args)
 
   @property
-  def shapes(self) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(a.shape) for k, a in zip(self.names, self.args[1:])}
+  def shapes(self) -> dict[str, Any]:
+    """The shape of each argument after the parameters (a tree of shapes for a tree)."""
+    return {k: jax.tree.map(lambda x: tuple(x.shape), a)
+            for k, a in zip(self.names, self.args[1:])}
 
   @property
   def parameter_bytes(self) -> int:
