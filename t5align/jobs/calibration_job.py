@@ -121,22 +121,73 @@ class CalibrationJob:
     return activation_dtype(self.config, self.dtype)
 
   def check(self) -> None:
-    """Every setting that needs no file, and ANALYSIS_DIR / RELPOS_HEADS, before any work."""
-    _check_settings(self.checkpoint_path, self.output_path,
-                    (self.text_file, self.seqio_task, self.jsonl_file), self.lengths,
-                    self.strategies, self.reference_length, self.num_samples, self.seed,
-                    self.batch_size, self.tau_batch_size, self.params_dtype, self.grid,
-                    self.tol, self.mesh_shape)
-    _check_analysis_settings(self.analysis_dir, self.relpos_heads, self.config)
+    """Every setting that needs no file, each error naming its macro and the form accepted;
+    then ANALYSIS_DIR and RELPOS_HEADS (`_check_analysis`) and the activation dtype."""
+    if not isinstance(self.checkpoint_path, str) or not isinstance(self.output_path, str):
+      raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
+                       '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
+    if sum(x is not None for x in (self.text_file, self.seqio_task, self.jsonl_file)) != 1:
+      raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
+                       'JSONL_FILE (with VOCABULARY_PATH).')
+    reference = self.reference_length
+    validate.positive_int(reference, 'REFERENCE_LENGTH', minimum=2)
+    validate.int_tuple(self.lengths, 'LENGTHS', minimum=reference,
+                       why=f'REFERENCE_LENGTH, L_tr = {reference}: calibration aligns '
+                           'longer inputs to it',
+                       example=f'({2 * reference}, {4 * reference})')
+    validate.strategy_names(self.strategies, 'STRATEGIES', calibration.STRATEGIES)
+    validate.run_settings(num_samples=self.num_samples, batch_size=self.batch_size or 1,
+                          tau_batch_size=self.tau_batch_size, seed=self.seed,
+                          params_dtype=self.params_dtype)
+    validate.temperature_array(self.grid, 'calibrate.run.grid')
+    validate.number(self.tol, 'calibrate.run.tol', positive=True)
+    if self.mesh_shape is not None:
+      validate.int_tuple(self.mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
+      self._mesh_axes()
+    self._check_analysis()
     self.activation_dtype  # pylint: disable=pointless-statement
 
+  def _check_analysis(self) -> None:
+    """ANALYSIS_DIR and RELPOS_HEADS, before any work (they were once refused after the whole
+    calibration, leaving a half-written analysis): RELPOS_HEADS's form, and its range where the
+    model's config is given (else `run` checks the range once the weights are read, before any
+    sweep)."""
+    from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+    folder = self.analysis_dir
+    if folder is not None:
+      if not isinstance(folder, (str, os.PathLike)):
+        raise ValueError(f'ANALYSIS_DIR={folder!r}: expected the path of a folder, or None.')
+      if not fileio.is_remote(folder) and os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f'ANALYSIS_DIR {folder} is a file; give a folder to write the '
+                                 'analysis into.')
+    if self.relpos_heads is not None:
+      analysis.check_heads(self.relpos_heads,
+                           None if self.config is None else self.config.num_heads,
+                           'RELPOS_HEADS')
+
+  def _mesh_axes(self) -> tuple[int, ...]:
+    """MESH_SHAPE as (tau, data) or (tau, data, model) sizes."""
+    shape = tuple(int(s) for s in self.mesh_shape)
+    if len(shape) not in (2, 3):
+      raise ValueError(f'MESH_SHAPE={self.mesh_shape}: expected (tau, data) or (tau, data, '
+                       'model).')
+    return shape
+
   def mesh(self) -> Any:
-    """The ('tau', 'data', 'model') mesh of MESH_SHAPE, or None for one device."""
-    return mesh_for(self.mesh_shape)
+    """The ('tau', 'data', 'model') mesh of MESH_SHAPE, or None for one device (with several
+    processes and no MESH_SHAPE: every device along 'data'). Over `partitioning.all_devices()`:
+    jax's, or a TPU slice's in the pre-flight."""
+    if not self.mesh_shape:
+      if partitioning.process_count() == 1:
+        return None
+      return partitioning.calibration_mesh(1, len(partitioning.all_devices()), 1)
+    return partitioning.calibration_mesh(*self._mesh_axes())
 
   def model_config(self, config: network.T5Config) -> network.T5Config:
-    """The config the calibration computes with (`run_config`)."""
-    return run_config(config, self.activation_dtype, self.attention_impl)
+    """The config the calibration computes with: the activation dtype, no dropout, and
+    ATTENTION_IMPL (None: the config's)."""
+    return dataclasses.replace(config, dtype=jnp.dtype(self.activation_dtype), dropout_rate=0.0,
+                               attention_impl=self.attention_impl or config.attention_impl)
 
   def programs(self, config: network.T5Config, mesh: Any, params: Any, *,
                length: int | None = None) -> list[common.Program]:
@@ -174,16 +225,13 @@ class CalibrationJob:
         'num_samples': self.num_samples, 'seed': self.seed, 'dtype': self.activation_dtype,
         'params_dtype': jnp.dtype(self.params_dtype).name,
         'attention_impl': self.attention_impl or (
-            self.config.attention_impl if self.config is not None else {
-                f.name: f.default for f in dataclasses.fields(network.T5Config)}[
-                    'attention_impl']),
+            self.config or network.T5Config).attention_impl,
         'per_task': bool(self.per_task), 'reference_tasks': self.reference_tasks,
         'grid': list(self.grid), 'tol': self.tol, 'mesh_shape': self.mesh_shape})
 
   def run(self) -> schedule_lib.TemperatureSchedule:
     """Calibrates and writes OUTPUT_PATH (and ANALYSIS_DIR); returns the schedule."""
-    if not isinstance(self.output_path, (str, os.PathLike)):
-      return self._run()  # Unset: `check` reports it.
+    # Unset: `check` reports it.
     with outputs.claim(self.output_path, 'OUTPUT_PATH', is_file=True):
       return self._run()
 
@@ -248,7 +296,7 @@ class CalibrationJob:
     tokens = samples.sample_windows(data.stream, self.num_samples, max(lengths), self.seed,
                                     eos_id=eos_id, source=data.source_name)
     # Before any sweep: the widest one (every sample at the longest length) fits the devices.
-    (sweep,) = self.programs(config, mesh, partitioning.place_params(params, config, mesh))
+    (sweep,) = self.programs(config, mesh, params)  # `sweep_program` places the parameters.
     sweep.check_memory('This calibration sweep')
     print(f'{self.num_samples} samples of {max(lengths)} tokens from {len(data.stream)}; '
           f'{len(lengths)} lengths x {len(self.strategies)} strategies', file=sys.stderr,
@@ -341,73 +389,3 @@ def _progress(done: int, total: int, c: calibration.Calibration, start: float) -
   flag = ' (target outside range)' if c.clamped else ''
   print(f'[{done:>3}/{total}] L_ex={c.length:<6} {c.strategy:<18} tau={tau:.3f}{flag}  '
         f'{time.time() - start:7.1f} s', file=sys.stderr, flush=True)
-
-
-def _check_settings(checkpoint_path: Any, output_path: Any, sources: Sequence[Any],
-                    lengths: Any, strategies: Any, reference_length: Any, num_samples: Any,
-                    seed: Any, batch_size: Any, tau_batch_size: Any, params_dtype: Any,
-                    grid: Any, tol: Any, mesh_shape: Any) -> None:
-  """Every setting of `run` that needs no file, each error naming its macro and the form
-  accepted."""
-  if not isinstance(checkpoint_path, str) or not isinstance(output_path, str):
-    raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
-                     '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
-  if sum(x is not None for x in sources) != 1:
-    raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
-                     'JSONL_FILE (with VOCABULARY_PATH).')
-  validate.positive_int(reference_length, 'REFERENCE_LENGTH', minimum=2)
-  validate.int_tuple(lengths, 'LENGTHS', minimum=reference_length,
-                     why=f'REFERENCE_LENGTH, L_tr = {reference_length}: calibration aligns '
-                         'longer inputs to it',
-                     example=f'({2 * reference_length}, {4 * reference_length})')
-  validate.strategy_names(strategies, 'STRATEGIES', calibration.STRATEGIES)
-  validate.run_settings(num_samples=num_samples, batch_size=batch_size or 1,
-                        tau_batch_size=tau_batch_size, seed=seed, params_dtype=params_dtype)
-  validate.temperature_array(grid, 'calibrate.run.grid')
-  validate.number(tol, 'calibrate.run.tol', positive=True)
-  if mesh_shape is not None:
-    validate.int_tuple(mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
-    if len(mesh_shape) not in (2, 3):
-      raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
-
-
-def _check_analysis_settings(analysis_dir: Any, relpos_heads: Any,
-                             config: network.T5Config | None) -> None:
-  """ANALYSIS_DIR and RELPOS_HEADS, before any work (they were once refused after the whole
-  calibration, leaving a half-written analysis): RELPOS_HEADS's form, and its range where the
-  model's config is given (else `run` checks the range once the weights are read, before any
-  sweep)."""
-  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
-  if analysis_dir is not None:
-    if not isinstance(analysis_dir, (str, os.PathLike)):
-      raise ValueError(f'ANALYSIS_DIR={analysis_dir!r}: expected the path of a folder, or None.')
-    if (not fileio.is_remote(analysis_dir) and os.path.exists(analysis_dir)
-        and not os.path.isdir(analysis_dir)):
-      raise NotADirectoryError(f'ANALYSIS_DIR {analysis_dir} is a file; give a folder to write '
-                               'the analysis into.')
-  if relpos_heads is not None:
-    analysis.check_heads(relpos_heads, None if config is None else config.num_heads,
-                         'RELPOS_HEADS')
-
-
-def run_config(config: network.T5Config, dtype: str,
-               attention_impl: str | None) -> network.T5Config:
-  """The `network.T5Config` calibration computes with: `dtype` activations, no dropout, and
-  `attention_impl` (None: the config's)."""
-  return dataclasses.replace(config, dtype=jnp.dtype(dtype), dropout_rate=0.0,
-                             attention_impl=attention_impl or config.attention_impl)
-
-
-def mesh_for(mesh_shape: Sequence[int] | None) -> Any:
-  """The ('tau', 'data', 'model') mesh of MESH_SHAPE (see `run`), or None for one device.
-
-  Over `partitioning.all_devices()`: jax's, or a TPU topology's in `t5align.preflight`.
-  """
-  if not mesh_shape:
-    if partitioning.process_count() == 1:
-      return None
-    return partitioning.calibration_mesh(1, len(partitioning.all_devices()), 1)
-  shape = tuple(int(s) for s in mesh_shape)
-  if len(shape) not in (2, 3):
-    raise ValueError(f'MESH_SHAPE={mesh_shape}: expected (tau, data) or (tau, data, model).')
-  return partitioning.calibration_mesh(*shape)

@@ -253,10 +253,7 @@ class EvalJob:
   def run(self) -> dict[str, dict[str, Any]]:
     """Runs every task; returns {task: metrics} of finished tasks (with several processes,
     process 0's; the others return {})."""
-    path = self.output_dir
-    if not isinstance(path, (str, os.PathLike)):
-      return self._run()  # Unset: `check` reports it.
-    with outputs.claim(path, 'EVAL_OUTPUT_DIR'):
+    with outputs.claim(self.output_dir, 'EVAL_OUTPUT_DIR'):  # Unset: `check` reports it.
       return self._run()
 
   def _run(self) -> dict[str, dict[str, Any]]:

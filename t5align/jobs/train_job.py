@@ -434,9 +434,7 @@ class TrainJob:
     {length: {task: accuracy}}, 'wall_s' (this call's training, setup included), 'loop_s' (the
     training loop over all segments), 'eval_wall_s'}.
     """
-    if not isinstance(self.model_dir, (str, os.PathLike)):
-      return self._run()  # Unset: `check` reports it.
-    with outputs.claim(self.model_dir, 'MODEL_DIR'):
+    with outputs.claim(self.model_dir, 'MODEL_DIR'):  # Unset: `check` reports it.
       return self._run()
 
   def _run(self) -> dict[str, Any]:

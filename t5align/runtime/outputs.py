@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
-import inspect
 import json
 import math
 import os
@@ -31,7 +29,7 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from absl import logging
 
@@ -259,9 +257,11 @@ def claim(path: fileio.PathLike | None, what: str, *,
           is_file: bool = False) -> Iterator[FolderLock | None]:
   """Checks `path` is writable, locks it (writer process, local paths), cleans leftovers.
 
-  Yields the lock (None on other processes and for remote paths); released on exit.
+  Yields the lock (None on other processes, for remote paths and for an unset path: None or a
+  placeholder such as gin.REQUIRED, which the run's own checks report); released on exit.
   """
-  if path is None or fileio.is_remote(path) or not _is_writer():
+  if (not isinstance(path, (str, os.PathLike)) or fileio.is_remote(path)
+      or not _is_writer()):
     yield None
     return
   check_writable(path, is_file=is_file, name=what)
@@ -275,23 +275,6 @@ def claim(path: fileio.PathLike | None, what: str, *,
     for leftover in leftovers:
       logging.warning('removed %s (left by an interrupted run)', leftover)
     yield lock
-
-
-def claims(argument: str, what: str, *, is_file: bool = False) -> Callable[[Callable], Callable]:
-  """Decorator: the call holds `claim(<its argument named argument>, what)` while it runs."""
-  def decorate(fn: Callable) -> Callable:
-    signature = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-      bound = signature.bind_partial(*args, **kwargs)
-      path = bound.arguments.get(argument, signature.parameters[argument].default)
-      if not isinstance(path, (str, os.PathLike)):
-        return fn(*args, **kwargs)  # Unset: the function itself reports it.
-      with claim(path, what, is_file=is_file):
-        return fn(*args, **kwargs)
-    return wrapper
-  return decorate
 
 
 def repair_jsonl(path: fileio.PathLike) -> bytes:
