@@ -3,12 +3,21 @@
 #                   TensorFlow), then the demo's default run -> demo_output/
 #   make demo-full  the same venv, every task x every strategy (P_max per head too) and 5
 #                   calibration seeds -> demo_output_full/
-#   make test       .venv: the runtime requirements and the test extras, then pytest on 2
-#                   workers (pytest-xdist, one test file per worker)
+#   make test       .venv: the runtime requirements and the test extras, then every test on 2
+#                   workers (pytest-xdist, spread by test: --dist loadgroup; the tests marked
+#                   with one xdist_group share a worker)
+#   make test-fast  the same venv, the fast lane: every test but the integration kinds (the
+#                   markers cli, multiprocess, docs, tpu_compile, bench and slow; setup.cfg says
+#                   what each means), on 2 workers; a test of the lane slower than 10 s fails
+#                   (--unmarked-limit, tests/conftest.py): give it its marker
+#   make docs       the same venv, the docs site (mkdocs.yml: docs/ and the API reference from
+#                   the docstrings) built in strict mode into site/; tests/docs_test.py builds it
+#                   too, so `make test` fails where this does
 #   make test-newest-jax
 #                   .venv-newest-jax: Python 3.12 (what Colab and a GPU image run) with the newest
-#                   jax/jaxlib the package index serves, then the tests of the model, attention,
-#                   calibration, checkpoints and schedules (NEWEST_JAX_TESTS; .ci/run runs it)
+#                   jax/jaxlib the package index serves, then the tests marked newest_jax (the
+#                   model, attention, calibration, checkpoints and schedules; .ci/run runs it);
+#                   those that need torch or TensorFlow skip there
 PYTHON ?= python3
 VENV := .venv
 DEMO_VENV := .venv-demo
@@ -17,12 +26,11 @@ NEWEST_VENV := .venv-newest-jax
 PYTHON312 ?= $(shell for p in python3.12 "$$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; \
 	do "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo "$$p"; \
 	done | tail -n 1)
-NEWEST_JAX_TESTS := tests/attention_test.py tests/precision_test.py tests/pallas_tpu_test.py \
-	tests/pallas_mgpu_test.py \
-	tests/network_test.py tests/network_impl_test.py tests/calibration_test.py \
-	tests/checkpoints_test.py tests/schedule_test.py tests/gpu_check_test.py
+# The markers that take a test out of the fast lane (tests/conftest.py: INTEGRATION_MARKERS).
+INTEGRATION := cli or multiprocess or docs or tpu_compile or bench or slow
+PYTEST_XDIST := -n 2 --dist loadgroup
 
-.PHONY: demo demo-full test test-newest-jax venv demo-venv clean
+.PHONY: demo demo-full test test-fast test-newest-jax docs venv demo-venv clean
 
 $(VENV)/.installed: setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -58,11 +66,17 @@ demo-full: demo-venv
 	$(DEMO_VENV)/bin/python -m t5align.demo --full --output_dir=demo_output_full
 
 test: venv
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile
+	$(VENV)/bin/python -m pytest $(PYTEST_XDIST)
+
+test-fast: venv
+	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) -m 'not ($(INTEGRATION))' --unmarked-limit=10
 
 test-newest-jax: $(NEWEST_VENV)/.installed
 	$(NEWEST_VENV)/bin/python -c 'import sys, jax, jaxlib, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__)'
-	$(NEWEST_VENV)/bin/python -m pytest -n 2 --dist loadfile $(NEWEST_JAX_TESTS)
+	$(NEWEST_VENV)/bin/python -m pytest $(PYTEST_XDIST) -m newest_jax
+
+docs: venv
+	$(VENV)/bin/python -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(NEWEST_VENV)
+	rm -rf $(VENV) $(DEMO_VENV) $(NEWEST_VENV) site

@@ -69,12 +69,13 @@ maximum over the rows of a group (`peak_set_by_this_row` says whether this row r
 The table's ratio is the named reference row's seconds over this row's: the cuDNN floor for
 attention rows, HF eager for the encoder rows, HF generate for decoding, t5align for HF rows, 11
 forward passes for a sweep; its H200 column holds that row's figure measured on an H200 on
-2026-11-27 (for orientation).
+2026-11-27 (for orientation; benchmarks/results/gpu_h200.json, its `orientation` figures).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import decimal
 import functools
 import importlib.util
 import json
@@ -161,29 +162,29 @@ TOLERANCE = {
     'float32': dict(out=1e-5, pmax=1e-5, entropy=1e-4, model=1e-5, sweep=1e-4),
     'bfloat16': dict(out=3e-2, pmax=1e-3, entropy=1e-3, model=5e-2, sweep=2e-2),
 }
-# Seconds measured on one H200 on 2026-11-27, by row id: /work/shared/docs/GPU-H200.md (before
-# issue 32: 'pallas' was the Triton kernel, here under 'pallas_gpu'), and this command's own run
-# of 'pallas_mgpu' (what 'pallas' is on Hopper since issue 32; jax 0.11.2, README "GPU").
-KNOWN_H200 = {
-    'attention/reference/4096': 5.22e-3, 'attention/blockwise/4096': 5.54e-3,
-    'attention/blockwise/16384': 72.0e-3, 'attention/pallas_gpu/4096': 1.99e-3,
-    'attention/pallas_gpu/16384': 22.1e-3, 'attention/pallas_gpu/32768': 83.8e-3,
-    'attention/pallas/4096': 0.98e-3, 'attention/pallas/16384': 7.99e-3,
-    'attention/pallas/32768': 29.5e-3,
-    'attention/cudnn_nobias/4096': 0.644e-3, 'attention/cudnn_nobias/16384': 4.95e-3,
-    'attention/cudnn_nobias/32768': 18.6e-3, 'attention/cudnn_bias/4096': 1.60e-3,
-    'attention/cudnn_bias/16384': 20.0e-3, 'encoder/xl/pallas_gpu/4096': 0.054,
-    'encoder/xl/pallas_gpu/15000': 0.494, 'encoder/xl/pallas/4096': 0.0343,
-    'encoder/xl/pallas/15000': 0.208, 'encoder/xl/blockwise/4096': 0.125,
-    'sweep/xl/pallas_gpu/4096': 0.553, 'sweep/xl/blockwise/4096': 0.775,
-    'sweep/xl/pallas_gpu/15000': 5.49, 'sweep/xl/pallas/4096': 0.315,
-    'sweep/xl/pallas/15000': 2.36, 'hf/xl/eager/4096': 0.308, 'hf/xl/sdpa/4096': 0.455,
-    'hf/xl/eager/15000': 3.73, 'hf/xl/sdpa/15000': 5.88,
-}
 _MATERIALIZED = ('cudnn_bias', 'xla_bias')  # jax.nn.dot_product_attention, bias [1, h, L, L].
 _JAX_NN = ('cudnn_nobias', 'cudnn_bias', 'xla_nobias', 'xla_bias')
 ENCODER_PARTS = ('token_embedder', 'encoder')  # The weights an encoder pass reads.
 _JAX_DISTRIBUTIONS = ('jax', 'jaxlib', 'jax-cuda12-plugin', 'jax-cuda13-plugin', 'flax')
+
+# Seconds measured on one H200 on 2026-11-27, by row id: the figures of
+# benchmarks/results/gpu_h200.json marked `orientation` (each names its source: GPU-H200.md,
+# before issue 32, when 'pallas' was the Triton kernel, here under 'pallas_gpu'; or this
+# command's own run of 'pallas_mgpu', what 'pallas' is on Hopper since issue 32; jax 0.11.2).
+H200_RESULTS = REPO / 'benchmarks' / 'results' / 'gpu_h200.json'
+
+
+def known_h200(path: pathlib.Path = H200_RESULTS) -> dict[str, float]:
+  """{row id: seconds} of the H200 figures in `path` marked `orientation` (times in `ms` or
+  `seconds`, read as decimals so that each is the float its digits name)."""
+  with open(path, encoding='utf-8') as f:
+    document = json.load(f, parse_float=decimal.Decimal)
+  return {row['id']: float(row['ms'] / 1000 if 'ms' in row else row['seconds'])
+          for rows in document.values() if isinstance(rows, list)
+          for row in rows if row.get('orientation')}
+
+
+KNOWN_H200 = known_h200()
 
 
 # ----------------------------------------------------------------------------------- the plan

@@ -1,20 +1,20 @@
-"""The README's pre-flight table: `python -m t5align.preflight` for Flan-T5-XL and XXL, eval and
-calibration, at 8k / 16k / 32k tokens on v4-32, v5e-16, v5p-8 and v6e-16, with 'blockwise'
-and the fused kernel ('pallas'); results as JSON, or the Markdown table.
+"""The pre-flight table (docs/performance/tpu.md): `python -m t5align.preflight` for Flan-T5-XL
+and XXL, eval and calibration, at 8k / 16k / 32k tokens on v4-32, v5e-16, v5p-8 and v6e-16, with
+'blockwise' and the fused kernel ('pallas'); results as JSON, or the Markdown table.
 
 Run from the repository root (libtpu installed; no TPU needed):
   python -m benchmarks.preflight_table                      # every row not yet in the results
   python -m benchmarks.preflight_table --impls blockwise --models xxl --lengths 32768
   python -m benchmarks.preflight_table --rows issue         # XXL encoder, 32k, v5e:4x4
-  python -m benchmarks.preflight_table --markdown           # the README table, from the results
+  python -m benchmarks.preflight_table --markdown           # the table, from the results
 
 Each row is one `python -m t5align.preflight` command (printed in the row as `command`), run in
 its own process: one XLA compile for the slice, an XXL one taking minutes on a 2-core machine.
 Its JSON report is added to the results file (`--output`, written atomically) as soon as it is
 done, so a rerun resumes: rows already there are skipped (`--redo` runs them again).
 
-Run settings per slice, as the README's Pods commands set them: parameters and activations in
-bfloat16, 'model' axis min(8, chips); eval: 'data' axis the rest, one example per 'data' shard
+Run settings per slice, as the Pods commands (docs/pods.md) set them: parameters and activations
+in bfloat16, 'model' axis min(8, chips); eval: 'data' axis the rest, one example per 'data' shard
 (BATCH_SIZE = data), greedy decoding of 64 tokens; calibration: MESH_SHAPE (chips / model, 1,
 model), one sample (gin/calibrate.gin's BATCH_SIZE), the 11-candidate grid over the 'tau' axis.
 Row set 'issue': Flan-T5-XXL's encoder at 32,768 tokens on v5e:4x4, data 2 x model 8, batch 2
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from typing import Callable
 
 from t5align.jobs import preflight
 from t5align.runtime import fileio
@@ -127,7 +128,14 @@ def estimate_ratio(row: dict) -> float:
   return estimate.total / report['memory_per_chip']['total']
 
 
-def _cell(row: dict | None, with_estimate: bool) -> list[str]:
+def recorded_estimate_ratio(row: dict) -> float:
+  """`memory.estimate` over XLA's total as the row's report recorded it when it was measured
+  (`memory_estimate.ratio_to_xla`; no gin, no `t5align.memory`)."""
+  return row['report']['memory_estimate']['ratio_to_xla']
+
+
+def _cell(row: dict | None, with_estimate: bool,
+          estimate: Callable[[dict], float] = estimate_ratio) -> list[str]:
   if row is None:
     return ['not run'] + [''] * (3 + with_estimate)
   if 'report' not in row:
@@ -143,16 +151,18 @@ def _cell(row: dict | None, with_estimate: bool) -> list[str]:
             [f'{per["flops"] / 1e12:.4g}', f'{per["bytes_accessed"] / 1e9:.4g}',
              f'{per["roofline_seconds"]:.3g}'])
   if with_estimate:
-    cells.append(f'{estimate_ratio(row):.2f}')
+    cells.append(f'{estimate(row):.2f}')
   return cells
 
 
-def markdown(results: dict, with_estimate: bool = True) -> str:
-  """The README table: one line per model, length, slice and program; blockwise | fused.
+def markdown(results: dict, with_estimate: bool = True,
+             estimate: Callable[[dict], float] = estimate_ratio) -> str:
+  """The pre-flight table: one line per model, length, slice and program; blockwise | fused.
 
   Per implementation: XLA's GiB per chip ('(no)': does not fit), TFLOPs, GB accessed and
   roofline seconds per example (calibration: per encoder pass, one sample at one tau), and
-  `memory.estimate` / XLA's total.
+  `memory.estimate` / XLA's total, by `estimate(row)`: recomputed with today's `t5align.memory`
+  (`estimate_ratio`, minutes for the whole table) or as recorded (`recorded_estimate_ratio`).
   """
   cols = ['GiB/chip', 'TFLOPs/ex', 'GB/ex', 's/ex'] + (['est./XLA'] if with_estimate else [])
   head = ('| model | tokens | slice | program | '
@@ -165,11 +175,11 @@ def markdown(results: dict, with_estimate: bool = True) -> str:
           rows_ = [results.get(f'{m}-{n}-{t}-{p}-{i}') for i in IMPLS]
           if all(r is None for r in rows_):
             continue
-          cells = [c for r in rows_ for c in _cell(r, with_estimate)]
+          cells = [c for r in rows_ for c in _cell(r, with_estimate, estimate)]
           lines.append(f'| {m.upper()} | {n // 1024}k | {t} | {p} | ' + ' | '.join(cells) + ' |')
   for key, row in results.items():  # Rows outside the table ('issue').
     if 'encoder' in key:
-      cells = _cell(row, with_estimate)
+      cells = _cell(row, with_estimate, estimate)
       lines.append('\n' + textwrap.fill(
           f'`{key}`: ' + ', '.join(f'{c} {v}' for c, v in zip(cols, cells)), 100))
   if any('report' in row and not row.get('code') for row in results.values()):
@@ -189,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument('--output', default=DEFAULT_OUTPUT)
   parser.add_argument('--redo', action='store_true', help='run rows already in the results')
   parser.add_argument('--markdown', action='store_true',
-                      help='print the README table from the results and exit')
+                      help='print the table from the results and exit')
   parser.add_argument('--no-estimate', action='store_true',
                       help='--markdown without the memory.estimate / XLA column')
   args = parser.parse_args(argv)

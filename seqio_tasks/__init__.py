@@ -5,7 +5,8 @@ without seqio the data readers, builders and metrics (`seqio_tasks.{data,retriev
 metrics,catalog}`) still work, and `import seqio_tasks.tasks` raises the ImportError.
 
 Gin (dynamic registration, `import seqio_tasks`): `seqio_tasks.options.*` (example counts, seed,
-user files), `seqio_tasks.vocabulary_path.path`, `seqio_tasks.data.data_dir.path`.
+user files), `seqio_tasks.vocabulary_path.path`, `seqio_tasks.data.data_dir.path`,
+`seqio_tasks.zeroscrolls_dir.path` (ZeroSCROLLS' files; else $T5ALIGN_ZEROSCROLLS_DIR).
 """
 from seqio_tasks.catalog import options
 from seqio_tasks import data

@@ -12,9 +12,12 @@ the report use the specs' table layout. Settings (paper section and tables):
   code_completion_{stdlib,lcc}               next line; EM / ES bucketed by input length
   code_key_{2,4,8,16}k_{stdlib,lcc}          code key retrieval (the paper reports ~16k)
   lm_{wiki,text}_{512,...,15000}             prefix-LM perplexity (LM-adapted checkpoints)
+  zeroscrolls_{task}_{512,...,8192}          ZeroSCROLLS at that many input tokens (the runner's
+                                             truncation), splits 'validation' and 'test'
 
 Sizes, seeds and user file paths are gin-configurable through `options`, or the environment
-variables T5ALIGN_LCC_PATH and T5ALIGN_LM_TEXT_PATH for the two user files.
+variables T5ALIGN_LCC_PATH and T5ALIGN_LM_TEXT_PATH for the two user files; the ZeroSCROLLS folder
+through `seqio_tasks.zeroscrolls_dir` or T5ALIGN_ZEROSCROLLS_DIR (`seqio_tasks.zeroscrolls`).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from seqio_tasks import code
 from seqio_tasks import lm
 from seqio_tasks import qa
 from seqio_tasks import retrieval
+from seqio_tasks import zeroscrolls
 
 PREFIX = 't5align_'
 PASSKEY_CHARS = (2000, 5000, 10000, 20000, 30000, 40000, 50000, 55000)
@@ -76,20 +80,32 @@ def _user_file(key: str, env: str, what: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
-  """One task: its family (scoring rule), table placement and example builder."""
+  """One task: its family (scoring rule), table placement, splits and example builder."""
 
   name: str  # without PREFIX
   family: str  # a key of seqio_tasks.metrics.FAMILIES
-  table: str  # report table: 'retrieval', 'kv', 'mdqa', 'mdqa_oracle', 'code', 'code_key', 'lm'
+  # Report table: 'retrieval', 'kv', 'mdqa', 'mdqa_oracle', 'code', 'code_key', 'lm' or
+  # 'zeroscrolls'.
+  table: str
   group: str  # column group in that table
   column: str  # column label within the group
   max_decode_length: int  # greedy decoding steps (0: scored, not decoded)
-  build: Callable[[Tokenizer], Iterator[dict]]  # examples, given the task vocabulary
+  # Examples, given the task vocabulary: `build(tokenizer)` for a task of one split,
+  # `build(tokenizer, split)` for a task of several.
+  build: Callable[..., Iterator[dict]]
   tokenized: bool = False  # examples already hold int 'inputs' / 'targets'
+  splits: tuple[str, ...] = ('test',)
 
   @property
   def task_name(self) -> str:
     return PREFIX + self.name
+
+  def examples(self, tokenizer: Tokenizer, split: str = 'test') -> Iterator[dict]:
+    """The examples of `split`; raises ValueError for a split the task does not have."""
+    if split not in self.splits:
+      raise ValueError(f'{self.task_name} has the split(s) {", ".join(self.splits)}; got '
+                       f'{split!r}.')
+    return self.build(tokenizer) if len(self.splits) == 1 else self.build(tokenizer, split)
 
 
 def _count(tokenizer: Tokenizer) -> Callable[[str], int]:
@@ -148,6 +164,13 @@ def _specs() -> list[TaskSpec]:
                      options()['lm_examples'], tok.encode,
                      continuation=options()['lm_continuation'], eos_id=tok.eos_id),
                  tokenized=True))
+  for n in zeroscrolls.LENGTHS:
+    for task in zeroscrolls.TASKS:
+      add(TaskSpec(f'zeroscrolls_{task}_{n}', zeroscrolls.FAMILIES[task], 'zeroscrolls', str(n),
+                   zeroscrolls.COLUMNS[task], zeroscrolls.MAX_DECODE_LENGTH,
+                   lambda tok, split, task=task, n=n: zeroscrolls.examples(
+                       task, split, n, tok.encode, tok.eos_id),
+                   tokenized=True, splits=zeroscrolls.SPLITS))
   return specs
 
 
@@ -168,6 +191,8 @@ def _mixtures() -> dict[str, tuple[str, ...]]:
   }
   for n in KV_KEYS:
     out[f'kv_{n}keys'] = [t for t in names if t.startswith(f'{PREFIX}kv_{n}keys_')]
+  for n in zeroscrolls.LENGTHS:
+    out[f'zeroscrolls_{n}'] = [f'{PREFIX}zeroscrolls_{task}_{n}' for task in zeroscrolls.TASKS]
   for variant in ('mdqa', 'mdqa_oracle'):
     for n in qa.GOLD_POSITIONS:
       out[f'{variant}_{n}docs'] = [t for t in names if t.startswith(f'{PREFIX}{variant}_{n}docs_')]

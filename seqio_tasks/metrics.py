@@ -18,6 +18,9 @@ Rules (the upstream benchmarks' conventions):
                      also per context-length bucket ('1k' = [1000, 2000) input tokens).
   lm                 perplexity per sequence, exp(-log-likelihood / target tokens), averaged
                      over sequences (the paper's "average perplexity"), and over tokens.
+  rouge_geo, f1, f1_unidecode, exact_match, letter_acc, exp_sim, c_index
+                     the long-context suites' rules (ZeroSCROLLS, SCROLLS), against every
+                     reference in the target's meta 'outputs': `seqio_tasks.suite_metrics`.
 """
 from __future__ import annotations
 
@@ -28,11 +31,21 @@ import re
 import string
 from typing import Any, Callable, Mapping, Sequence
 
+from seqio_tasks import suite_metrics
+
 _INT = re.compile(r'\d+')
 _ARTICLES = re.compile(r'\b(a|an|the)\b')
 _PUNCTUATION = frozenset(string.punctuation)
 
-FAMILIES = ('passkey', 'lines', 'topics', 'kv', 'mdqa', 'code_completion', 'code_key', 'lm')
+FAMILIES = ('passkey', 'lines', 'topics', 'kv', 'mdqa', 'code_completion', 'code_key', 'lm',
+            *suite_metrics.FAMILIES)
+# Each family's primary metric: the key of `aggregate`'s (or `aggregate_perplexity`'s) result a
+# report's cell shows. `t5align.eval` writes it into metrics.json ('primary_metric'), where
+# `t5align.report` reads it.
+PRIMARY_METRICS = {'passkey': 'accuracy', 'lines': 'accuracy', 'topics': 'accuracy',
+                   'kv': 'accuracy', 'mdqa': 'accuracy', 'code_completion': 'em',
+                   'code_key': 'accuracy', 'lm': 'perplexity',
+                   **dict.fromkeys(suite_metrics.FAMILIES, 'score')}
 
 
 def first_integer(text: str) -> int | None:
@@ -100,7 +113,7 @@ def length_bucket(length: int) -> str:
 
 
 def score_example(family: str, target: Mapping[str, Any], prediction: str) -> dict[str, float]:
-  """Scores one prediction; values are 0/1 (or 0..100 for ES).
+  """Scores one prediction; values are 0/1 (or 0..100 for ES and the suites' rules).
 
   Args:
     family: one of `FAMILIES` except 'lm'.
@@ -109,6 +122,9 @@ def score_example(family: str, target: Mapping[str, Any], prediction: str) -> di
   """
   ref = target['target']
   meta = target.get('meta') or {}
+  if family in suite_metrics.FAMILIES:  # Every reference; none (a test split): not scored.
+    references = meta.get('outputs', [ref] if ref else [])
+    return suite_metrics.score_example(family, prediction, references)
   if family in ('passkey', 'code_key'):
     return {'accuracy': float(first_integer(prediction) == int(ref))}
   if family == 'lines':
@@ -132,9 +148,12 @@ def _mean(values: Sequence[float]) -> float:
 
 def aggregate(family: str, targets: Sequence[Mapping[str, Any]],
               scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
-  """Task metrics from per-example scores: accuracy in percent; code EM/ES also per bucket."""
+  """Task metrics from per-example scores: accuracy in percent; code EM/ES also per bucket; the
+  suites' families as `suite_metrics.aggregate` (their 'score' among them)."""
   if len(targets) != len(scores):
     raise ValueError(f'{len(targets)} targets but {len(scores)} scores.')
+  if family in suite_metrics.FAMILIES:
+    return suite_metrics.aggregate(family, scores)
   if family == 'code_completion':
     out = {'em': 100 * _mean([s['em'] for s in scores]), 'es': _mean([s['es'] for s in scores])}
     buckets: dict[str, list[Mapping[str, float]]] = {}
@@ -146,6 +165,14 @@ def aggregate(family: str, targets: Sequence[Mapping[str, Any]],
       out[f'count_{name}'] = float(len(items))
     return out
   return {'accuracy': 100 * _mean([s['accuracy'] for s in scores])}
+
+
+def primary_metric(family: str) -> str:
+  """The metric a report shows for a task of `family` (`PRIMARY_METRICS`); raises ValueError
+  naming an unknown family."""
+  if family not in PRIMARY_METRICS:
+    raise ValueError(f'no primary metric for family {family!r}; expected one of {FAMILIES}.')
+  return PRIMARY_METRICS[family]
 
 
 def perplexity_scores(log_likelihood: float, num_tokens: int) -> dict[str, float]:

@@ -7,10 +7,12 @@ HuggingFace tokenizer (a tokenizer.json, a folder with one or with BPE vocab.jso
 'vocab.json,merges.txt': CodeT5+), through `t5align.vocabularies`; EOS is the tokenizer's. It is
 resolved when first used, after gin has parsed, so a binding anywhere in the gin files applies.
 
-Each task has one split, 'test'. Its examples are built when the dataset is first requested; a
-missing data file raises there (FileNotFoundError saying where to get it), never an empty task.
-Features: 'inputs' and 'targets' (tokens, EOS appended), '*_pretokenized' text, 'id', and 'meta'
-(JSON with what the metrics need).
+Each task has its spec's splits: 'test' (the ZeroSCROLLS tasks: 'validation' and 'test'). Its
+examples are built when the dataset is first requested; a missing data file raises there
+(FileNotFoundError saying where to get it), never an empty task. Features: 'inputs' and 'targets'
+(tokens, EOS appended), '*_pretokenized' text, 'id', and 'meta' (JSON with what the metrics
+need). Pre-tokenized tasks (`spec.tokenized`: the LM and ZeroSCROLLS tasks) pass their tokens
+through untrimmed, and any '*_pretokenized' text their examples hold.
 """
 from __future__ import annotations
 
@@ -157,23 +159,23 @@ class _Tokenizer(catalog.Tokenizer):
     return self._vocabulary.encode(text)
 
 
-def _signature(spec: catalog.TaskSpec) -> dict[str, tf.TensorSpec]:
+def _signature(spec: catalog.TaskSpec, example: dict) -> dict[str, tf.TensorSpec]:
   text = tf.TensorSpec([], tf.string)
   io = tf.TensorSpec([None], tf.int32) if spec.tokenized else text
-  return {'id': text, 'inputs': io, 'targets': io, 'meta': text}
+  # A pre-tokenized example's text, as seqio's tokenize preprocessor keeps it for the others.
+  given = {k: text for k in example if spec.tokenized and k.endswith('_pretokenized')}
+  return {'id': text, 'inputs': io, 'targets': io, 'meta': text, **given}
 
 
 def _dataset_fn(spec: catalog.TaskSpec):
   def dataset_fn(split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
     del shuffle_files, seed  # Examples are seeded per index; order is fixed.
-    if split != 'test':
-      raise ValueError(f"{spec.task_name} has one split, 'test'; got {split!r}.")
     # Built eagerly so that a bad file fails here, naming the file and line.
-    examples = list(spec.build(_Tokenizer(VOCABULARY)))
+    examples = list(spec.examples(_Tokenizer(VOCABULARY), split))
     if not examples:
       raise ValueError(f'{spec.task_name}: its source produced no examples.')
     return tf.data.Dataset.from_generator(lambda: iter(examples),
-                                          output_signature=_signature(spec))
+                                          output_signature=_signature(spec, examples[0]))
   return dataset_fn
 
 
@@ -193,7 +195,7 @@ def register() -> None:
                                                seqio.preprocessors.append_eos_after_trim]
     seqio.TaskRegistry.add(
         name,
-        source=seqio.FunctionDataSource(_dataset_fn(spec), splits=['test']),
+        source=seqio.FunctionDataSource(_dataset_fn(spec), splits=list(spec.splits)),
         preprocessors=preprocessors,
         output_features=output_features(spec.tokenized),
         postprocess_fn=metrics.postprocess,

@@ -22,7 +22,9 @@ JAX_PROCESS_ID elsewhere, see `t5align.runtime.multihost`) run the same command:
 every process's devices, each process places only its rows of each batch, predictions are gathered,
 and process 0 alone writes the task folders (resume included).
 
-The job is `t5align.jobs.EvalJob`: gin/runs/eval.gin binds its fields as `t5align.eval.evaluate`.
+The job is `t5align.jobs.EvalJob`, the Python name `t5align.eval.evaluate`; gin/runs/eval.gin
+imports `t5align.eval` as `t5align_eval`, so in gin its fields are `t5align_eval.evaluate.NAME`
+(`--gin_bindings='t5align_eval.evaluate.batch_size = 4'`).
 """
 from __future__ import annotations
 

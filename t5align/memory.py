@@ -115,7 +115,8 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
              model_shards: int = 1, data_shards: int = 1, taus: int = 1,
              tau_shards: int = 1, decoding: bool = False,
              platform: str | None = None) -> Estimate:
-  """The per-device estimate for inputs of `length` tokens (README compares it with XLA's).
+  """The per-device estimate for inputs of `length` tokens (docs/performance/tpu.md compares
+  it with XLA's).
 
   The parameters (split over 'model'), plus the live activations of one encoder layer for the
   rows on a device (examples over 'data' times candidate temperatures over 'tau'), plus greedy

@@ -1,5 +1,5 @@
 r"""Pre-flight check: compile a run's real programs for a TPU slice without a TPU, and say whether
-they fit and what they cost, before renting the pod (README, "Pre-flight check").
+they fit and what they cost, before renting the pod (docs/pods.md).
 
     python -m t5align.preflight --gin_file=gin/runs/eval.gin \
       --gin_file=gin/models/flan_t5/xxl.gin --gin.PARAMS_DTYPE=bfloat16 \

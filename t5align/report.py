@@ -1,16 +1,26 @@
-"""Markdown tables from evaluation folders, shaped like the paper's tables.
+"""Markdown tables from evaluation folders, shaped like the paper's.
 
-    python -m t5align.report RESULTS_DIR [RESULTS_DIR ...] [--output report.md]
+    python -m t5align.report RESULTS_DIR [RESULTS_DIR ...] [--published zeroscrolls]
+        [--output report.md]
 
 Every metrics.json under the folders (written by `t5align.eval`) is one cell: its row is
 (model, label), labels in `labels.PAPER_ORDER` (tau = 1, w/ P_max, w/ H, w/ log_Lex L_tr) first;
-its column is the task's (group, column). Results of different runs that would share a cell
+its column is the task's (group, column); its value the task's primary metric (its family's:
+accuracy, perplexity, a suite's score). Results of different runs that would share a cell
 (the run.json beside each metrics.json differs in something that changes results: decode
 length, dtypes, attention, examples, checkpoint content, ...) get rows of their own, labelled
 with their run folder and the settings that differ (`separate_runs`). Tables: language modeling
 (Table 3, perplexity), retrieval (Table 4, accuracy), multi-document QA (Table 5, accuracy per
 gold position with per-group averages), code completion (Table 6, EM and ES per context-length
 bucket), key-value and code key retrieval. Cells without a result are '-'.
+
+ZeroSCROLLS (the t5align_zeroscrolls_{task}_{L} folders) is one table shaped like its paper's:
+the columns GvRp SSFD QMsm SQAL Qspr Nrtv QALT MuSQ SpDg BkSS and Avg (the mean of the 10, only
+when all are there: the lines under the table say what a row lacks), a row per model, split
+(from run.json), input length and label. `--published zeroscrolls` adds the paper's published
+rows (Flan-T5 small to XXL, Flan-UL2, T0pp; test split), labelled '(published, test)', from
+t5align/evaluation/zeroscrolls_published.json, which names its source; with it the folders may
+be left out, to print the published rows alone.
 """
 from __future__ import annotations
 
@@ -25,16 +35,23 @@ from t5align.evaluation import tables
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m t5align.report', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('folders', nargs='+', help='evaluation output folders')
+  parser.add_argument('folders', nargs='*', help='evaluation output folders')
+  parser.add_argument('--published', action='append', default=[], choices=sorted(tables.PUBLISHED),
+                      metavar='SUITE',
+                      help="add a suite's published rows to its table (repeatable; suites: "
+                           f'{", ".join(sorted(tables.PUBLISHED))})')
   parser.add_argument('--output', help='write the Markdown here instead of stdout')
   args = parser.parse_args(argv)
+  if not args.folders and not args.published:
+    parser.error('name the evaluation folders (or --published SUITE for the published rows '
+                 'alone)')
   missing = [f for f in args.folders if not os.path.isdir(f)]
   if missing:
     parser.error(f'not a folder: {", ".join(missing)}')
   results = tables.load_results(args.folders)
-  if not results:
+  if args.folders and not results:
     parser.error(f'no metrics.json under {", ".join(args.folders)}')
-  text = tables.render(results)
+  text = tables.render(results, published=args.published)
   if args.output:
     with open(args.output, 'w', encoding='utf-8') as f:
       f.write(text)

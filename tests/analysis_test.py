@@ -12,6 +12,7 @@ from t5align.calibration import analysis
 L_TR, LENGTHS = 16, (32, 81)
 
 
+# ~13 s on the 2-core machine: its tests are slow and share one xdist worker (computed once).
 @pytest.fixture(scope='module')
 def collected(load_t5x_fixture):
   config, params, ref = load_t5x_fixture('t5_1_1_tiny')
@@ -20,6 +21,8 @@ def collected(load_t5x_fixture):
   return config, params, tokens, numbers
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_dispersion_grows_with_length(collected):
   _, _, _, numbers = collected
   assert numbers['lengths'] == [L_TR, *LENGTHS]
@@ -34,6 +37,8 @@ def test_dispersion_grows_with_length(collected):
   np.testing.assert_allclose(np.mean(layer), pmax[-1], rtol=1e-12)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_algorithm1_and_closed_forms_agree_with_calibration(collected):
   config, params, tokens, numbers = collected
   chosen = analysis.algorithm1_taus(numbers, 'pmax')
@@ -71,6 +76,8 @@ def test_relpos_bias_matches_t5x_buckets(load_t5x_fixture):
   np.testing.assert_allclose(values, table[:, buckets], rtol=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_write_analysis_files(collected, tmp_path):
   _, _, _, numbers = collected
   paths = analysis.write_analysis(numbers, str(tmp_path))
@@ -90,6 +97,8 @@ def test_write_analysis_files(collected, tmp_path):
   assert np.shape(record['statistics']['81']['head_entropy_tau1']) == (2, 4)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_per_head_dispersion_matches_numpy_float64(collected, numpy_head_stats):
   """Per-head P_max and entropy by length (tau = 1) against the float64 re-derivation; the
   table lists every head of every layer with its change from L_tr to the longest length."""
@@ -109,6 +118,8 @@ def test_per_head_dispersion_matches_numpy_float64(collected, numpy_head_stats):
   assert sum(line.startswith('L') for line in lines) == 2 * values[0].size
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_lmax_and_per_task_tables(collected, tmp_path, numpy_layer0_sorted):
   from t5align import network  # pylint: disable=g-import-not-at-top
   config, params, tokens, numbers = collected
@@ -146,12 +157,16 @@ def test_lmax_and_per_task_tables(collected, tmp_path, numpy_layer0_sorted):
     analysis.plot_relpos_bias(numbers['rel_embedding'], 40, paths['relpos_bias.png'], heads=[9])
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_collect_rejects_short_lengths(collected):
   config, params, tokens, _ = collected
   with pytest.raises(ValueError, match='shorter than L_tr'):
     analysis.collect(params, config, tokens, (8,), reference_length=L_TR)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_grouped_samples_pool_to_the_concatenation(collected):
   """Groups measured apart (e.g. per task) pool to the statistics of all their rows at once, and
   the concatenation's result is remembered, so calibrating on it computes nothing new."""
@@ -176,6 +191,8 @@ def test_grouped_samples_pool_to_the_concatenation(collected):
                      reference_length=L_TR)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('analysis_collected')
 def test_figure_axes_are_labelled_without_collisions(collected, saved_figure, tmp_path):
   _, _, _, numbers = collected
   fig = saved_figure(lambda: analysis.plot_temperature_curves(

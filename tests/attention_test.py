@@ -19,6 +19,8 @@ from t5align.attention import pallas_gpu
 from t5align.attention import pallas_tpu
 from t5align.attention import reference
 
+pytestmark = pytest.mark.newest_jax
+
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny' / 'reference.npz'
 F32 = dict(rtol=1e-5, atol=1e-5)
 BF16 = dict(rtol=2e-2, atol=2e-2)
@@ -108,6 +110,7 @@ IMPLS = [spec for spec in IMPLS
          if jax.default_backend() in ('cpu', *dispatch.IMPLEMENTATIONS[spec[0]].platforms)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl,block_q,block_k,case', [
     (impl, bq, bk, case) for impl, bq, bk, cases in IMPLS for case in cases])
 def test_matches_reference(impl, block_q, block_k, case):
@@ -125,6 +128,7 @@ def test_matches_reference(impl, block_q, block_k, case):
   _check_uniform_padding(actual[0], value, ids, tol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('batch_block', [1, 2])
 def test_blockwise_batch_chunks_equal_the_whole_batch(batch_block):
   """Examples attended `batch_block` at a time (CPU's default past a tile budget; 3 examples in
@@ -153,6 +157,7 @@ def test_default_batch_block_keeps_cpu_tiles_in_budget():
   assert blockwise.default_batch_block(50, 64, 512, 512, 'gpu') == 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tau', [0.5, 1.0, 2.0])
 def test_blockwise_scalar_taus_default_blocks(tau):
   query, key, value, table = _inputs(seed=1)
@@ -163,6 +168,7 @@ def test_blockwise_scalar_taus_default_blocks(tau):
   _check(dispatch.self_attention(query, key, value, impl='blockwise', **kwargs), expected, ids, F32)
 
 
+@pytest.mark.slow
 def test_without_stats_and_default_temperature():
   query, key, value, table = _inputs(seed=2)
   ids = jnp.asarray(_segment_ids())
@@ -267,7 +273,7 @@ def _kinds_ids(length=1000):
   return ids
 
 
-@pytest.mark.parametrize('bidirectional', [True, False])
+@pytest.mark.parametrize('bidirectional', [pytest.param(True, marks=pytest.mark.slow), False])
 def test_tile_kinds_match_a_brute_force_classification(bidirectional):
   """Every tile's kind equals one read off its materialized mask and offsets (numpy), and the
   input below has tiles of all five kinds."""
@@ -303,6 +309,7 @@ def test_tile_kinds_match_a_brute_force_classification(bidirectional):
                                       blockwise.FAR_MASKED, blockwise.FAR}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('bidirectional', [True, False])
 def test_blockwise_tiles_of_every_kind_match_reference(bidirectional):
   """Unmasked near / far tiles (no per-element mask), masked ones and skipped ones together
@@ -315,6 +322,7 @@ def test_blockwise_tiles_of_every_kind_match_reference(bidirectional):
          _reference(query, key, value, **kwargs), ids, F32)
 
 
+@pytest.mark.slow
 def test_blockwise_vmap_over_temperatures():
   query, key, value, table = _inputs(seed=5)
   ids = jnp.asarray(_segment_ids())
@@ -337,6 +345,7 @@ def test_blockwise_vmap_over_temperatures():
                                np.asarray(ref_stats.entropy)[valid], **F32)
 
 
+@pytest.mark.slow
 def test_blockwise_memory_is_linear_in_length():
   """At 16k tokens the compiled blockwise function holds nothing near `[h, L, L]`."""
   length, heads, depth = 16384, 4, 16
@@ -379,6 +388,7 @@ def test_pallas_kernel_lowers_to_triton_for_cuda(bidirectional, dtype, blocks):
   assert f'grid_x = {batch * heads} : i32, grid_y = {padded // blocks[0]} : i32' in text
 
 
+@pytest.mark.slow
 def test_registry_and_switches():
   assert {'reference', 'blockwise', 'pallas_gpu', 'pallas_mgpu', 'pallas_tpu'} == set(
       dispatch.IMPLEMENTATIONS)
@@ -427,6 +437,7 @@ def test_target_platform_is_the_mesh_platform():
       dispatch._interpret(other, jax.default_backend())  # pylint: disable=protected-access
 
 
+@pytest.mark.slow
 def test_dot_product_attention_kv_layouts_agree_and_others_are_refused():
   """Keys/values laid out `[b, h, d, k]` (a decoder's cached cross-attention) give what
   `[b, k, h, d]` gives; any other layout name is refused, naming it."""

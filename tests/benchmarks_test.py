@@ -19,6 +19,7 @@ def _args(argv):
   return attention_bench.parse_common_flags(argparse.ArgumentParser(), argv, timeout=60)
 
 
+@pytest.mark.bench
 def test_attention_bench_row_checks_itself_against_reference(capsys):
   attention_bench.main(['--lengths', '192', '--heads', '2', '--depth', '16', '--impls',
                         'blockwise', '--no-hf', '--repeats', '0'])
@@ -32,6 +33,8 @@ def test_attention_bench_row_checks_itself_against_reference(capsys):
   assert check['pmax_max_abs_err'] < 1e-5 and check['entropy_max_abs_err'] < 1e-4, check
 
 
+@pytest.mark.bench
+@pytest.mark.tpu_compile
 @pytest.mark.skipif(
     importlib.util.find_spec('libtpu') is None,
     reason='libtpu is not installed (pip install "jax[tpu]"): no deviceless TPU compile')
@@ -62,6 +65,7 @@ def test_pallas_variants_and_repeats():
   assert attention_bench.repeats_for(_args([]), {'repeats': 5}, 'hf') == 5
 
 
+@pytest.mark.bench
 def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
   """The 'smoke' preset (tiny model, the 'cpu' preset's structure): rows checked, then timed."""
   # Forward only (2 subprocesses: the check, then the timed row), to stay cheap.
@@ -80,6 +84,7 @@ def test_encoder_bench_smoke_preset_checks_rows_against_reference(capsys):
       [128 * 64, 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64), 4 * 32, 64])
 
 
+@pytest.mark.bench
 def test_encoder_bench_calibration_row_is_the_library_sweep(capsys):
   """The calibration row times `stats.encoder_attention_stats` (checked first against
   'reference'); its statistics are the same sweep's, in the paper grid's order."""
@@ -144,6 +149,7 @@ def test_time_calls_measures_the_peak_beside_each_call():
   assert attention_bench.matmul_peak('float32', 64)() > 0
 
 
+@pytest.mark.bench
 def test_calibration_stability_runs_the_demos_calibration(capsys):
   """Two sampling seeds of the demo's per-task calibration at one length, through the demo's
   library (`t5align.demo`'s planning, inputs and temperatures), as the benchmark reports them."""

@@ -28,11 +28,11 @@ MODEL_BINDINGS = []  # gin/models/retrieval_small.gin as shipped.
 
 
 @pytest.fixture
-def clean_gin(monkeypatch):
+def clean_gin(clean_gin, monkeypatch):
+  """conftest's clean gin config, with the repository root as the working directory (the gin
+  files' paths are relative to it)."""
   monkeypatch.chdir(REPO_ROOT)
-  gin.clear_config()
-  yield
-  gin.clear_config()
+  return clean_gin
 
 
 def _text_file(tmp_path: pathlib.Path) -> str:
@@ -67,6 +67,7 @@ def _eval_path_stats(dtype: str, tokens: np.ndarray, taus) -> np.ndarray:
   return np.asarray([pmax(jnp.float32(tau)) for tau in taus], np.float64)
 
 
+@pytest.mark.cli
 def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
   # One macro, ACTIVATION_DTYPE, sets the dtype of both: calibrate.gin's `dtype` and the model
   # file's T5Config.dtype (the config t5align.eval runs).
@@ -123,6 +124,7 @@ def _task_jsonl(tmp_path: pathlib.Path) -> str:
   return str(path)
 
 
+@pytest.mark.cli
 def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
@@ -175,6 +177,8 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   assert other.schedule is loaded
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
 def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
   # passkey at 5k characters (1 example, ~1.5k tokens with the shipped vocabulary) against its
   # setting nearest L_tr = 600: passkey at 2k characters (599 tokens), as in the paper.
@@ -210,6 +214,8 @@ def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
   np.testing.assert_allclose(cal.target, target, rtol=1e-5)
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
 def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
   # As gin/calibrate.gin documents: SEQIO_TASK names several tasks; the pooled calibration samples
   # all of them, and each gets its own entry. No `import seqio_tasks` binding is needed, and the

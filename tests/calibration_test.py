@@ -11,6 +11,8 @@ from t5align.calibration import stats as calibration_stats
 from t5align import network
 from t5align import partitioning
 
+pytestmark = pytest.mark.newest_jax
+
 TAUS = ('1.00', '0.80', '0.60')
 L_EX, L_TR = 81, 32  # Fixture rows cut to 81 tokens are both unpadded.
 # Statistics vs the t5x fixtures: at most 2.0e-7 relative measured (2-core CPU, every tau).
@@ -25,6 +27,7 @@ def tiny(load_t5x_fixture):
   return load_t5x_fixture('t5_1_1_tiny')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['t5_1_1_tiny', 't5_1_0_tiny'])
 def test_stats_match_t5x_fixtures(load_t5x_fixture, name):
   config, params, ref = load_t5x_fixture(name)
@@ -40,6 +43,7 @@ def test_stats_match_t5x_fixtures(load_t5x_fixture, name):
 
 
 # tau_chunk: all four taus vmapped at once; one at a time; 3 then 1 (`lax.map` with a rest).
+@pytest.mark.slow
 @pytest.mark.parametrize('tau_chunk', [None, 1, 3])
 def test_vmap_over_taus_equals_python_loop(tiny, tau_chunk):
   config, params, ref = tiny
@@ -66,6 +70,7 @@ def test_vmap_over_taus_equals_python_loop(tiny, tau_chunk):
   np.testing.assert_allclose(scalar.layer_pmax[0], stats.layer_pmax[1], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_stats_need_only_the_encoder_and_embedder(tiny):
   """A params tree without the decoder (half the weights of a large model) gives the same
   statistics, on a mesh too (its compiled call takes shardings for the parts it is given)."""
@@ -83,6 +88,7 @@ def test_stats_need_only_the_encoder_and_embedder(tiny):
 # Meshes (8 simulated devices) against one device: tests/partitioning_test.py.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('statistic', calibration.STATISTICS)
 def test_monotone_statistic_and_bisection_agrees_with_grid(tiny, statistic):
   config, params, ref = tiny
@@ -102,6 +108,7 @@ def test_monotone_statistic_and_bisection_agrees_with_grid(tiny, statistic):
   assert grid.achieved == min(values, key=lambda v: abs(v - grid.target))
 
 
+@pytest.mark.slow
 def test_per_layer_alignment_matches_each_layer(tiny):
   config, params, ref = tiny
   tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
@@ -113,6 +120,7 @@ def test_per_layer_alignment_matches_each_layer(tiny):
   np.testing.assert_allclose(stats.layer_pmax[0], result.achieved, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_memo_computes_each_sweep_once_and_changes_nothing(tiny, monkeypatch):
   config, params, ref = tiny
   tokens = ref['encoder_input_tokens'][:, :L_EX]
@@ -139,6 +147,7 @@ def test_memo_computes_each_sweep_once_and_changes_nothing(tiny, monkeypatch):
   assert calls['encoder_attention_stats'] == 4
 
 
+@pytest.mark.slow
 def test_pooled_stats_equal_one_call_on_the_concatenation(tiny):
   """Layer, encoder and per-head means of several token arrays pooled by their row counts."""
   config, params, ref = tiny
@@ -282,6 +291,7 @@ def test_clamped_calibration_is_marked_in_the_schedule_table():
   assert loaded.calibrations['prop1'][0] == cal
 
 
+@pytest.mark.slow
 def test_layer0_sorted_logits_match_numpy_and_closed_forms(tiny, numpy_layer0_sorted):
   config, params, ref = tiny
   tokens = calibration.cut_to_length(ref['encoder_input_tokens'], L_EX, 1)
@@ -398,6 +408,7 @@ def test_searches_warm_started_from_the_shared_sweep_agree_with_fresh_ones(tiny)
 # ------------------------------------------------------------------ per head
 
 
+@pytest.mark.slow
 def test_per_head_stats_match_numpy_float64(tiny, numpy_head_stats):
   """Per-head means from the compiled sweep against logits materialized per head in float64,
   at tau = 1 and at one tau per layer and head; per layer they are the heads' mean."""
@@ -450,6 +461,7 @@ def test_lockstep_searches_equal_each_search_alone():
   assert grid == [calibration.grid_search(lambda t: np.tanh(t - 0.75), v) for v in (0.1, -0.4)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('statistic', calibration.STATISTICS)
 def test_per_head_search_recovers_known_taus(tiny, statistic):
   """Targets made by known per-head taus at L_ex: the search finds those taus (to its 1e-3

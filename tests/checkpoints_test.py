@@ -14,6 +14,8 @@ import pytest
 from t5align import checkpoints
 from t5align import network
 
+pytestmark = pytest.mark.newest_jax
+
 TESTDATA = pathlib.Path(__file__).parent / 'testdata' / 't5x'
 FIXTURES = ('t5_1_1_tiny', 't5_1_0_tiny')
 
@@ -420,6 +422,7 @@ def test_read_mesh_tf_without_tensorflow_says_so():
     checkpoints.read_mesh_tf_checkpoint('/nonexistent/model.ckpt-1')
 
 
+@pytest.mark.tensorflow
 def test_read_real_mesh_tf_checkpoint(tmp_path):
   """A name-based TF checkpoint, as Mesh-TF's Saver writes it, with optimizer slots and step."""
   tf = pytest.importorskip('tensorflow')
@@ -536,6 +539,7 @@ def _hf_dirs(tmp_path_factory):
   return dirs, tensors
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize('kind', ['relu_safetensors', 'relu_bin', 'gated_safetensors',
                                   'gated_sharded', 'gated_flax'])
 def test_hf_checkpoint_maps_every_parameter(hf_dirs, kind):
@@ -554,6 +558,7 @@ def test_hf_checkpoint_maps_every_parameter(hf_dirs, kind):
           config.head_dim, config.emb_dim, config.mlp_dim) == (2, 3, 2, 6, 16, 24)
 
 
+@pytest.mark.torch
 def test_hf_unscaled_tied_head_becomes_logits_dense(hf_dirs):
   sd, _ = hf_dirs[1]['relu']
   params = checkpoints.params_from_hf_state_dict(sd, {'scale_decoder_outputs': False})

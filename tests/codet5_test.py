@@ -20,6 +20,10 @@ from t5align.runtime import batching
 from t5align import vocabularies
 from vocabularies_test import train_bpe  # pylint: disable=g-bad-import-order
 
+# Both tests run a command on the module's model (a tokenizer trained, a checkpoint written, ~4 s):
+# they share one xdist worker, so that is done once.
+pytestmark = [pytest.mark.cli, pytest.mark.tensorflow, pytest.mark.xdist_group('codet5')]
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRUNCATE = 12  # L_tr of the tiny model (its inputs: 19 to 47 BPE tokens)
 SIZES = dict(emb_dim=32, num_heads=2, head_dim=8, num_encoder_layers=2, num_decoder_layers=2,
@@ -47,6 +51,7 @@ def codet5(tmp_path_factory):
 
 
 def _eval(codet5, out, *extra):
+  """One t5align.eval run; gin's config is cleared after it, for the next run of the test."""
   folder, ckpt, _, _, lcc, vocab = codet5
   args = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/codet5p_770m.gin',
           f'--gin.NUM_EMBEDDINGS={-(-vocab.vocab_size // 8) * 8}',
@@ -63,6 +68,7 @@ def _eval(codet5, out, *extra):
     gin.clear_config()
 
 
+@pytest.mark.usefixtures('clean_gin')
 def test_codet5_code_completion_and_truncation_row(codet5, tmp_path, monkeypatch):
   _, _, config, params, _, vocab = codet5
   monkeypatch.chdir(REPO_ROOT)
@@ -93,6 +99,7 @@ def test_codet5_code_completion_and_truncation_row(codet5, tmp_path, monkeypatch
       '| w/ truncation'), text
 
 
+@pytest.mark.usefixtures('clean_gin')
 def test_codet5_calibration_uses_the_bpe_tokenizer(codet5, tmp_path, monkeypatch):
   from t5align import calibrate  # pylint: disable=g-import-not-at-top
   from t5align import schedule  # pylint: disable=g-import-not-at-top
@@ -102,18 +109,15 @@ def test_codet5_calibration_uses_the_bpe_tokenizer(codet5, tmp_path, monkeypatch
   jsonl.write_text(''.join(json.dumps({'inputs': json.loads(l)['context'], 'task': 'lcc'}) + '\n'
                            for l in pathlib.Path(lcc).read_text().splitlines()))
   out = tmp_path / 'schedule.json'
-  try:
-    calibrate.main(['--gin_file=gin/calibrate.gin', '--gin_file=gin/models/codet5p_770m.gin',
-                    f'--gin.NUM_EMBEDDINGS={-(-vocab.vocab_size // 8) * 8}',
-                    "--gin.ACTIVATION_DTYPE='float32'",
-                    *[f'--gin_bindings=network.T5Config.{k} = {v}' for k, v in SIZES.items()],
-                    '--gin_bindings=calibrate.run.config = @network.T5Config()',
-                    f'--gin.CHECKPOINT_PATH={ckpt}', f'--gin.JSONL_FILE={jsonl}',
-                    f'--gin.VOCABULARY_PATH={folder}', f'--gin.OUTPUT_PATH={out}',
-                    '--gin.LENGTHS=(24,)', f'--gin.REFERENCE_LENGTH={TRUNCATE}',
-                    '--gin.NUM_SAMPLES=3', "--gin.STRATEGIES=('pmax',)"])
-  finally:
-    gin.clear_config()
+  calibrate.main(['--gin_file=gin/calibrate.gin', '--gin_file=gin/models/codet5p_770m.gin',
+                  f'--gin.NUM_EMBEDDINGS={-(-vocab.vocab_size // 8) * 8}',
+                  "--gin.ACTIVATION_DTYPE='float32'",
+                  *[f'--gin_bindings=network.T5Config.{k} = {v}' for k, v in SIZES.items()],
+                  '--gin_bindings=calibrate.run.config = @network.T5Config()',
+                  f'--gin.CHECKPOINT_PATH={ckpt}', f'--gin.JSONL_FILE={jsonl}',
+                  f'--gin.VOCABULARY_PATH={folder}', f'--gin.OUTPUT_PATH={out}',
+                  '--gin.LENGTHS=(24,)', f'--gin.REFERENCE_LENGTH={TRUNCATE}',
+                  '--gin.NUM_SAMPLES=3', "--gin.STRATEGIES=('pmax',)"])
   loaded = schedule.load_schedule(str(out))
   assert loaded.provenance['eos_id'] == 2 and loaded.reference_length == TRUNCATE
   cal = loaded.tasks['lcc']['pmax'][0]

@@ -1,12 +1,20 @@
-"""Shared test fixtures: the t5x-written tiny checkpoints and their reference outputs.
+"""Shared test fixtures (the t5x-written tiny checkpoints and their reference outputs, a clean gin
+config) and the lanes' hooks (the fast lane's guard; `--dist loadgroup`'s groups kept).
 
 The suite runs on the CPU: JAX_PLATFORMS defaults to 'cpu' here (and in every subprocess a test
 starts, which inherit it), so an installed libtpu (the test extras install it, for deviceless
 TPU compiles) is never probed for chips. To run the suite on a GPU, set JAX_PLATFORMS=cuda.
+
+Lanes: a test that runs a command line, several processes, the docs, a TPU compile or a benchmark
+carries that marker (setup.cfg lists them), and any other slow test carries `slow`; `make
+test-fast` deselects them all. With `--unmarked-limit=SECONDS` (which `make test-fast` passes), a
+test carrying none of them fails if its setup and call take longer than SECONDS together, so the
+fast lane stays fast.
 """
 from __future__ import annotations
 
 import functools
+import io
 import os
 import pathlib
 
@@ -18,6 +26,64 @@ import pytest
 
 TESTDATA = pathlib.Path(__file__).parent / 'testdata'
 T5X_FIXTURES = TESTDATA / 't5x'
+# The markers that take a test out of the fast lane (`make test-fast`).
+INTEGRATION_MARKERS = ('cli', 'multiprocess', 'docs', 'tpu_compile', 'bench', 'slow')
+_SETUP_SECONDS = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+      '--unmarked-limit', type=float, default=None, metavar='SECONDS',
+      help='fail a test that carries none of the markers ' + ', '.join(INTEGRATION_MARKERS) +
+      ' and whose setup and call take longer than SECONDS (the fast lane\'s guard)')
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+  """Under --unmarked-limit, fails an unmarked test whose setup + call exceeded the limit."""
+  report = yield
+  limit = item.config.getoption('unmarked_limit')
+  if limit is None or any(item.get_closest_marker(m) for m in INTEGRATION_MARKERS):
+    return report
+  if call.when == 'setup':
+    item.stash[_SETUP_SECONDS] = call.duration
+  elif call.when == 'call' and report.passed:
+    setup = item.stash.get(_SETUP_SECONDS, 0.0)
+    if setup + call.duration > limit:
+      report.outcome = 'failed'
+      report.longrepr = (
+          f'{item.nodeid} took {setup + call.duration:.2f} s (setup {setup:.2f} s, call '
+          f'{call.duration:.2f} s), over --unmarked-limit={limit:g} s for a test carrying none of '
+          f'the markers {", ".join(INTEGRATION_MARKERS)}: mark it with its kind (or slow), or '
+          'make it faster.')
+  return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+  """Keeps `--dist loadgroup`'s groups under pytest >= 9.2 (pytest-xdist issue 1386).
+
+  pytest-xdist (3.8) names a test's `xdist_group` by appending '@GROUP' to the item's
+  `_nodeid`, which pytest 9.2 no longer reads (its node ids are `NodeId` objects), so every
+  group was silently split across workers. Where xdist set a `_nodeid` that the node id lacks,
+  the node id takes it, as it did before pytest 9.2; elsewhere this does nothing.
+  """
+  for item in items:
+    grouped = getattr(item, '_nodeid', None)
+    if isinstance(grouped, str) and grouped != item.nodeid and hasattr(item, '_id'):
+      from _pytest import nodeid  # pylint: disable=g-import-not-at-top
+      item._id = nodeid.NodeId.parse(grouped)  # pylint: disable=protected-access
+
+
+@pytest.fixture
+def clean_gin():
+  """gin's config cleared before the test and after it; yields the gin module. Not autouse: a
+  test that binds or parses gin asks for it (a parameter, or
+  `@pytest.mark.usefixtures('clean_gin')`)."""
+  import gin  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  yield gin
+  gin.clear_config()
 
 
 @functools.cache
@@ -109,6 +175,24 @@ def _numpy_head_stats(config, params, tokens, temperature):
 def numpy_head_stats():
   """`numpy_head_stats(config, params, tokens, temperature) -> (pmax [n, h], entropy [n, h])`."""
   return _numpy_head_stats
+
+
+@functools.cache
+def _toy_sentencepiece(texts: tuple[str, ...]) -> bytes:
+  sentencepiece = pytest.importorskip('sentencepiece')
+  buf = io.BytesIO()
+  sentencepiece.SentencePieceTrainer.train(
+      sentence_iterator=iter(texts * 10), model_writer=buf, vocab_size=100, model_type='unigram',
+      pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0, hard_vocab_limit=False,
+      minloglevel=2)
+  return buf.getvalue()
+
+
+@pytest.fixture(scope='session')
+def toy_sentencepiece():
+  """`toy_sentencepiece(texts) -> bytes`: a unigram SentencePiece model of about 100 pieces
+  trained on `texts` (pad 0, EOS 1, unk 2, as T5's), serialized."""
+  return lambda texts: _toy_sentencepiece(tuple(texts))
 
 
 @pytest.fixture

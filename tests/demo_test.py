@@ -46,6 +46,8 @@ def _settings(out: str, length: int, **changes) -> planning.DemoSettings:
       batch_size=NUM_EXAMPLES, controls=True), **changes)
 
 
+# A demo run (~60 s on the 2-core machine): its tests are slow and share one xdist worker, in
+# order (some rerun into its folder).
 @pytest.fixture(scope='module')
 def shortened(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('demo'))
@@ -55,6 +57,8 @@ def shortened(tmp_path_factory):
   return out, results, reference_length, length
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_report_files(shortened):
   out, _, _, _ = shortened
   for name in ('report.md', 'results.json', 'schedule.json', 'accuracy.png', 'analysis.json',
@@ -68,6 +72,8 @@ def _model():
   return network.Transformer(config), params, config, vocab
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_accuracy_equals_recomputation(shortened):
   out, results, reference_length, length = shortened
   model, params, _, vocab = _model()
@@ -112,6 +118,8 @@ RESCORE = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_accuracy_rescored_from_written_predictions(shortened):
   """Every evaluated cell's accuracy from its predictions file, re-scored and averaged in float64;
   the examples' targets regenerated from their seed."""
@@ -150,6 +158,8 @@ def _naive_greedy(apply, steps, eos_id, tau):
   return out[0]
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 @pytest.mark.parametrize('task,row', [('passkey', 'tau=1'), ('lines', 'pmax')])
 def test_written_prediction_equals_uncached_greedy_decoding(shortened, task, row):
   """A cell's first answer at L_ex: the same text from a decoder that re-runs the whole model per
@@ -179,6 +189,7 @@ def test_decode_length_shorter_than_an_answer_is_refused():
                                   num_examples=1, decode_length=8)
 
 
+@pytest.mark.cli
 def test_demo_needs_no_seqio():
   """With seqio unimportable, the demo's modules import and its examples score (no TensorFlow)."""
   code = ('import sys; sys.modules["seqio"] = None\n'
@@ -198,6 +209,7 @@ def test_demo_needs_no_seqio():
   assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.cli
 def test_command_line_is_the_package():
   """`python -m t5align.demo` runs `command.main`, whose docstring is the usage."""
   env = {**os.environ, 'PYTHONPATH': REPO_ROOT, 'JAX_PLATFORMS': 'cpu'}
@@ -226,6 +238,8 @@ def test_library_is_layered_and_never_imports_the_command():
         f'{path} imports the demo command')
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_temperatures_equal_recomputation(shortened):
   out, _, reference_length, length = shortened
   _, params, config, vocab = _model()
@@ -259,6 +273,8 @@ def test_temperatures_equal_recomputation(shortened):
                              rtol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_rerun_resumes_and_rejects_other_settings(shortened):
   out, results, _, length = shortened
   again = job.run(_settings(out, length))
@@ -273,6 +289,8 @@ class _Recalibrating(Exception):
   pass
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_schedule_of_another_calibration_is_recalibrated(shortened, tmp_path, monkeypatch,
                                                          capsys):
   """A schedule.json calibrated for other lengths or strategies is never reused (issue 23 #6):
@@ -570,6 +588,8 @@ def test_report_states_the_calibration_sample():
       'below).')
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('demo_shortened')
 def test_report_of_the_run_states_its_sample(shortened):
   out, _, reference_length, length = shortened
   report = open(os.path.join(out, 'report.md'), encoding='utf-8').read()

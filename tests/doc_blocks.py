@@ -1,4 +1,5 @@
-"""The README's fenced code blocks as tests: found by sybil, run as written or checked.
+"""The docs' fenced code blocks (README.md, CHANGELOG.md, docs/) as tests: found by sybil, run
+as written or checked.
 
 A fenced ```python or ```sh block runs as written (Python in one namespace per document, shell
 with bash from the repository root, `python` being this interpreter). A block preceded by the line
@@ -10,8 +11,9 @@ checked instead:
 - Shell: bash parses it; it then runs with `python`, `gcloud`, `make`, `jupyter` and `pip`
   replaced by functions that record their arguments instead of running, and each recorded
   command is checked: `python -m MODULE` exists; t5align's gin CLIs parse their flags, gin files,
-  macros and bindings as the real run would (`gin_cli.configure`), and nothing else; t5x's have
-  files that exist, macros their files (or t5x's run files) define and values gin can parse;
+  macros and bindings as the real run would (`gin_cli.configure`), and nothing else; the demo's
+  argparse flags parse; t5x's have files that exist, macros their files (or t5x's run files)
+  define and values gin can parse;
   other modules' `--flags` appear in their source; `python -c` code is checked as Python above;
   `gcloud ... --command=CMD` checks CMD the same way; `make` targets exist in the Makefile;
   `pip install -e '.[extra]'` extras exist in setup.cfg; `jupyter execute` notebooks exist.
@@ -58,7 +60,9 @@ T5X_MACROS = frozenset({
 T5X_GIN_MODULES = frozenset({'utils', 'partitioning', 'seqio', 'models', 'decoding', 'adafactor',
                              'trainer', 'eval_script', 'train_script'})
 # t5align's entry points configured with gin_cli (their flags are parsed as the run would).
-GIN_CLIS = ('t5align.calibrate', 't5align.eval', 't5align.train', 't5align.demo')
+GIN_CLIS = ('t5align.calibrate', 't5align.eval', 't5align.train')
+# Entry points with argparse flags: the module whose `flag_parser()` parses them.
+ARGPARSE_CLIS = {'t5align.demo': 't5align.demo.command'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +325,12 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
   module = _module(name, where)
   if name in GIN_CLIS:
     check_gin_cli(name, args, where)
+    return
+  if name in ARGPARSE_CLIS:
+    try:
+      importlib.import_module(ARGPARSE_CLIS[name]).flag_parser().parse_args(args)
+    except SystemExit as e:
+      raise AssertionError(f'{where}: {name} refuses these flags (exit {e.code}).') from e
     return
   if name == 't5align.preflight':  # Its own flags, then those of the run it compiles.
     from t5align.runtime import tpu_chips  # pylint: disable=g-import-not-at-top

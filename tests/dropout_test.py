@@ -71,6 +71,7 @@ def _inputs():
   return x, table, ids, tau
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl', ['reference', 'blockwise'])
 def test_attention_dropout_is_t5x_s(impl):
   # Blocks of 16 over 40 positions: several key blocks, and internal padding of the last one.
@@ -116,6 +117,7 @@ def _random_params(config):
                       network.param_shapes(config))
 
 
+@pytest.mark.slow
 def test_encoder_dropout_same_in_reference_and_blockwise():
   tokens = np.array(jax.random.randint(jax.random.PRNGKey(2), (BATCH, LENGTH), 1, 64))
   tokens[1, 30:] = 0

@@ -183,6 +183,7 @@ def test_per_head_temperatures_of_a_run(tiny):
   np.testing.assert_allclose(sched.taus(tokens), [per_head, np.ones((2, 4))])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scored', [False, True])
 @pytest.mark.parametrize('kind', ['scalar', 'per_layer', 'per_head', 'per_head_schedule'])
 def test_the_run_its_memory_check_and_the_preflight_compile_one_program(tiny, kind, scored):
@@ -252,6 +253,7 @@ def test_param_specs_shard_along_model_axis(tiny):
   assert spec('encoder', 'encoder_norm', 'scale') == P(None)
 
 
+@pytest.mark.slow
 def test_score_batch_matches_log_softmax(tiny):
   config, params = tiny
   model = network.Transformer(config)
@@ -268,6 +270,7 @@ def test_score_batch_matches_log_softmax(tiny):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_scheduled_transformer_equals_explicit_temperature(tiny, tmp_path):
   config, params = tiny
   _schedule(tmp_path)
@@ -456,6 +459,9 @@ def _indices(path: pathlib.Path) -> list[int]:
   return [json.loads(line)['index'] for line in path.read_text().splitlines()]
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.usefixtures('clean_gin')
 def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
   root, env = e2e_env
   out = root / 'out'
@@ -487,13 +493,9 @@ def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
 
   for key in ('T5ALIGN_VOCABULARY', 'T5ALIGN_DATA_DIR'):
     monkeypatch.setenv(key, env[key])
-  import gin  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   monkeypatch.chdir(REPO_ROOT)
-  try:
-    results = t5align_eval.main(_cli_args(out))
-  finally:
-    gin.clear_config()
+  results = t5align_eval.main(_cli_args(out))
 
   assert sorted(results) == ['t5align_lines_200', 't5align_passkey_2k']
   assert _indices(passkey) == list(range(5))  # Each example exactly once, torn line gone.

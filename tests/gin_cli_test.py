@@ -44,12 +44,11 @@ def test_parse_flags_errors(argv, message, capsys):
 
 
 @pytest.fixture
-def clean_gin(monkeypatch):
-  import gin  # pylint: disable=g-import-not-at-top
+def clean_gin(clean_gin, monkeypatch):
+  """conftest's clean gin config, with the repository root as the working directory (the gin
+  files' paths are relative to it)."""
   monkeypatch.chdir(gin_cli.REPO_ROOT)
-  gin.clear_config()
-  yield gin
-  gin.clear_config()
+  return clean_gin
 
 
 def test_a_later_gin_file_changing_a_macro_warns(clean_gin):
@@ -84,24 +83,19 @@ def test_a_later_gin_file_changing_a_macro_warns(clean_gin):
                        '--gin.EVAL_OUTPUT_DIR=/e'], prog='t')
 
 
-def test_unset_required_binds_required_macros_to_none(tmp_path):
+def test_unset_required_binds_required_macros_to_none(tmp_path, clean_gin):
   """What t5align.preflight reads: macros a file marks %gin.REQUIRED become None unless a flag
   sets them; without `unset_required` gin refuses them, as before."""
-  import gin  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'run.gin'
   path.write_text('CHECKPOINT_PATH = %gin.REQUIRED\nOUTPUT = %gin.REQUIRED\nBATCH = 8\n')
-  gin.clear_config()
-  try:
-    gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t',
-                      unset_required=True)
-    assert gin.query_parameter('CHECKPOINT_PATH/macro.value') is None
-    assert gin.query_parameter('OUTPUT/macro.value') == '/tmp/x'
-    assert gin.query_parameter('BATCH/macro.value') == 8
-    gin.clear_config()
-    with pytest.raises(ValueError, match='CHECKPOINT_PATH'):
-      gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t')
-  finally:
-    gin.clear_config()
+  gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t',
+                    unset_required=True)
+  assert clean_gin.query_parameter('CHECKPOINT_PATH/macro.value') is None
+  assert clean_gin.query_parameter('OUTPUT/macro.value') == '/tmp/x'
+  assert clean_gin.query_parameter('BATCH/macro.value') == 8
+  clean_gin.clear_config()
+  with pytest.raises(ValueError, match='CHECKPOINT_PATH'):
+    gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t')
 
 
 def test_command_lines_show_library_log_records_as_bare_lines(tmp_path):

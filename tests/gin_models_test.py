@@ -158,14 +158,11 @@ def actual_tree(config: network.T5Config) -> dict[str, tuple[int, ...]]:
 
 
 @pytest.fixture(autouse=True)
-def gin_env(monkeypatch, tmp_path):
+def gin_env(monkeypatch, tmp_path, clean_gin):  # pylint: disable=unused-argument
   """Resolves includes through the repo-root search path only, and leaves gin clean."""
   if str(REPO_ROOT) not in gin.config._LOCATION_PREFIXES:  # pylint: disable=protected-access
     gin.add_config_file_search_path(str(REPO_ROOT))
   monkeypatch.chdir(tmp_path)
-  gin.clear_config()
-  yield
-  gin.clear_config()
 
 
 def build_config(gin_file: str, bindings: tuple[str, ...] = ()) -> network.T5Config:

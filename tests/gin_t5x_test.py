@@ -33,6 +33,8 @@ from t5align import network  # pylint: disable=g-import-not-at-top,wrong-import-
 from t5align import scheduled  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+pytestmark = pytest.mark.tensorflow
+
 T5X_FILES = sorted(p.name for p in (pathlib.Path(t5align.gin_dir()) / 'gin' / 't5x').glob('*.gin'))
 # Add-ons and shared parts, included by or added to the per-model files.
 PARTS = ('eval.gin', 'finetune.gin', 'schedule.gin', 'vocabulary.gin')
@@ -286,14 +288,13 @@ utils.SaveCheckpointConfig.period = 5000
 
 
 @pytest.fixture(autouse=True)
-def stub_t5x(monkeypatch, tmp_path):
+def stub_t5x(monkeypatch, tmp_path, clean_gin):  # pylint: disable=unused-argument
   """The fake t5x modules, the stand-in t5x gin files (a search path), a clean gin config."""
   for name, module in STUB_MODULES.items():
     monkeypatch.setitem(sys.modules, name, module)
   for rel, text in STUB_GIN.items():
     (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / rel).write_text(text)
-  gin.clear_config()
   # pylint: disable=protected-access
   registered = set(gin.config._REGISTRY._selector_map)
   inverse = set(gin.config._INVERSE_REGISTRY)
@@ -301,7 +302,6 @@ def stub_t5x(monkeypatch, tmp_path):
     gin.add_config_file_search_path(path)
   monkeypatch.chdir(tmp_path)
   yield
-  gin.clear_config()
   gin.config._LOCATION_PREFIXES.remove(str(tmp_path))
   # Forget the configurables the files registered dynamically (the stub t5x's among them), or
   # later tests would find e.g. `network.T5Config` ambiguous.
@@ -441,6 +441,7 @@ def test_finetune_trains_the_shipped_model_with_a_temperature():
   assert 'train' in task.splits and task.shuffle_buffer_size
 
 
+@pytest.mark.slow
 def test_schedule_gin_applies_per_head_temperatures(tmp_path):
   """gin/t5x/schedule.gin with a per-head schedule: the network encodes each input at its own
   length's `[layers, heads]` taus, as `network.Transformer` does when given them."""

@@ -8,9 +8,12 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from benchmarks import encoder_bench
 from benchmarks import gpu_check
+
+pytestmark = pytest.mark.newest_jax
 
 F32 = gpu_check.TOLERANCE['float32']
 # A Hopper GPU's: 'pallas' is 'pallas_mgpu', and the Triton kernel is timed beside it.
@@ -22,6 +25,7 @@ def _torch_missing():
   return f'{missing[0]} not installed' if missing else None
 
 
+@pytest.mark.bench
 def test_smoke_run_has_every_row_kind_checked_to_float32_rounding(tmp_path, capsys):
   """One `--smoke` run (CPU, tiny shapes, the Pallas kernels in interpret mode): exit status 0,
   at most 8 files, every group's rows run (cuDNN's skipped, saying why) and each timed row's
@@ -136,6 +140,7 @@ def test_gpu_plan_names_every_row_and_skips_with_reasons():
       ('tests',), ('attention', 'encoder', 'sweep', 'xxl', 'decode'), ('hf',)]
 
 
+@pytest.mark.bench
 def test_spent_budget_skips_the_groups_with_the_reason(tmp_path, capsys):
   status = gpu_check.main(['--smoke', '--budget_s', '1', '--output_dir', str(tmp_path)])
   capsys.readouterr()
@@ -148,6 +153,7 @@ def test_spent_budget_skips_the_groups_with_the_reason(tmp_path, capsys):
       assert row['reason'].startswith('the budget (--budget_s 1) was spent'), row
 
 
+@pytest.mark.slow
 def test_a_worker_past_its_time_limit_keeps_what_it_sent(tmp_path):
   updates = []
   worker = (f'import json, time; print({gpu_check.MARK!r} + json.dumps({{"id": "a", "x": 1}}), '
@@ -195,6 +201,7 @@ def test_failures_ratios_and_table():
   assert '| skipped: torch not installed |' in lines[6]
 
 
+@pytest.mark.slow
 def test_random_params_drawn_on_the_device_match_numpys_tree_and_scale():
   """The GPU run draws the weights with jax.random (`on_device`): the same tree, dtypes and
   scales as the numpy draw the CPU rows use."""

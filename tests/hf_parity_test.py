@@ -17,6 +17,8 @@ from t5align import checkpoints  # pylint: disable=g-import-not-at-top
 from t5align import decoding
 from t5align import network
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
 VOCAB = 96
 
 

@@ -19,6 +19,7 @@ needs_libtpu = pytest.mark.skipif(not preflight.libtpu_available(),
 V5E_2X2 = tpu_chips.parse_target('v5e:2x2')
 
 
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_loop_costs_apply_trip_counts():
   """A scan of 10 x (scan of 3 matmuls): FLOPs = 30 x 2 n^3 (+ tanh), as when the outer loop is
@@ -72,6 +73,7 @@ def test_conditional_counts_its_costliest_branch_with_trip_counts():
   assert cost.transcendentals == n * n  # the tanh of either branch that has one
 
 
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_pallas_kernels_count_by_their_cost_estimate():
   """jax's own Pallas TPU flash attention (Mosaic), 3 calls in a loop: XLA's generic analysis

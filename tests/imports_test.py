@@ -35,8 +35,11 @@ def _loaded(module: str) -> tuple[set[str], set[str]]:
     ('t5align.schedule', SCHEDULE, {'jax'}),
     # The network t5x.eval loads: the schedule's data and the network, nothing of calibration,
     # checkpoints, evaluation or the shipped model.
-    ('t5align.scheduled', SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
-                                                  't5align.layers'}, {'jax', 'flax'}),
+    # (A fresh interpreter importing jax and flax: 4.5 s under load, so slow.)
+    pytest.param('t5align.scheduled',
+                 SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
+                                         't5align.layers'},
+                 {'jax', 'flax'}, marks=pytest.mark.slow),
     # Tables from finished runs (and their run identities, to keep runs apart): no JAX at all.
     ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.evaluation',
                         't5align.evaluation.tables', 't5align.run_identity', 't5align.runtime',

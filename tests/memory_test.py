@@ -57,6 +57,7 @@ def test_estimate_matches_a_hand_computation():
   assert calib.attention == 4 * (2 * 12 * 4 * 1024**2 + 4 * 1024**2)
 
 
+@pytest.mark.slow
 def test_xxl_at_32k_with_reference_attention_on_one_device_is_refused():
   with pytest.raises(memory.DoesNotFitError) as e:
     memory.check_fits(XXL, length=32768, batch_size=1, params_dtype='bfloat16',
@@ -85,33 +86,32 @@ def test_auto_attention_and_sharding_make_xxl_fit_and_small_runs_pass():
   assert est.attention_impl == 'blockwise' and est.total < 16 * 2**30
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.usefixtures('clean_gin')
 def test_eval_cli_refuses_before_running(tmp_path, monkeypatch):
   """`t5align.eval`'s entry point (in process: the same `main(argv)` the CLI runs) compiles the
   step for the widest batch and refuses it on XLA's memory figure, before writing anything."""
   pytest.importorskip('seqio')
-  import gin  # pylint: disable=g-import-not-at-top
   from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(__file__).resolve().parents[1]
   model = root / 't5align' / 'shipped' / 'retrieval_t5'
   monkeypatch.setenv('T5ALIGN_VOCABULARY', str(model / 'sentencepiece.model'))
   monkeypatch.chdir(root)
-  gin.clear_config()
-  try:
-    with pytest.raises(memory.DoesNotFitError,
-                       match=r'as XLA compiled it \(arguments .* temporaries .*BATCH_SIZE '
-                             r'\(now 100000\) lower'):
-      t5align_eval.main([
-          '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
-          f'--gin.CHECKPOINT_PATH={assets.checkpoint_dir(str(model))}',
-          f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
-          '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
-          '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
-          '--gin.BATCH_SIZE=100000'])  # 10^5 rows of ~2k tokens: terabytes of activations.
-  finally:
-    gin.clear_config()
+  with pytest.raises(memory.DoesNotFitError,
+                     match=r'as XLA compiled it \(arguments .* temporaries .*BATCH_SIZE '
+                           r'\(now 100000\) lower'):
+    t5align_eval.main([
+        '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
+        f'--gin.CHECKPOINT_PATH={assets.checkpoint_dir(str(model))}',
+        f'--gin.EVAL_OUTPUT_DIR={tmp_path}',
+        '--gin.MIXTURE_OR_TASK_NAME=t5align_passkey_2k',
+        '--gin_bindings=seqio_tasks.options.passkey_examples = 2',
+        '--gin.BATCH_SIZE=100000'])  # 10^5 rows of ~2k tokens: terabytes of activations.
   assert not list(tmp_path.rglob('predictions.jsonl'))  # Nothing ran.
 
 
+@pytest.mark.slow
 def test_calibration_sweep_is_refused_on_xla_figure(load_t5x_fixture):
   """The sweep program `t5align.calibrate` checks before its sweeps (`CalibrationJob.programs`):
   10^5 samples of 2048 tokens need terabytes; a small sweep passes with XLA's figures."""

@@ -24,6 +24,8 @@ pytest.importorskip('seqio')
 
 from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
 
+pytestmark = pytest.mark.tensorflow
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
 CHECKPOINT = pathlib.Path(assets.checkpoint_dir(str(MODEL_DIR)))
@@ -99,14 +101,6 @@ def processes(tmp_path):
     p.kill()
 
 
-@pytest.fixture
-def clean_gin():
-  import gin  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  yield
-  gin.clear_config()
-
-
 def _eval_args(out: pathlib.Path, num_partitions: int) -> list[str]:
   return ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
           f'--gin.CHECKPOINT_PATH={CHECKPOINT}', f'--gin.EVAL_OUTPUT_DIR={out}',
@@ -121,6 +115,8 @@ def _records(path: pathlib.Path) -> list[dict]:
   return [json.loads(line) for line in path.read_text().split('\n')[:-1]]
 
 
+@pytest.mark.multiprocess
+@pytest.mark.cli
 def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, monkeypatch,
                                                           clean_gin):
   # Reference: one process, one device, in this process.
@@ -168,6 +164,8 @@ def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, m
       2, 8, {'data': 4, 'model': 2})
 
 
+@pytest.mark.multiprocess
+@pytest.mark.cli
 def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gin):
   rng = np.random.default_rng(0)
   words = ('the pass key is remember it grass green sky blue sun yellow here we go there and '

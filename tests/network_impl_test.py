@@ -15,6 +15,8 @@ from t5align.attention import dispatch
 from t5align import checkpoints
 from t5align import network
 
+pytestmark = pytest.mark.newest_jax
+
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny'
 
 
@@ -53,6 +55,7 @@ def _assert_matches_reference(config, params, tokens, tau, impl, block):
   return expected_stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl,block,taus', [
     ('blockwise', 64, 'per_example'), ('blockwise', 512, 'per_example'),
     ('pallas_gpu', 64, 'per_example'),
@@ -65,6 +68,7 @@ def test_encoder_matches_reference(impl, block, taus):
   _assert_matches_reference(config, params, tokens, tau, impl, block)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl', ['blockwise', 'pallas'])  # CPU: 'pallas' is the TPU kernel.
 def test_vmapped_calibration_stats_match_reference(impl):
   """Calibration-style sweep: 11 taus vmapped through the encoder, then mean stats."""
@@ -92,6 +96,7 @@ def test_vmapped_calibration_stats_match_reference(impl):
     np.testing.assert_allclose(swept['entropy'][i], ref[f'mean_entropy_tau{name}'], rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('threshold,expected_impl', [(160, 'reference'), (159, 'blockwise')])
 def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypatch):
   """On CPU, 'auto' is 'reference' up to the threshold and 'blockwise' above it (on GPU / TPU
@@ -111,6 +116,7 @@ def test_auto_dispatches_on_the_static_length(threshold, expected_impl, monkeypa
   np.testing.assert_array_equal(actual, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl,block', [('blockwise', 64), ('pallas_gpu', 64), ('pallas', 128)])
 def test_per_head_temperatures_match_reference(impl, block):
   """`[batch, layers, heads]` taus, every one different, through the whole encoder: blockwise

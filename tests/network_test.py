@@ -14,6 +14,8 @@ from t5align import decoding
 from t5align import network
 from t5align.attention import reference
 
+pytestmark = pytest.mark.newest_jax
+
 TAUS = ('1.00', '0.80', '0.60')
 FIXTURES = ('t5_1_1_tiny', 't5_1_0_tiny')
 # Measured against the t5x fixtures on the project's 2-core CPU (float32, both fixtures, every tau,
@@ -35,6 +37,7 @@ def _encode(config, params, tokens, **kwargs):
                      **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tau', TAUS)
 def test_encoder_and_logits_match_t5x(fixture, tau):
   config, params, ref = fixture
@@ -72,6 +75,7 @@ def test_greedy_decode_matches_t5x(fixture):
   np.testing.assert_array_equal(tokens, expected)
 
 
+@pytest.mark.slow
 def test_greedy_decode_stops_at_eos(fixture):
   config, params, ref = fixture
   model = network.Transformer(config)
@@ -119,6 +123,7 @@ def test_vmap_over_temperature_and_jit_match_loop(fixture):
     np.testing.assert_allclose(stacked[i], ref[f'encoded_tau{tau}'], rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_padding_rows_and_segments():
   config = network.T5Config(vocab_size=32, emb_dim=16, num_heads=2, num_encoder_layers=1,
                             num_decoder_layers=1, head_dim=8, mlp_dim=32, dropout_rate=0.0)
@@ -135,6 +140,7 @@ def test_padding_rows_and_segments():
                              atol=1e-5)
 
 
+@pytest.mark.slow
 def test_param_tree_and_axes():
   config = network.T5Config(vocab_size=10, emb_dim=6, num_heads=2, num_encoder_layers=1,
                             num_decoder_layers=1, head_dim=3, mlp_dim=5,
@@ -192,6 +198,7 @@ def test_bad_temperature_in_call(fixture, bad):
     _encode(config, params, ref['encoder_input_tokens'], temperature=bad)
 
 
+@pytest.mark.slow
 def test_temperature_shape_errors():
   config = network.T5Config(vocab_size=8, emb_dim=4, num_heads=1, num_encoder_layers=2,
                             num_decoder_layers=1, head_dim=4, mlp_dim=4)
@@ -299,6 +306,7 @@ def test_bad_dropout_rate(bad):
     network.T5Config(vocab_size=8, dropout_rate=bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tau', [1.0, 0.9, 0.8, 0.7, 0.5])
 def test_jitted_padding_is_finite_and_exact(tau):
   # Regression: fully padded query rows once turned into NaN under jit at tau 0.8 / 0.7.
@@ -321,6 +329,7 @@ def test_jitted_padding_is_finite_and_exact(tau):
     np.testing.assert_allclose(stats[0][key], stats[1][key], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cached_cross_attention_equals_per_step_projection(load_t5x_fixture):
   """Cross K/V projected once into the cache: the same logits (1e-6) and tokens as per step."""
   config, params, ref = load_t5x_fixture('t5_1_1_tiny')
@@ -364,6 +373,7 @@ def test_cached_cross_attention_equals_per_step_projection(load_t5x_fixture):
   np.testing.assert_array_equal(np.argmax(cached, -1)[running], expected[running])
 
 
+@pytest.mark.slow
 def test_per_head_temperatures(load_t5x_fixture):
   """`[batch, layers, heads]` taus: equal heads are the per-layer form (t5x's encoding at 0.8);
   the config's `[layers][heads]` equals the call; each row of a batch gets its own taus; and

@@ -84,6 +84,7 @@ def _text(cell) -> str:
   return ''.join(o.get('text', '') for o in cell.get('outputs', []) if o.get('name') == 'stdout')
 
 
+@pytest.mark.docs
 def test_quickstart_executes(tmp_path, monkeypatch):
   nbclient = pytest.importorskip('nbclient')
   nbformat = pytest.importorskip('nbformat')

@@ -1,4 +1,5 @@
-"""The gin files ship in the package (package data) where `t5align.gin_dir()` finds them."""
+"""Package data ships: the gin files where `t5align.gin_dir()` finds them, the published results
+the report prints."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ import pathlib
 import pytest
 
 import t5align
+from t5align.evaluation import tables
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Every gin file of the repository, as the includes name them ('gin/t5x/eval.gin', ...).
@@ -20,15 +22,24 @@ def test_gin_dir_holds_the_repository_gin_files():
   assert 'gin/t5x/retrieval_t5.gin' in found
 
 
-def test_setuptools_copies_every_gin_file_into_the_wheel(monkeypatch):
+def _shipped(monkeypatch) -> set[str]:
+  """The package data `pip wheel .` / `python -m build` copies, as repository paths."""
   dist_module = pytest.importorskip('setuptools.dist')
   monkeypatch.chdir(REPO_ROOT)
   dist = dist_module.Distribution()
   dist.parse_config_files(['setup.cfg'])
   build_py = dist.get_command_obj('build_py')
   build_py.ensure_finalized()
-  # The package data `pip wheel .` / `python -m build` copies: (package, src dir, build dir,
-  # file names relative to the package).
-  shipped = {f'{package}/{name}'.replace(os.sep, '/')
-             for package, _, _, names in build_py.data_files for name in names}
-  assert {f't5align/gin_search_path/{f}' for f in GIN_FILES} <= shipped
+  # (package, src dir, build dir, file names relative to the package).
+  return {f'{package}/{name}'.replace(os.sep, '/')
+          for package, _, _, names in build_py.data_files for name in names}
+
+
+def test_setuptools_copies_every_gin_file_into_the_wheel(monkeypatch):
+  assert {f't5align/gin_search_path/{f}' for f in GIN_FILES} <= _shipped(monkeypatch)
+
+
+def test_setuptools_ships_the_published_results(monkeypatch):
+  shipped = _shipped(monkeypatch)
+  for path in tables.PUBLISHED.values():
+    assert pathlib.Path(path).relative_to(REPO_ROOT).as_posix() in shipped

@@ -24,6 +24,8 @@ import abstract_devices
 from t5align.attention import pallas_mgpu
 from t5align.attention import reference
 
+pytestmark = pytest.mark.newest_jax
+
 BF16 = dict(rtol=2e-2, atol=2e-2)
 STATS = dict(rtol=1e-5, atol=1e-5)  # P_max and entropy are float32.
 BLOCK_Q, BLOCK_K = 64, 64  # Small tiles: interpret mode is slow.
@@ -80,6 +82,7 @@ def _tile_regions(padded, block_q, block_k):
   return band, ~band
 
 
+@pytest.mark.slow
 def test_the_test_input_has_tiles_of_every_kind():
   """With the tests' ids, length and blocks: skipped tiles, and masked and unmasked ones both in
   the band and far from it, far ones on both sides of their queries."""
@@ -217,6 +220,7 @@ def test_kernel_lowers_for_sm90(with_stats):
   assert 'mosaic_gpu' in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl,dtype,kernel', [
     ('pallas_mgpu', jnp.bfloat16, 'mosaic_gpu'), ('pallas', jnp.bfloat16, 'mosaic_gpu'),
     ('pallas', jnp.float32, 'xla.gpu.triton')])

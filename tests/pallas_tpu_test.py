@@ -22,6 +22,8 @@ from t5align.attention import reference
 from t5align import network
 from t5align import partitioning
 
+pytestmark = pytest.mark.newest_jax
+
 # NOTE: libtpu refuses to start while another process holds its lock file; a deviceless compile
 # uses no TPU, so several may run side by side.
 os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
@@ -38,6 +40,7 @@ def _tpu_mesh():
   return partitioning.eval_mesh(num_partitions=2, devices=devices)
 
 
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_the_mesh_picks_the_tpu_kernel():
   """Under a TPU mesh on this CPU host the target platform is 'tpu': 'pallas' and 'auto' above
@@ -49,6 +52,7 @@ def test_the_mesh_picks_the_tpu_kernel():
   assert reference.target_platform() == jax.default_backend()
 
 
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_model_compiles_the_mosaic_kernel_for_tpu():
   """The tiny model's encoder with row statistics, attention_impl='pallas', bfloat16, sharded over
@@ -96,6 +100,7 @@ def _ids(pattern, length):
   return ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('bidirectional', [True, False])
 def test_skipped_and_unmasked_tiles_match_reference(bidirectional):
   """Interpret mode, 128 x 128 tiles over 520 tokens: example 0 packs three segments (its first

@@ -118,6 +118,7 @@ _SCRIPT = textwrap.dedent('''
 ''') % {'eval_meshes': EVAL_MESHES, 'calibration_meshes': CALIBRATION_MESHES}
 
 
+# ~60 s on the 2-core machine: its tests are slow and share one xdist worker (computed once).
 @pytest.fixture(scope='module')
 def result():
   # LLVM optimization level 0 compiles in about 2/3 of the CPU time; every compared pair of
@@ -131,6 +132,8 @@ def result():
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('partitioning_result')
 def test_eval_scores_and_greedy_tokens_equal_one_device(result):
   assert result['devices'] == 8
   assert result['greedy_vs_fixture']  # The one-device reference itself matches t5x.
@@ -141,6 +144,8 @@ def test_eval_scores_and_greedy_tokens_equal_one_device(result):
     assert got['greedy_equal'], mesh
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('partitioning_result')
 def test_calibration_statistics_equal_one_device(result, load_t5x_fixture):
   for shape in CALIBRATION_MESHES:
     got = result['calibration'][''.join(map(str, shape))]
@@ -155,6 +160,8 @@ def test_calibration_statistics_equal_one_device(result, load_t5x_fixture):
   assert abs(result['bisect_mesh'] - single.tau) <= 2e-3
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group('partitioning_result')
 def test_compiled_calibration_shards_parameters_on_model(result):
   got = result['calibration']['118']
   assert got['wi_spec'] == [None, 'model'], got

@@ -21,6 +21,8 @@ from t5align import network
 from t5align.attention import dispatch
 from t5align.attention import reference
 
+pytestmark = pytest.mark.newest_jax
+
 FIXTURE = pathlib.Path(__file__).parent / 'testdata' / 't5x' / 't5_1_1_tiny'
 HIGHEST = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
 

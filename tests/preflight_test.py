@@ -63,6 +63,7 @@ def test_tpu_type_names_map_to_topologies():
       tpu_chips.parse_target(bad)
 
 
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_meshes_over_a_slice_are_the_runs_meshes():
   """Inside `partitioning.target_devices` the run's mesh builders lay meshes over the slice as
@@ -88,6 +89,7 @@ def _check(program, config, target, length, **settings):
   return report
 
 
+# ~70 s of compiles on the 2-core machine: its tests share one xdist worker (compiled once).
 @pytest.fixture(scope='module')
 def small_reports():
   """The SMALL model's eval and calibration programs compiled for v5e:2x2 (data 2 x model 2)."""
@@ -115,6 +117,8 @@ def small_fused_reports():
           'calibration', mesh_shape=(1, 2, 2), tau_batch_size=3, **common)}
 
 
+@pytest.mark.tpu_compile
+@pytest.mark.xdist_group('preflight_small_reports')
 def test_fused_kernel_counts_by_its_estimate_times_trip_counts(small_reports,
                                                                small_fused_reports):
   """The same programs with the Mosaic kernel ('pallas' on TPU): they fit, every kernel declares
@@ -138,6 +142,8 @@ def test_fused_kernel_counts_by_its_estimate_times_trip_counts(small_reports,
     assert fused.memory.temporaries < tiled.memory.temporaries, program
 
 
+@pytest.mark.tpu_compile
+@pytest.mark.xdist_group('preflight_small_reports')
 def test_argument_bytes_are_the_sharded_parameters_plus_inputs(small_reports):
   encoder, decoder = (4 * n for n in _small_params_per_chip(model=2))  # float32 bytes
   eval_report = small_reports['eval']
@@ -164,6 +170,8 @@ def test_argument_bytes_are_the_sharded_parameters_plus_inputs(small_reports):
                        + m.unread_parameters)
 
 
+@pytest.mark.tpu_compile
+@pytest.mark.xdist_group('preflight_small_reports')
 def test_trip_counts_against_an_analytic_count(small_reports):
   """Calibration: the encoder's matmul FLOPs per chip by hand, with blockwise attention in
   512 x 512 tiles (4 x 4 of them per layer: `cost_analysis` counts one).
@@ -195,6 +203,8 @@ def test_trip_counts_against_an_analytic_count(small_reports):
       report.cost.bytes_accessed / chip.hbm_bytes_per_s) / 12)
 
 
+@pytest.mark.tpu_compile
+@pytest.mark.xdist_group('preflight_small_reports')
 def test_eval_decoding_loop_is_bounded_by_max_decode_length(small_reports):
   report = small_reports['eval']
   decode = [loop for loop in report.loops if not loop.exact]
@@ -202,20 +212,16 @@ def test_eval_decoding_loop_is_bounded_by_max_decode_length(small_reports):
   assert report.units_per_call == 4 and report.shapes['inputs'] == (4, 2048)
 
 
+@pytest.mark.tpu_compile
 @needs_libtpu
 @pytest.mark.parametrize('impl, kernel', [('blockwise', 'blockwise'), ('pallas', 'pallas_tpu')])
-def test_tiny_model_programs_compile_for_v5e_2x2(impl, kernel):
+def test_tiny_model_programs_compile_for_v5e_2x2(impl, kernel, clean_gin):
   """gin/models/tiny.gin's eval step (encoder + 64 greedy steps) and calibration sweep (3 taus)
   for v5e:2x2, data 2 x model 2, with 'blockwise' and with the fused kernel ('pallas': Mosaic)."""
-  import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  try:
-    gin_cli.configure(['--gin_file=gin/models/tiny.gin', f'--gin.ATTENTION_IMPL={impl!r}'],
-                      prog='t')
-    config = gin.get_configurable(network.T5Config)()
-  finally:
-    gin.clear_config()
+  gin_cli.configure(['--gin_file=gin/models/tiny.gin', f'--gin.ATTENTION_IMPL={impl!r}'],
+                    prog='t')
+  config = clean_gin.get_configurable(network.T5Config)()
   common = dict(config=config, target=V5E_2X2, length=1000, batch_size=3)
   report = _check('eval', num_partitions=2, **common)
   assert report.fits and report.mesh == {'data': 2, 'model': 2}
@@ -242,6 +248,8 @@ def _cli(*args, tmp_path):
                         env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.cli
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_cli_refuses_a_run_that_does_not_fit(tmp_path):
   """gin/calibrate.gin + gin/models/tiny.gin, 'reference' attention at 32k tokens: 11 taus x 4
@@ -265,6 +273,8 @@ def test_cli_refuses_a_run_that_does_not_fit(tmp_path):
   assert 'libtpu' not in result.stderr.lower() and 'TPU_WORKER' not in result.stderr
 
 
+@pytest.mark.cli
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_cli_passes_a_run_that_fits(tmp_path):
   out = tmp_path / 'report.json'
@@ -282,12 +292,15 @@ def test_cli_passes_a_run_that_fits(tmp_path):
   assert report['target']['type_name'] == 'v5litepod-4'
 
 
+@pytest.mark.cli
 def test_cli_names_a_bad_topology(tmp_path):
   result = _cli('--gin_file=gin/calibrate.gin', '--topology=v5e-12', tmp_path=tmp_path)
   assert result.returncode == 2
   assert '--topology=v5e-12' in result.stderr and 'v5e-N takes N in' in result.stderr
 
 
+@pytest.mark.cli
+@pytest.mark.tpu_compile
 @needs_libtpu
 def test_cli_names_a_topology_libtpu_has_no_slice_of(tmp_path):
   """A well-formed topology that is no slice (v5e:3x3): exit 2 naming the flag, no traceback."""
@@ -297,6 +310,7 @@ def test_cli_names_a_topology_libtpu_has_no_slice_of(tmp_path):
   assert 'v5e:4x4' in result.stderr and 'Traceback' not in result.stderr
 
 
+@pytest.mark.tensorflow
 def test_eval_programs_follow_the_tasks():
   """`EvalJob.programs` (what the pre-flight compiles): a scored task is scored over its
   continuation; decoded tasks group by their steps (the task's own, or MAX_DECODE_LENGTH for
@@ -327,6 +341,9 @@ def test_eval_programs_follow_the_tasks():
     programs('t5align_passkey_20k,my_task', None)
 
 
+@pytest.mark.cli
+@pytest.mark.tpu_compile
+@pytest.mark.tensorflow
 @needs_libtpu
 def test_cli_compiles_scoring_for_a_scored_task(tmp_path):
   """The LM task is scored by eval (128-token targets): the pre-flight compiles that program,
@@ -343,22 +360,19 @@ def test_cli_compiles_scoring_for_a_scored_task(tmp_path):
   assert report['shapes']['targets'][1] == 128 and report['settings']['scored']
 
 
+@pytest.mark.tensorflow
+@pytest.mark.usefixtures('clean_gin')
 def test_eval_settings_come_from_the_eval_gin_files():
   """The pre-flight's job is the one gin makes for `t5align.eval` (nothing of the command is
   imported but what the gin file imports)."""
   pytest.importorskip('seqio')
-  import gin  # pylint: disable=g-import-not-at-top
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  try:
-    gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xxl.gin',
-                       '--gin.NUM_PARTITIONS=8', '--gin.BATCH_SIZE=2', '--gin.TRUNCATE_INPUTS=4000',
-                       '--gin.PARAMS_DTYPE=bfloat16',
-                       '--gin.TEMPERATURE=(' + ', '.join(['0.9'] * 24) + ')'],
-                      prog='t', unset_required=True)
-    case = preflight.case_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
-  finally:
-    gin.clear_config()
+  gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xxl.gin',
+                     '--gin.NUM_PARTITIONS=8', '--gin.BATCH_SIZE=2', '--gin.TRUNCATE_INPUTS=4000',
+                     '--gin.PARAMS_DTYPE=bfloat16',
+                     '--gin.TEMPERATURE=(' + ', '.join(['0.9'] * 24) + ')'],
+                    prog='t', unset_required=True)
+  case = preflight.case_from_gin(tpu_chips.parse_target('v5e-16'), 32768)
   job = case.job
   assert isinstance(job, jobs.EvalJob) and case.config.num_heads == 64 and case.length == 32768
   assert (job.truncate_inputs, job.batch_size, job.num_partitions) == (4000, 2, 8)

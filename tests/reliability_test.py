@@ -190,6 +190,7 @@ def test_orbax_without_manifest(tmp_path):
     checkpoints.read_params(str(path))
 
 
+@pytest.mark.tensorflow
 def test_garbage_mesh_tf_index(tmp_path):
   pytest.importorskip('tensorflow')
   (tmp_path / 'model.ckpt-1.index').write_bytes(b'garbage' * 10)
@@ -470,21 +471,17 @@ def test_failed_start_leaves_the_folder_reusable(tmp_path):
 # ---------------------------------------------------------------- gin command lines
 
 
-def test_misspelt_macro_is_refused_with_the_close_match(tmp_path):
+def test_misspelt_macro_is_refused_with_the_close_match(tmp_path, clean_gin):
   config = tmp_path / 'run.gin'
   config.write_text('SCHEDULE_PATH = None\nSCHEDULE_STRATEGY = None\nBATCH_SIZE = 8\n')
-  import gin  # pylint: disable=g-import-not-at-top
-  try:
-    with pytest.raises(ValueError, match=r'--gin.SCHEDULE_PAHT: no macro SCHEDULE_PAHT in .*'
-                                         r'run.gin.*Did you mean SCHEDULE_PATH'):
-      gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PAHT=x.json'], prog='t')
-    gin.clear_config()
-    # A new macro is fine where another binding reads it.
-    gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PATH=x.json',
-                       '--gin_bindings=NEW = 4', '--gin_bindings=BATCH_SIZE = %NEW'], prog='t')
-    assert gin.query_parameter('%SCHEDULE_PATH') == 'x.json'
-  finally:
-    gin.clear_config()
+  with pytest.raises(ValueError, match=r'--gin.SCHEDULE_PAHT: no macro SCHEDULE_PAHT in .*'
+                                       r'run.gin.*Did you mean SCHEDULE_PATH'):
+    gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PAHT=x.json'], prog='t')
+  clean_gin.clear_config()
+  # A new macro is fine where another binding reads it.
+  gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PATH=x.json',
+                     '--gin_bindings=NEW = 4', '--gin_bindings=BATCH_SIZE = %NEW'], prog='t')
+  assert clean_gin.query_parameter('%SCHEDULE_PATH') == 'x.json'
 
 
 # ---------------------------------------------------------------- analysis settings (issue 34)

@@ -72,6 +72,7 @@ def test_bad_timeout_setting_is_named(monkeypatch, value):
     fileio.remote_timeout_s()
 
 
+@pytest.mark.tensorflow
 def test_offline_gs_mesh_tf_checkpoint_times_out(monkeypatch):
   pytest.importorskip('tensorflow')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

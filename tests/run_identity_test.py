@@ -51,11 +51,11 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT),
 
 
 @pytest.fixture
-def clean_gin(monkeypatch):
+def clean_gin(clean_gin, monkeypatch):
+  """conftest's clean gin config, with the repository root as the working directory (the gin
+  files' paths are relative to it)."""
   monkeypatch.chdir(REPO_ROOT)
-  gin.clear_config()
-  yield
-  gin.clear_config()
+  return clean_gin
 
 
 def _free_port() -> int:
@@ -95,6 +95,7 @@ def _run_eval(*args: str):
     gin.clear_config()
 
 
+# Its tests share one xdist worker: it runs once (~15 s), and they rerun into it in order.
 @pytest.fixture(scope='module')
 def finished_eval(tmp_path_factory):
   """(output folder, checkpoint copy): a finished eval of 2 passkey examples at tau = 1."""
@@ -122,6 +123,7 @@ def no_load(monkeypatch):
 # ------------------------------------------------------------------ silently wrong (items 1-9)
 
 
+@pytest.mark.tensorflow
 def test_1_vocabulary_larger_than_the_embedding_is_refused_before_work(tmp_path, clean_gin,
                                                                        monkeypatch, no_load):
   big = _vocabulary(tmp_path / 'big.model', extra_pieces=2000)
@@ -147,6 +149,9 @@ def test_1_vocabulary_larger_than_the_embedding_is_refused_before_work(tmp_path,
   assert not list(model_dir.glob('checkpoint_*'))
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
 def test_2_a_replaced_checkpoint_at_the_same_path_is_another_run(finished_eval, tmp_path,
                                                                  clean_gin, monkeypatch):
   out, checkpoint = finished_eval
@@ -174,6 +179,9 @@ def test_2_a_replaced_checkpoint_at_the_same_path_is_another_run(finished_eval, 
   assert (out / TASK / 'predictions.jsonl').read_bytes() == before
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
 def test_3_another_vocabulary_file_is_another_run(finished_eval, tmp_path, clean_gin,
                                                   monkeypatch):
   out, checkpoint = finished_eval
@@ -183,6 +191,9 @@ def test_3_another_vocabulary_file_is_another_run(finished_eval, tmp_path, clean
     _run_eval(*_eval_args(out, checkpoint))
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
 def test_4_another_task_seed_is_another_run(finished_eval, clean_gin, monkeypatch):
   out, checkpoint = finished_eval
   monkeypatch.setenv('T5ALIGN_VOCABULARY', str(VOCAB))
@@ -192,6 +203,7 @@ def test_4_another_task_seed_is_another_run(finished_eval, clean_gin, monkeypatc
     _run_eval(*_eval_args(out, checkpoint, '--gin_bindings=seqio_tasks.options.seed = 7'))
 
 
+@pytest.mark.tensorflow
 def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_gin, monkeypatch):
   """Process 0's and process 1's settings, as `evaluate` hands them to
   `run_identity.check_same_processes`, compared through the collective with process 1's fed in
@@ -235,6 +247,9 @@ def test_6_a_schedule_is_reused_only_for_what_it_was_calibrated_for(tmp_path):
     run_identity.check_same(None, wanted, what='schedule.json', hint='')
 
 
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
 def test_7_records_without_run_json_are_refused_and_metrics_state_the_records_taus(
     finished_eval, clean_gin, monkeypatch):
   out, checkpoint = finished_eval
@@ -324,6 +339,7 @@ def _calibrate_args(tmp_path: pathlib.Path) -> dict:
               grid=(1.0, 0.9, 0.8), batch_size=1)
 
 
+@pytest.mark.slow
 def test_10_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_path,
                                                                          monkeypatch):
   log_path = tmp_path / 'schedule.json.partial.jsonl'
@@ -451,6 +467,7 @@ def test_12_a_missing_process_fails_the_start_within_the_timeout(monkeypatch):
     multihost.initialize()
 
 
+@pytest.mark.cli
 def test_12_the_eval_command_with_a_missing_process_exits_instead_of_hanging(tmp_path):
   port = _free_port()
   env = dict(ENV, JAX_NUM_PROCESSES='2', JAX_PROCESS_ID='0', JAX_PLATFORMS='cpu',
@@ -599,6 +616,9 @@ def test_21_train_settings_are_checked_before_work(tmp_path, setting, message):
   assert not (tmp_path / 'm' / assets.VOCAB_FILE).exists()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.cli
+@pytest.mark.tensorflow
 def test_22_two_processes_with_different_num_examples_both_refuse_to_start(tmp_path):
   port = _free_port()
   procs, logs = [], []

@@ -22,6 +22,8 @@ from t5align.calibration import samples
 from t5align import network
 from t5align import schedule
 
+pytestmark = pytest.mark.newest_jax
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE_CKPT = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
 
@@ -45,13 +47,6 @@ def _schedule() -> schedule.TemperatureSchedule:
                               for L in (1024, 2048, 4096)),
       },
       provenance={'checkpoint': 'gs://bucket/checkpoint_1', 'num_samples': 8, 'seed': 0})
-
-
-@pytest.fixture
-def clean_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
 
 
 def test_json_round_trip_is_atomic_and_exact(tmp_path):
@@ -118,6 +113,7 @@ def test_invalid_schedules_raise():
     schedule.load_schedule('/nonexistent/schedule.json')
 
 
+@pytest.mark.slow
 def test_per_example_taus_reach_the_encoder():
   config = network.T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_layers=2,
                             num_decoder_layers=1, head_dim=4, mlp_dim=16, dropout_rate=0.0)
@@ -162,6 +158,7 @@ def _train_sentencepiece(tmp_path) -> tuple[str, str]:
   return str(text), str(tmp_path / 'spm.model')
 
 
+@pytest.mark.cli
 def test_cli_end_to_end(tmp_path, capsys, clean_gin):
   text, vocab = _train_sentencepiece(tmp_path)
   out = tmp_path / 'schedule.json'
@@ -198,6 +195,7 @@ def test_cli_end_to_end(tmp_path, capsys, clean_gin):
     assert (analysis_dir / name).stat().st_size > 0
 
 
+@pytest.mark.cli
 def test_cli_module_entry_point_and_flag_errors(tmp_path):
   # `python -m` runs the module as __main__; the gin file's import must not register twice.
   env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS='cpu')

@@ -7,7 +7,6 @@ in the test (vocabulary <= 128 pieces).
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import pathlib
 
@@ -52,15 +51,9 @@ def data_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope='module')
-def spm_model(tmp_path_factory):
-  sentencepiece = pytest.importorskip('sentencepiece')
-  buf = io.BytesIO()
-  sentencepiece.SentencePieceTrainer.train(
-      sentence_iterator=iter(SPM_TEXT * 10), model_writer=buf, vocab_size=100,
-      model_type='unigram', pad_id=0, eos_id=1, unk_id=2, bos_id=-1, character_coverage=1.0,
-      hard_vocab_limit=False, minloglevel=2)
+def spm_model(tmp_path_factory, toy_sentencepiece):
   path = tmp_path_factory.mktemp('spm') / 'tiny.model'
-  path.write_bytes(buf.getvalue())
+  path.write_bytes(toy_sentencepiece(SPM_TEXT))
   return path
 
 
@@ -301,15 +294,12 @@ def test_missing_file_says_where_to_get_it(data_dir):
     list(qa.upstream_examples(20, 4))
 
 
+@pytest.mark.usefixtures('clean_gin')
 def test_gin_data_dir(tmp_path):
   _write_jsonl(tmp_path / 'longeval/topics/2_topics.jsonl', [TOPICS_RECORD])
   with gin.unlock_config():
     gin.bind_parameter('seqio_tasks.data.data_dir.path', str(tmp_path))
-  try:
-    assert len(list(retrieval.topics_examples(2))) == 1
-  finally:
-    with gin.unlock_config():
-      gin.clear_config()
+  assert len(list(retrieval.topics_examples(2))) == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,6 +404,7 @@ def seqio_env(spm_model, data_dir, monkeypatch):
   return seqio, tasks
 
 
+@pytest.mark.tensorflow
 def test_registry(seqio_env):
   seqio, _ = seqio_env
   registered = set(seqio.TaskRegistry.names())
@@ -421,16 +412,14 @@ def test_registry(seqio_env):
   assert set(catalog.MIXTURES) <= set(seqio.MixtureRegistry.names())
 
 
+@pytest.mark.tensorflow
+@pytest.mark.usefixtures('clean_gin')
 def test_seqio_passkey_dataset(seqio_env, spm_model):
   seqio, tasks = seqio_env
   with gin.unlock_config():
     gin.bind_parameter('seqio_tasks.options.passkey_examples', 3)
-  try:
-    task = seqio.get_mixture_or_task('t5align_passkey_2k')
-    got = list(task.get_dataset(None, split='test', shuffle=False).as_numpy_iterator())
-  finally:
-    with gin.unlock_config():
-      gin.clear_config()
+  task = seqio.get_mixture_or_task('t5align_passkey_2k')
+  got = list(task.get_dataset(None, split='test', shuffle=False).as_numpy_iterator())
   expected = list(retrieval.passkey_examples(2000, 3))
   assert len(got) == 3
   vocab = task.output_features['inputs'].vocabulary
@@ -448,6 +437,7 @@ def test_seqio_passkey_dataset(seqio_env, spm_model):
   assert metric_fn(targets, predictions) == {'accuracy': pytest.approx(200 / 3)}
 
 
+@pytest.mark.tensorflow
 def test_seqio_missing_data_is_an_error(seqio_env):
   seqio, _ = seqio_env
   task = seqio.get_mixture_or_task('t5align_topics_25')
@@ -455,6 +445,7 @@ def test_seqio_missing_data_is_an_error(seqio_env):
     task.get_dataset(None, split='test', shuffle=False)
 
 
+@pytest.mark.tensorflow
 def test_vocabulary_matches_t5x_model_vocabulary(seqio_env, spm_model):
   seqio, tasks = seqio_env
   assert tasks.VOCABULARY == seqio.SentencePieceVocabulary(str(spm_model))

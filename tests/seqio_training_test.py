@@ -18,16 +18,15 @@ from t5align.shipped import train_data  # pylint: disable=g-import-not-at-top,wr
 from t5align import t5x_gin  # pylint: disable=g-import-not-at-top,wrong-import-position
 from t5align import vocabularies  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+pytestmark = pytest.mark.tensorflow
+
 LENGTHS = {'inputs': 256, 'targets': 80}  # gin/t5x/finetune.gin's TASK_FEATURE_LENGTHS
 
 
 @pytest.fixture(autouse=True)
-def shipped_vocabulary():
-  gin.clear_config()
-  gin.bind_parameter('seqio_tasks.vocabulary_path.path', t5x_gin.shipped_vocabulary())
-  gin.bind_parameter('seqio_tasks.training_options.validation_examples', 2)
-  yield
-  gin.clear_config()
+def shipped_vocabulary(clean_gin):
+  clean_gin.bind_parameter('seqio_tasks.vocabulary_path.path', t5x_gin.shipped_vocabulary())
+  clean_gin.bind_parameter('seqio_tasks.training_options.validation_examples', 2)
 
 
 def _take(name, split, n, **kw):
@@ -36,6 +35,7 @@ def _take(name, split, n, **kw):
   return list(ds.take(n).as_numpy_iterator())
 
 
+@pytest.mark.slow
 def test_train_split_is_the_shipped_model_s_training_stream():
   task = seqio.get_mixture_or_task('t5align_train_retrieval')
   assert set(task.splits) == {'train', 'validation'}

@@ -43,6 +43,7 @@ def _env(**extra: str) -> dict[str, str]:
   return dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=path, **extra)
 
 
+@pytest.mark.slow
 def test_sharded_load_equals_unsharded_load_on_8_devices(tmp_path):
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
   paths = [str(TESTDATA / name / fmt / 'checkpoint_0')
@@ -60,6 +61,7 @@ def test_sharded_load_equals_unsharded_load_on_8_devices(tmp_path):
 # ---------------------------------------------------------------- peak host memory
 
 
+@pytest.mark.multiprocess
 def test_sharded_load_peak_rss_per_process_is_a_share_plus_one_read(tmp_path):
   """Each of 8 processes holds its 1/8 of the model plus one array's read, not the model.
 

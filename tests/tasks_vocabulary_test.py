@@ -6,6 +6,8 @@ import pytest
 
 from t5align import vocabularies
 
+pytestmark = pytest.mark.tensorflow
+
 seqio = pytest.importorskip('seqio')
 
 

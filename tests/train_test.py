@@ -56,6 +56,7 @@ def _assert_trees_equal(actual, expected):
 # Training step and checkpoints (tiny config).
 
 
+@pytest.mark.slow
 def test_the_train_program_is_the_step_the_run_calls():
   """`TrainJob.programs()` (abstract arguments, for a compile ahead of the run) lowers to the
   same program as its step called on the arrays a run makes: initialized parameters, their
@@ -72,6 +73,7 @@ def test_the_train_program_is_the_step_the_run_calls():
   assert program.shapes['batch']['encoder_input_tokens'] == (2, 128)
 
 
+@pytest.mark.slow
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(shipped):
   vocab = shipped[2]
   examples = [train_data.fill(train_data.passkey_draft(k, d, 512), vocab, 96)
@@ -102,6 +104,7 @@ def _tiny_run(model_dir, vocab_path, **overrides):
   return jobs.TrainJob(**{**kwargs, **overrides}).run()
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_path, shipped):
   vocab_path = shipped[2].path
   full = tmp_path / 'full'
@@ -140,6 +143,7 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   _assert_trees_equal(p_full, params4)
 
 
+@pytest.mark.slow
 def test_a_rerun_neither_mixes_vocabularies_nor_logs_a_step_twice(tmp_path, shipped):
   """A run killed before its first checkpoint leaves run.json, its vocabulary and log lines: a
   rerun whose settings need another vocabulary is refused (before: it trained with the old
@@ -174,6 +178,8 @@ def test_a_rerun_neither_mixes_vocabularies_nor_logs_a_step_twice(tmp_path, ship
   assert _tiny_run(run, vocab_path, num_steps=2)['step'] == 2
 
 
+@pytest.mark.cli
+@pytest.mark.usefixtures('clean_gin')
 def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
   model_dir, export_dir = tmp_path / 'run', tmp_path / 'export'
   os.makedirs(model_dir)
@@ -181,14 +187,12 @@ def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
   argv = ['--gin_file=gin/runs/train_retrieval.gin', '--gin_file=gin/models/retrieval_small.gin',
           f"--gin.MODEL_DIR='{model_dir}'", f"--gin.EXPORT_DIR='{export_dir}'",
           '--gin.NUM_STEPS=2', '--gin.BATCH_SIZE=2', '--gin.EVAL_LENGTHS=()']
-  gin.clear_config()
   cwd = os.getcwd()
   try:
     os.chdir(REPO_ROOT)
     summary = train.main(argv)
   finally:
     os.chdir(cwd)
-    gin.clear_config()
   assert summary['step'] == 2 and np.isfinite(summary['loss'])
   record = json.loads((export_dir / 'training.json').read_text())
   assert record['command'] == 'python -m t5align.train ' + ' '.join(
@@ -200,6 +204,7 @@ def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
   assert (export_dir / vocab_file).read_bytes() == (model_dir / vocab_file).read_bytes()
 
 
+@pytest.mark.slow
 def test_saved_optimizer_state_round_trips(tmp_path):
   params = network.init_variables(TINY, jax.random.PRNGKey(1))['params']
   opt = train_job.OptimizerConfig(1e-3, 10, 2).make()
@@ -342,16 +347,13 @@ def test_vocabulary_is_deterministic_and_splits_digits(tmp_path, shipped):
 
 
 def _documented_config() -> network.T5Config:
-  gin.clear_config()
-  try:
-    gin.add_config_file_search_path(str(REPO_ROOT))
-    gin.parse_config_files_and_bindings([str(REPO_ROOT / 'gin/models/retrieval_small.gin')], [],
-                                        finalize_config=False)
-    return gin.get_configurable(network.Transformer)().config
-  finally:
-    gin.clear_config()
+  gin.add_config_file_search_path(str(REPO_ROOT))
+  gin.parse_config_files_and_bindings([str(REPO_ROOT / 'gin/models/retrieval_small.gin')], [],
+                                      finalize_config=False)
+  return gin.get_configurable(network.Transformer)().config
 
 
+@pytest.mark.usefixtures('clean_gin')
 def test_shipped_asset_has_the_documented_config_and_size(shipped):
   _, config, vocab = shipped
   documented = _documented_config()
@@ -365,6 +367,7 @@ def test_shipped_asset_has_the_documented_config_and_size(shipped):
   assert (pathlib.Path(assets.ASSET_DIR) / 'TRAINING.md').exists()
 
 
+@pytest.mark.slow
 def test_shipped_model_reproduces_its_documented_accuracy_at_l_tr(shipped):
   """training.json's held-out accuracy at L_tr (tau = 1), recomputed from the model: every task,
   and the thresholds issue 15 sets (lines >= 90%, kv >= 80%, passkey kept)."""
@@ -381,6 +384,7 @@ def test_shipped_model_reproduces_its_documented_accuracy_at_l_tr(shipped):
   assert min(accuracy['passkey'], accuracy['passkey_decoys']) >= 95.0, accuracy
 
 
+@pytest.mark.slow
 def test_shipped_model_retrieves_lines_on_a_sample_it_was_never_chosen_on(shipped):
   """Lines at L_tr on 50 examples of another seed than the one training and model selection
   looked at (1000): the claim holds beyond the sample it was read from."""

@@ -62,6 +62,7 @@ def test_bad_paths_name_the_file(tmp_path):
     vocabularies.load_vocabulary(str(tmp_path))
 
 
+@pytest.mark.tensorflow
 def test_seqio_wrapper_and_task_vocabulary(bpe, monkeypatch):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from seqio_tasks import tasks  # pylint: disable=g-import-not-at-top

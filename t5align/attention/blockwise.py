@@ -62,7 +62,7 @@ def default_batch_block(batch: int, heads: int, block_q: int, block_k: int,
                         backend: str | None = None) -> int:
   """Examples attended at once: all on accelerators; on CPU as many as keep a tile within
   `CPU_TILE_ELEMENTS` (at least one): on CPU a batch's tiles past it leave the cache, and fewer
-  examples at a time run faster than smaller tiles (README, Performance).
+  examples at a time run faster than smaller tiles (docs/performance/cpu.md).
   """
   if (backend or reference.target_platform()) != 'cpu':
     return batch
@@ -196,7 +196,7 @@ def softmax_tile(carry, x: Array, v: Array, p_dtype: jnp.dtype, *, scale: Array 
     stats: update c (for the entropy); False leaves it as it is.
     dot_stats: take the row sums of products `sum_k p (x - x_ref)` as an einsum, which XLA CPU
       runs as a dot, instead of a multiply and a sum (what a Triton kernel can lower): on CPU
-      the dot is several times faster (README, Performance).
+      the dot is several times faster (docs/performance/cpu.md).
 
   Returns:
     The updated `(m, l, c, acc)`.

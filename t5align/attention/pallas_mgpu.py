@@ -123,7 +123,7 @@ def applies(device_kind: str, input_dtype, dtype, head_dim: int, bidirectional: 
 def default_blocks(backend: str | None = None) -> tuple[int, int]:
   """`(block_q, block_k)`: 64 x 128, the tiles of jax's FlashAttention-3 kernel for head_dim 64
   (128 query rows per block of the grid). On an H200 at 16k x 32 heads the fastest measured with
-  64 x 64 and 128 x 64 (README, GPU); 128 x 128 did not compile."""
+  64 x 64 and 128 x 64 (docs/performance/gpu.md); 128 x 128 did not compile."""
   del backend
   return 64, 128
 

@@ -3,8 +3,8 @@
 The math of 'reference' (reference.py): `softmax((q.k + relpos_bias + mask_bias) / tau)` in
 float32, q.k in the inputs' dtype with float32 accumulation, fully masked (padding) query rows
 uniform over all keys, and per-row P_max and entropy from the same pass, tiled as 'blockwise'
-(`blockwise.online_softmax_step`) so that no `[L, L]` array reaches HBM. README's paragraph on
-the TPU kernel (t5x section) describes its grid, the bias, the skipped tiles and what is verified.
+(`blockwise.online_softmax_step`) so that no `[L, L]` array reaches HBM. docs/architecture.md
+describes its grid, the bias, the skipped tiles and what is verified.
 """
 from __future__ import annotations
 

@@ -136,7 +136,8 @@ def calibrate_tasks(
     strategies: names from `strategies_lib.STRATEGIES`.
     reference_length: L_tr.
     progress: called as `progress(done, total, calibration)`.
-    previous, record: as `build_schedule`'s, per (task, L_ex).
+    previous: as `build_schedule`'s, per (task, L_ex).
+    record: as `build_schedule`'s, per (task, L_ex).
     settings: how every calibration searches and computes (`strategies.SearchSettings`).
     memo: results shared by every calibration (a new `stats.Memo` if None).
 

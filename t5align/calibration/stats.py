@@ -113,7 +113,7 @@ def default_tau_chunk(backend: str | None = None) -> int | None:
 
   On CPU a vmapped batch of taus multiplies every attention tile's working set by the batch and
   pushes it out of cache, so one after another in the same compiled call (`lax.map`) is faster
-  there (README, Performance); accelerators gain from the batch.
+  there (docs/performance/cpu.md); accelerators gain from the batch.
   """
   return 1 if (backend or jax.default_backend()) == 'cpu' else None
 
@@ -325,7 +325,7 @@ def _mean_stats(pmax_sum: np.ndarray, entropy_sum: np.ndarray,
 def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -> Callable:
   model = network.Transformer(config)
   # NOTE: on one CPU device the rows are sorted by numpy (a callback), much faster than XLA's
-  # CPU sort (README, Performance); the sorted values are the same.
+  # CPU sort (docs/performance/cpu.md); the sorted values are the same.
   host = mesh is None and jax.default_backend() == 'cpu'
 
   def sort_descending(x):

@@ -32,9 +32,8 @@ from t5align.demo import planning
 from t5align.runtime import multihost
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  gin_cli.log_plainly()
-  multihost.initialize()  # First: before anything starts a JAX backend.
+def flag_parser() -> argparse.ArgumentParser:
+  """The command's flags (tests/doc_blocks.py parses documented command lines with it)."""
   parser = argparse.ArgumentParser(prog='python -m t5align.demo', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   defaults = planning.DemoSettings()
@@ -43,10 +42,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument('--full', action='store_true',
                       help='every task with every strategy (P_max per head too), Props. 1-2, '
                       'the pooled per-layer and per-head calibrations and 5 calibration seeds '
-                      '(see README for its time)')
+                      '(see docs/demo.md for its time)')
   parser.add_argument('--controls', action='store_true',
                       help='also evaluate passkey and passkey_decoys at tau = 1 only, as '
-                      'controls (see README for its time)')
+                      'controls (see docs/demo.md for its time)')
   parser.add_argument('--lengths', type=int, nargs='+', default=[],
                       help='L_ex (default: 2x, 4x, 8x, 16x L_tr)')
   parser.add_argument('--strategies', nargs='+', default=[],
@@ -63,6 +62,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                       help='sampling seeds calibrated, their spread reported (default: 1; '
                       '--full: 5)')
   parser.add_argument('--attention_impl', default=defaults.attention_impl)
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  gin_cli.log_plainly()
+  multihost.initialize()  # First: before anything starts a JAX backend.
+  parser = flag_parser()
   args = parser.parse_args(argv)
   settings = planning.DemoSettings(
       output_dir=args.output_dir, model_dir=args.model_dir, full=args.full,

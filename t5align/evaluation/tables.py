@@ -1,8 +1,13 @@
 """Results tables: metrics.json files of evaluation folders as Markdown shaped like the paper's.
 
 Every metrics.json (written by `t5align.eval`) is one cell: its row is (model, label), labels in
-`labels.PAPER_ORDER` first; its column is the task's (group, column). Results of different runs
-that would share a cell get rows of their own (`separate_runs`). No JAX: this reads files only.
+`labels.PAPER_ORDER` first; its column is the task's (group, column); its value the metric the
+file names as 'primary_metric' (its task family's, `seqio_tasks.metrics.PRIMARY_METRICS`).
+Results of different runs that would share a cell get rows of their own (`separate_runs`).
+The ZeroSCROLLS tasks (table 'zeroscrolls') form one table shaped like the suite's paper: a
+row per (model, split, input length, label), the 10 tasks and their average as columns, with
+the published rows (`PUBLISHED`, data files beside this module) on request. No JAX: this reads
+files only.
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence
 
 from t5align import labels
 from t5align import run_identity
@@ -25,11 +30,23 @@ TITLES = {
     'kv': 'Key-value retrieval accuracy, gold key position',
     'code_key': 'Code key retrieval accuracy',
     'code': 'Code completion (Table 6)',
+    'zeroscrolls': "ZeroSCROLLS (each task's score; Avg: their mean over the 10 tasks)",
 }
-TABLE_ORDER = ('lm', 'retrieval', 'mdqa', 'mdqa_oracle', 'kv', 'code', 'code_key')
+TABLE_ORDER = ('lm', 'retrieval', 'mdqa', 'mdqa_oracle', 'kv', 'code', 'code_key', 'zeroscrolls')
 GROUP_ORDER = ('Topic', 'Line', 'Passkey')
 # Tables with an average column per group (Table 5) rather than one over all columns.
 PER_GROUP_AVERAGE = ('mdqa', 'mdqa_oracle', 'kv')
+# ZeroSCROLLS' columns in its paper's order and abbreviations: the values of
+# `seqio_tasks.zeroscrolls.COLUMNS`, which the tasks' metrics.json name as their 'column' (this
+# module imports nothing of seqio_tasks; tests/zeroscrolls_report_test.py checks they agree).
+ZEROSCROLLS_COLUMNS = ('GvRp', 'SSFD', 'QMsm', 'SQAL', 'Qspr', 'Nrtv', 'QALT', 'MuSQ', 'SpDg',
+                       'BkSS')
+# Published results `render` can add (`t5align.report --published SUITE`): suite -> data file
+# (its source, split, row label, columns and rows; `published_results`).
+PUBLISHED = {'zeroscrolls': os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                         'zeroscrolls_published.json')}
+# Our rows' splits in this order, then any other.
+SPLIT_ORDER = ('validation', 'test')
 
 
 def iter_metrics_files(folders: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
@@ -58,8 +75,8 @@ def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
       if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ValueError(f'metrics file {path}: metric {key!r} is {value!r}; expected a number '
                          'or null.')
-    for key in ('group', 'column'):
-      if not isinstance(result[key], str):
+    for key in ('group', 'column', 'primary_metric'):
+      if key in result and not isinstance(result[key], str):
         raise ValueError(f'metrics file {path}: {key!r} is {result[key]!r}; expected a string.')
     result['path'] = path
     run_file = os.path.join(os.path.dirname(path), 'run.json')
@@ -71,6 +88,13 @@ def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
 
 # run.json fields that say where or on how many devices a run ran, not what it computed.
 _NOT_RESULTS = (*run_identity.INFORMATIONAL, 'gin', 'process_count', 'device_count', 'mesh')
+
+
+def split_of(result: Mapping[str, Any]) -> str | None:
+  """The split a result was evaluated on (its run.json's 'split'); None without a run.json."""
+  run = result.get('run')
+  split = run.get('split') if isinstance(run, Mapping) else None
+  return split if isinstance(split, str) else None
 
 
 def _value(settings: Any, dotted: str) -> Any:
@@ -90,20 +114,24 @@ def _shown(value: Any) -> str:
 def separate_runs(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   """`results` with no two runs in one cell.
 
-  Results whose cell (model, label, group, column) is shared by another run are compared by
-  their run.json (`result['run']`): every run folder (the folder holding the task folders) in
-  such a collision gets its folder and the differing settings (those with one value across
-  that folder's results) appended to its label. The same run found twice (identical settings
-  and metrics) counts once.
+  Results whose cell (model, label, group, column) is shared by another run of the same split
+  (run.json's; a table shows the split where there are several, as ZeroSCROLLS' does) are
+  compared by their run.json (`result['run']`): every run folder (the folder holding the task
+  folders) in such a collision gets its folder and the differing settings (those with one value
+  across that folder's results) appended to its label. The same run found twice (identical
+  settings and metrics) counts once.
 
   Raises:
     ValueError: two results of one cell with identical settings but different metrics, or
       without a run.json to tell them apart, naming both files.
   """
-  cells: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+  cell_of = lambda r: (r.get('model', ''), r.get('label', ''), r['group'], r['column'])
+  # A cell with a result lacking run.json (so its split) is one collision, refused below.
+  unknown = {cell_of(r) for r in results if r['run'] is None}
+  cells: dict[tuple[str, str, str, str, str | None], list[dict[str, Any]]] = {}
   for r in results:
-    cells.setdefault((r.get('model', ''), r.get('label', ''), r['group'], r['column']),
-                     []).append(r)
+    cell = cell_of(r)
+    cells.setdefault((*cell, None if cell in unknown else split_of(r)), []).append(r)
   kept, fields, split = [], set(), set()
   for items in cells.values():
     first = items[0]
@@ -211,16 +239,19 @@ def compare_accuracies(percent: float, baseline: float, trials: int) -> str:
   return 'within noise'
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  """A Markdown table: the first column left-aligned (row names), the others right-aligned."""
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
+                   left: Collection[int] = (0,)) -> str:
+  """A Markdown table: the columns at the indices `left` left-aligned (row names; default the
+  first), the others right-aligned."""
   lines = ['| ' + ' | '.join(header) + ' |',
-           '|' + '|'.join(['---'] + ['---:'] * (len(header) - 1)) + '|']
+           '|' + '|'.join('---' if i in left else '---:' for i in range(len(header))) + '|']
   lines += ['| ' + ' | '.join(r) + ' |' for r in rows]
   return '\n'.join(lines)
 
 
-def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  return f'### {title}\n\n' + markdown_table(header, rows)
+def _markdown(title: str, header: Sequence[str], rows: Sequence[Sequence[str]],
+              left: Collection[int] = (0,)) -> str:
+  return f'### {title}\n\n' + markdown_table(header, rows, left)
 
 
 def _row_keys(results: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -232,8 +263,29 @@ def _row_name(model: str, label: str, first: bool) -> str:
   return f'{model} {label}'.strip() if first else label
 
 
-def _cells_table(table: str, results: Sequence[Mapping[str, Any]], metric: str) -> str:
-  """Columns (group, column), a value per row; averages per group or over everything."""
+def primary_value(result: Mapping[str, Any], strict: bool = False) -> float | None:
+  """The result's value of its 'primary_metric' ('accuracy' in a file without one); None when
+  its metrics lack it (or are empty: a split without gold outputs).
+
+  Raises:
+    ValueError: naming the file, when `strict` and its metrics are there but lack the metric it
+      names (a ZeroSCROLLS metrics.json written before t5align.eval recorded each family's
+      primary metric; a task outside the catalog may well lack it, so the paper's tables show
+      '-').
+  """
+  metric = result.get('primary_metric', 'accuracy')
+  metrics = result['metrics']
+  if strict and metrics and metric not in metrics:
+    raise ValueError(f'metrics file {result.get("path", "?")}: its primary_metric {metric!r} is '
+                     f'not among its metrics ({", ".join(sorted(metrics))}); written by an older '
+                     't5align.eval? Rerun the same t5align.eval command: every example is '
+                     'recorded, so it rewrites metrics.json from the records without decoding.')
+  return metrics.get(metric)
+
+
+def _cells_table(table: str, results: Sequence[Mapping[str, Any]], metric: str | None) -> str:
+  """Columns (group, column), a value per row (of `metric`, else each result's primary metric);
+  averages per group or over everything."""
   columns = sorted({(r['group'], r['column']) for r in results},
                    key=lambda gc: (_group_key(gc[0]), _number_key(gc[1])))
   groups = sorted({g for g, _ in columns}, key=_group_key)
@@ -245,7 +297,7 @@ def _cells_table(table: str, results: Sequence[Mapping[str, Any]], metric: str) 
   if not per_group:
     header.append('Avg.')
   cell = {(r.get('model', ''), r.get('label', ''), r['group'], r['column']):
-          r['metrics'].get(metric) for r in results}
+          r['metrics'].get(metric) if metric else primary_value(r) for r in results}
   rows, last_model = [], None
   for model, label in _row_keys(results):
     row = [_row_name(model, label, model != last_model)]
@@ -284,17 +336,133 @@ def _code_tables(results: Sequence[Mapping[str, Any]]) -> list[str]:
   return out
 
 
-def render(results: Sequence[Mapping[str, Any]]) -> str:
-  """Markdown for all results, one section per table kind present."""
+def render(results: Sequence[Mapping[str, Any]], published: Collection[str] = ()) -> str:
+  """Markdown for all results, one section per table kind present.
+
+  Args:
+    results: `load_results`' results.
+    published: suites (keys of `PUBLISHED`) whose published rows join their table, which is
+      printed even without results of ours.
+  """
+  unknown = sorted(set(published) - set(PUBLISHED))
+  if unknown:
+    raise ValueError(f'no published results of {", ".join(unknown)}; there are those of '
+                     f'{", ".join(PUBLISHED)}.')
   sections = []
-  tables = sorted({r.get('table', 'other') for r in results},
+  tables = sorted({r.get('table', 'other') for r in results} | set(published),
                   key=lambda t: (TABLE_ORDER.index(t) if t in TABLE_ORDER else len(TABLE_ORDER),
                                  t))
   for table in tables:
     items = [r for r in results if r.get('table', 'other') == table]
     if table == 'code':
       sections += _code_tables(items)
+    elif table == 'zeroscrolls':
+      sections.append(zeroscrolls_table(
+          items, published_results('zeroscrolls') if 'zeroscrolls' in published else None))
     else:
-      metric = 'perplexity' if table == 'lm' else items[0].get('primary_metric', 'accuracy')
-      sections.append(_cells_table(table, items, metric))
+      sections.append(_cells_table(table, items, 'perplexity' if table == 'lm' else None))
   return '\n\n'.join(sections) + '\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# ZeroSCROLLS.
+
+
+def _number(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def published_results(suite: str) -> dict[str, Any]:
+  """The published rows of `suite` (`PUBLISHED`), checked: {'source', 'split', 'label',
+  'columns', 'rows': [{'model', 'tokens', 'scores': one number per column}]}.
+
+  Raises:
+    ValueError: naming the file and the field, for a field missing or of the wrong kind, or
+      columns other than the table's.
+  """
+  path = PUBLISHED[suite]
+  data = outputs.read_json(path, 'published results')
+  where = f'published results {path}'
+  if not isinstance(data, dict):
+    raise ValueError(f'{where}: expected a JSON object; got {type(data).__name__}.')
+  for key in ('source', 'split', 'label'):
+    if not isinstance(data.get(key), str):
+      raise ValueError(f'{where}: {key!r} is {data.get(key)!r}; expected a string.')
+  columns = [*ZEROSCROLLS_COLUMNS, 'Avg']
+  if data.get('columns') != columns:
+    raise ValueError(f'{where}: \'columns\' is {data.get("columns")!r}; expected {columns}.')
+  if not isinstance(data.get('rows'), list) or not data['rows']:
+    raise ValueError(f'{where}: \'rows\' is {data.get("rows")!r}; expected a list of rows.')
+  for i, row in enumerate(data['rows']):
+    field = f'{where}: rows[{i}]'
+    if not isinstance(row, dict) or not isinstance(row.get('model'), str):
+      raise ValueError(f'{field}: expected an object with a string \'model\'; got {row!r}.')
+    if not isinstance(row.get('tokens'), int) or isinstance(row['tokens'], bool):
+      raise ValueError(f'{field}.tokens is {row.get("tokens")!r}; expected an integer.')
+    scores = row.get('scores')
+    if (not isinstance(scores, list) or len(scores) != len(columns)
+        or not all(_number(v) for v in scores)):
+      raise ValueError(f'{field}.scores is {scores!r}; expected {len(columns)} numbers '
+                       f'({", ".join(columns)}).')
+  return data
+
+
+def _zeroscrolls_rows(results: Sequence[Mapping[str, Any]]
+                      ) -> dict[tuple[str, str, int, str], dict[str, Mapping[str, Any]]]:
+  """{(model, split, input length, label): {column: result}}, each result's fields checked."""
+  rows: dict[tuple[str, str, int, str], dict[str, Mapping[str, Any]]] = {}
+  for r in results:
+    if r['column'] not in ZEROSCROLLS_COLUMNS:
+      raise ValueError(f'metrics file {r["path"]}: \'column\' is {r["column"]!r}, not a '
+                       f'ZeroSCROLLS column ({", ".join(ZEROSCROLLS_COLUMNS)}).')
+    if not r['group'].isdigit():
+      raise ValueError(f'metrics file {r["path"]}: \'group\' is {r["group"]!r}; a ZeroSCROLLS '
+                       "task's group is its input length.")
+    key = (r.get('model', ''), split_of(r) or 'split unknown', int(r['group']),
+           r.get('label', ''))
+    rows.setdefault(key, {})[r['column']] = r
+  return rows
+
+
+def zeroscrolls_table(results: Sequence[Mapping[str, Any]],
+                      published: Mapping[str, Any] | None = None) -> str:
+  """The ZeroSCROLLS table: columns Model, Tokens, Temperature, the 10 tasks and Avg.
+
+  Our rows, one per (model, split, input length, label), are named '{model} ({split})' (the
+  split from run.json) and sorted by model, split, length and label (`labels.PAPER_ORDER`
+  first); a cell is the task's primary metric ('-' without one; `primary_value`, strict). Avg
+  is the mean of the 10 cells, '-' unless all are there; the lines under the table name what
+  each such row lacks. `published` (`published_results`) rows follow ours as published,
+  '{model} (published, {split})', with the published average and the data's source.
+  """
+  rows = _zeroscrolls_rows(results)
+  order = lambda key: (key[0], SPLIT_ORDER.index(key[1]) if key[1] in SPLIT_ORDER
+                       else len(SPLIT_ORDER), key[1], key[2], labels.label_order(key[3]))
+  lines, notes = [], []
+  for key in sorted(rows, key=order):
+    model, split, length, label = key
+    values = {c: primary_value(r, strict=True) for c, r in rows[key].items()}
+    cells = [values.get(c) for c in ZEROSCROLLS_COLUMNS]
+    name = f'{model} ({split})'
+    lines.append([name, str(length), label, *[_fmt(v, 'zeroscrolls') for v in cells],
+                  _fmt(_mean(cells) if None not in cells else None, 'zeroscrolls')])
+    absent = [c for c in ZEROSCROLLS_COLUMNS if c not in values]
+    unscored = [c for c in ZEROSCROLLS_COLUMNS if c in values and values[c] is None]
+    lacks = ([f'no result for {", ".join(absent)}'] if absent else []) + (
+        [f'no score for {", ".join(unscored)}'
+         + (" (the test split's gold is private: the leaderboard scores its predictions, "
+            'python -m t5align.leaderboard writes the CSV)' if split == 'test' else '')]
+        if unscored else [])
+    if lacks:
+      notes.append(f'- {name}, {length} tokens, {label}: {"; ".join(lacks)}.')
+  if published is not None:
+    for row in published['rows']:
+      lines.append([f'{row["model"]} (published, {published["split"]})', str(row['tokens']),
+                    published['label'], *[_fmt(v, 'zeroscrolls') for v in row['scores']]])
+  header = ['Model', 'Tokens', 'Temperature', *ZEROSCROLLS_COLUMNS, 'Avg']
+  text = _markdown(TITLES['zeroscrolls'], header, lines, left=(0, 2))
+  if notes:
+    text += '\n\nAvg needs all 10 tasks scored:\n\n' + '\n'.join(notes)
+  if published is not None:
+    text += f'\n\nPublished rows: {published["source"]}'
+  return text

@@ -45,7 +45,7 @@ PREFLIGHT_EOS_ID = 1
 @dataclasses.dataclass(frozen=True)
 class EvalJob:
   """`python -m t5align.eval`'s settings (gin/runs/eval.gin binds its macros to these fields,
-  as `t5align.eval.evaluate`) and its run.
+  as `t5align_eval.evaluate`: it imports `t5align.eval` as `t5align_eval`) and its run.
 
   Attributes:
     model: the network (gin: @network.Transformer() from a gin/models file); its config is
@@ -576,6 +576,7 @@ def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
   Records carry the postprocessed target (and prediction), made where the example was read,
   so the writing process needs no example of another process's share.
   """
+  from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
   records = [log.records[i] for i in range(total)]
   taus = sorted({tuple(np.ravel(r['tau']).tolist()) for r in records})
   constant = temp.describe().get('temperature')
@@ -598,7 +599,9 @@ def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
       'metrics': {k: _plain(v) for k, v in values.items()},
       'family': spec.family if spec else None, 'table': spec.table if spec else 'other',
       'group': spec.group if spec else task.name, 'column': spec.column if spec else 'all',
-      'primary_metric': 'perplexity' if scored else 'accuracy',
+      # The family's (seqio_tasks.metrics.PRIMARY_METRICS); a task outside the catalog: its mode's.
+      'primary_metric': (task_metrics.primary_metric(spec.family) if spec
+                         else 'perplexity' if scored else 'accuracy'),
       **{k: v for k, v in temp.describe().items() if k != 'schedule'},
       # From the records: the temperatures the metrics' predictions were made at.
       'record_temperatures': {'distinct': len(taus), 'min': [min(t) for t in zip(*taus)],

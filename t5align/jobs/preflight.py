@@ -283,7 +283,7 @@ def check_program(case: Case, program: Any, mesh: Any) -> Report:
 
 def _configured_job(program: str) -> Any:
   """The job class of `program` when the gin files bind it (the run files bind the jobs under
-  their commands' names: gin/runs/eval.gin `t5align.eval.evaluate`, which is `jobs.EvalJob`;
+  their commands' names: gin/runs/eval.gin `t5align_eval.evaluate`, which is `jobs.EvalJob`;
   gin/calibrate.gin `t5align.calibrate.run`, `jobs.CalibrationJob`), else None."""
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import jobs  # pylint: disable=g-import-not-at-top
@@ -314,7 +314,7 @@ def case_from_gin(target: tpu_chips.Target, length: int | None = None,
   make it, and its model.
 
   `program`: 'eval' or 'calibration'; None: the one the gin files configure (gin/runs/eval.gin
-  binds `t5align.eval.evaluate`, gin/calibrate.gin `t5align.calibrate.run`).
+  binds `t5align_eval.evaluate`, gin/calibrate.gin `t5align.calibrate.run`).
   """
   import gin  # pylint: disable=g-import-not-at-top
   configured = [p for p in PROGRAMS if _configured_job(p) is not None]

@@ -1,28 +1,67 @@
-"""README.md as tested code: each fenced block runs as written, or is checked (doc_blocks.py).
+"""README.md, CHANGELOG.md and every page under docs/ as tested code, and the docs site's build.
 
-The shell blocks that run write below $OUT, set here to a temporary folder.
+Each fenced block runs as written, or is checked (doc_blocks.py). The shell blocks that run write
+below $OUT, set here to a temporary folder. The site (mkdocs.yml) builds in strict mode: a broken
+link or anchor, a page missing from the nav, or an API name mkdocstrings cannot resolve fails it.
 """
 from __future__ import annotations
 
+import pathlib
+import re
+import subprocess
+import sys
+
 import pytest
 
-import doc_blocks
+pytest.importorskip('sybil')  # The newest-jax environment has no sybil; the main one does.
+import doc_blocks  # noqa: E402
 
-README = doc_blocks.REPO_ROOT / 'README.md'
-EXAMPLES = doc_blocks.examples(README)
+pytestmark = pytest.mark.docs
+
+ROOT = doc_blocks.REPO_ROOT
+PAGES = [ROOT / 'README.md', ROOT / 'CHANGELOG.md', *sorted((ROOT / 'docs').rglob('*.md'))]
+EXAMPLES = [e for page in PAGES for e in doc_blocks.examples(page)]
 
 
-def test_readme_has_runnable_and_check_only_blocks():
+def _name(example) -> str:
+  return f'{pathlib.Path(example.path).relative_to(ROOT)}:{example.line}'
+
+
+def test_docs_have_runnable_and_check_only_blocks():
   blocks = [e.parsed for e in EXAMPLES]
   assert sum(b.needs is None and b.language == 'python' for b in blocks) >= 1
   assert sum(b.needs is None and b.language == 'sh' for b in blocks) >= 1
   assert all(b.needs for b in blocks if b.needs is not None)
 
 
-@pytest.mark.parametrize('example', EXAMPLES, ids=lambda e: f'README.md:{e.line}')
-def test_readme_block(example, tmp_path_factory, monkeypatch):
-  monkeypatch.setenv('OUT', str(tmp_path_factory.mktemp('readme_out')))
+# A page's Python blocks share one namespace: its blocks run on one xdist worker, in order.
+@pytest.mark.parametrize('example', [
+    pytest.param(e, marks=pytest.mark.xdist_group(f'doc:{e.path}'), id=_name(e))
+    for e in EXAMPLES])
+def test_doc_block(example, tmp_path_factory, monkeypatch):
+  monkeypatch.setenv('OUT', str(tmp_path_factory.mktemp('docs_out')))
   example.evaluate()
+
+
+@pytest.mark.parametrize('page', ['README.md', 'CHANGELOG.md'])
+def test_links_outside_the_site_resolve_inside_the_repository(page):
+  """README.md and CHANGELOG.md are outside the site (mkdocs checks the pages in docs/): each
+  relative link names a file of the repository, and no link leaves it."""
+  text = (ROOT / page).read_text()
+  files = [link.split('#')[0] for link in re.findall(r'\]\(([^)\s]+)\)', text)
+           if not re.match(r'[a-z]+://', link)]
+  broken = [f for f in files
+            if not ((ROOT / f).resolve().is_relative_to(ROOT) and (ROOT / f).exists())]
+  assert not broken, f'{page}: links that leave the repository or name no file: {broken}'
+
+
+def test_site_builds_strictly(tmp_path):
+  """`mkdocs build --strict`, as `make docs` runs it."""
+  proc = subprocess.run([sys.executable, '-m', 'mkdocs', 'build', '--strict', '--site-dir',
+                         str(tmp_path / 'site')], cwd=ROOT, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  assert (tmp_path / 'site' / 'api' / 'jobs' / 'index.html').is_file()
 
 
 @pytest.mark.parametrize('language, source, message', [
@@ -54,6 +93,7 @@ def test_readme_block(example, tmp_path_factory, monkeypatch):
     ('sh', 'python -m t5align.preflight --topology=v4-32 --length=32768 '
            '--gin_file=gin/runs/eval.gin --gin.NUM_PARTITON=8', 'no macro NUM_PARTITON'),
     ('sh', 'make demoo', "no target 'demoo'"),
+    ('sh', 'python -m t5align.demo --contrls', 't5align.demo refuses these flags'),
     ('sh', "pip install -e '.[seqoi]'", "setup.cfg has no extras \\['seqoi'\\]"),
     ('sh', 'gcloud compute tpus tpu-vm ssh t --command="cd t5align && python -m t5align.eval '
            '--gin_file=gin/runs/eval.gin --gin.NUM_PARTITON=8"', 'no macro NUM_PARTITON'),
