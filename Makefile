@@ -29,6 +29,8 @@ PYTHON312 ?= $(shell for p in python3.12 "$$(pyenv root 2>/dev/null)"/versions/3
 # The markers that take a test out of the fast lane (tests/conftest.py: INTEGRATION_MARKERS).
 INTEGRATION := cli or multiprocess or docs or tpu_compile or bench or slow
 PYTEST_XDIST := -n 2 --dist loadgroup
+# More pytest arguments for the test targets, e.g. `make test-fast PYTEST_ARGS='-k calibration'`.
+PYTEST_ARGS ?=
 
 .PHONY: demo demo-full test test-fast test-newest-jax docs venv demo-venv clean
 
@@ -66,14 +68,14 @@ demo-full: demo-venv
 	$(DEMO_VENV)/bin/python -m t5align.demo --full --output_dir=demo_output_full
 
 test: venv
-	$(VENV)/bin/python -m pytest $(PYTEST_XDIST)
+	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-fast: venv
-	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) -m 'not ($(INTEGRATION))' --unmarked-limit=10
+	$(VENV)/bin/python -m pytest $(PYTEST_XDIST) -m 'not ($(INTEGRATION))' --unmarked-limit=10 $(PYTEST_ARGS)
 
 test-newest-jax: $(NEWEST_VENV)/.installed
 	$(NEWEST_VENV)/bin/python -c 'import sys, jax, jaxlib, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__)'
-	$(NEWEST_VENV)/bin/python -m pytest $(PYTEST_XDIST) -m newest_jax
+	$(NEWEST_VENV)/bin/python -m pytest $(PYTEST_XDIST) -m newest_jax $(PYTEST_ARGS)
 
 docs: venv
 	$(VENV)/bin/python -m mkdocs build --strict
