@@ -36,7 +36,7 @@ def test_docs_have_runnable_and_check_only_blocks():
 
 # A page's Python blocks share one namespace: its blocks run on one xdist worker, in order.
 @pytest.mark.parametrize('example', [
-    pytest.param(e, marks=pytest.mark.xdist_group(f'doc:{e.path}'), id=_name(e))
+    pytest.param(e, marks=pytest.mark.xdist_group(_name(e).split(':')[0]), id=_name(e))
     for e in EXAMPLES])
 def test_doc_block(example, tmp_path_factory, monkeypatch):
   monkeypatch.setenv('OUT', str(tmp_path_factory.mktemp('docs_out')))
