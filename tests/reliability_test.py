@@ -210,6 +210,21 @@ def test_non_utf8_calibration_text_and_prediction_line(tmp_path):
     records.RecordLog(log)
 
 
+@pytest.mark.parametrize('line, message', [
+    ('{"inputs": "unterminated, "task": "a"}',
+     r'expected a JSON object with an "inputs" string \(Expecting .,. delimiter'),
+    ('{"task": "a"}', r'expected a JSON object with an "inputs" string \(.inputs.\)'),
+    ('["a list"]', r'expected a JSON object with an "inputs" string'),
+    ('{"inputs": ""}', r'"inputs" must be a non-empty string'),
+    ('{"inputs": 7}', r'"inputs" must be a non-empty string'),
+])
+def test_malformed_calibration_jsonl_line_names_file_and_line(tmp_path, line, message):
+  jsonl = tmp_path / 'inputs.jsonl'
+  jsonl.write_text('{"inputs": "a fine first line", "task": "a"}\n' + line + '\n')
+  with pytest.raises(ValueError, match=rf'{jsonl}:2: ' + message):
+    samples.jsonl_examples(str(jsonl), lambda text: [3] * len(text.split()), 1, 4)
+
+
 @pytest.mark.parametrize('content, message', [
     ('{"group": "Passkey", "col', r'metrics.json:1: not valid JSON .*truncated'),
     ('{"group": "Passkey", "metrics": {}}', r'metrics.json is incomplete: it lacks column'),
