@@ -90,7 +90,8 @@ def rouge(prediction: str, references: Sequence[str]) -> dict[str, float]:
 
 
 def normalize_answer(text: str, transliterate: bool = False) -> str:
-  """SQuAD normalization (as `metrics.normalize_answer`), then ZeroSCROLLS' `unidecode` of the
+  """SQuAD normalization (lower case, no ASCII punctuation, no a/an/the, single spaces; the
+  paper's tasks use it too, as `metrics.normalize_answer`), then ZeroSCROLLS' `unidecode` of the
   result when `transliterate` (after normalizing, as upstream: so '«The»' keeps its '<<>>')."""
   text = ''.join(ch for ch in text.lower() if ch not in _PUNCTUATION)
   text = ' '.join(_ARTICLES.sub(' ', text).split())

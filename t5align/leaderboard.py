@@ -83,8 +83,8 @@ def read_predictions(folder: str, allow_incomplete: bool = False) -> dict[str, s
   path = os.path.join(folder, 'predictions.jsonl')
   raw = fileio.read_bytes(path)
   predictions: dict[str, str] = {}
-  # A last line without its newline is a write the run did not finish: not a record.
-  for number, line in enumerate(outputs.decode_lines(raw[:raw.rfind(b'\n') + 1], path), 1):
+  # Read only (a torn last line is not a record, and not cut here: the folder is the run's).
+  for number, line in enumerate(outputs.decode_lines(outputs.whole_lines(raw), path), 1):
     try:
       record = json.loads(line)
     except json.JSONDecodeError as e:

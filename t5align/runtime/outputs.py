@@ -277,6 +277,12 @@ def claim(path: fileio.PathLike | None, what: str, *,
     yield lock
 
 
+def whole_lines(raw: bytes) -> bytes:
+  """`raw` up to and including its last newline: without a torn last line (no newline: the
+  writer died mid-line), which is no record."""
+  return raw[:raw.rfind(b'\n') + 1]
+
+
 def repair_jsonl(path: fileio.PathLike) -> bytes:
   """Cuts a torn last line (no newline: the writer died mid-line) off a local JSONL file.
 
@@ -286,7 +292,7 @@ def repair_jsonl(path: fileio.PathLike) -> bytes:
   if not fileio.exists(path):
     return b''
   raw = fileio.read_bytes(path)
-  keep = raw.rfind(b'\n') + 1  # Bytes up to and including the last newline.
+  keep = len(whole_lines(raw))
   if keep < len(raw) and not fileio.is_remote(path):
     logging.warning('%s: dropped a torn last line (%d bytes, an interrupted write).', path,
                     len(raw) - keep)
