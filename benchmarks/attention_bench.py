@@ -19,15 +19,11 @@ the platform's fused kernel (dispatch.FUSED): on CPU the TPU kernel in interpret
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import re
-import resource
-import statistics
-import subprocess
 import sys
-import time
-from typing import Any, Callable
+from typing import Callable
+
+from benchmarks import harness
 
 PRESETS = {
     'cpu-small': dict(lengths=[2048, 4096, 8192, 16384], heads=[4], depth=32, dtype='float32',
@@ -37,122 +33,6 @@ PRESETS = {
                 dtype='bfloat16', impls=['reference', 'blockwise', 'pallas'], repeats=5,
                 max_length={'reference': 8192, 'hf': 8192}),
 }
-
-
-# ---------------------------------------------------------------- shared with encoder_bench.py
-
-
-def peak_memory_bytes(framework: str) -> int:
-  """Peak memory of this process: accelerator bytes on GPU, else max RSS."""
-  if framework == 'jax':
-    import jax  # pylint: disable=g-import-not-at-top
-    device = jax.devices()[0]
-    if device.platform != 'cpu':
-      return int((device.memory_stats() or {}).get('peak_bytes_in_use', -1))
-  elif framework == 'torch':
-    import torch  # pylint: disable=g-import-not-at-top
-    if torch.cuda.is_available():
-      return int(torch.cuda.max_memory_allocated())
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB.
-
-
-def time_calls(fn: Callable[[], Any], block: Callable[[Any], Any], repeats: int,
-               peak: Callable[[], float] | None = None) -> tuple[dict, Any]:
-  """Compile/warm-up time of the first call, median wall time of `repeats` more, last output.
-
-  `peak` (`matmul_peak`): timed once before every timed call (after the first call when
-  `repeats` is 0), interleaved with them in this process, so that the row and the machine's peak
-  see the same load; the median is returned as `peak_tflops_per_s`.
-  """
-  start = time.perf_counter()
-  out = block(fn())
-  first = time.perf_counter() - start
-  times, peaks = [], []
-  for _ in range(repeats):
-    if peak is not None:
-      peaks.append(peak())
-    start = time.perf_counter()
-    out = block(fn())
-    times.append(time.perf_counter() - start)
-  # NOTE: repeats=0 reports the first call (for minute-long reference runs).
-  seconds = statistics.median(times) if times else first
-  result = {'first_call_s': round(first, 4), 'seconds': round(seconds, 5)}
-  if peak is not None:
-    result['peak_tflops_per_s'] = round(statistics.median(peaks or [peak()]), 4)
-  return result, out
-
-
-def matmul_peak(dtype: str, size: int) -> Callable[[], float]:
-  """The machine's own peak as XLA reaches it: a callable timing one `[size, size]` x
-  `[size, size]` matmul in `dtype` (jit-compiled, compiled and warmed up here) and returning its
-  TFLOP/s (2 size^3 FLOPs).
-
-  Each call draws its inputs on the device (untimed) and drops them after, so that the peak
-  memory a row reports is not raised by matrices held between its calls.
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  draw = jax.jit(lambda key: tuple(jax.random.normal(k, (size, size), jnp.dtype(dtype))
-                                   for k in jax.random.split(key)))
-  product = jax.jit(jnp.matmul)
-  jax.block_until_ready(product(*draw(jax.random.PRNGKey(0))))
-
-  def measure() -> float:
-    a, b = jax.block_until_ready(draw(jax.random.PRNGKey(1)))
-    start = time.perf_counter()
-    out = jax.block_until_ready(product(a, b))
-    seconds = time.perf_counter() - start
-    del a, b, out
-    return 2.0 * size ** 3 / seconds / 1e12
-
-  return measure
-
-
-def torch_available() -> bool:
-  try:
-    import torch  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-    import transformers  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  except ImportError:
-    return False
-  return True
-
-
-def torch_device_and_dtype(dtype: str):
-  import torch  # pylint: disable=g-import-not-at-top
-  device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  return device, getattr(torch, dtype)
-
-
-def torch_block(device: str):
-  import torch  # pylint: disable=g-import-not-at-top
-  if device != 'cuda':
-    return lambda x: x
-  return lambda x: (torch.cuda.synchronize(), x)[1]
-
-
-def run_worker(module: str, spec: dict, timeout: int) -> dict:
-  """Runs `python -m module --worker spec` and returns its JSON line (or the error)."""
-  cmd = [sys.executable, '-m', module, '--worker', json.dumps(spec)]
-  try:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-  except subprocess.TimeoutExpired:
-    return {**spec, 'error': f'timeout after {timeout} s'}
-  lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
-  if proc.returncode or not lines:
-    # The exception's own line (jax prints a note on traceback filtering after it), else the last.
-    err = proc.stderr.strip().splitlines() or ['?']
-    named = [l for l in err if re.match(r'[\w.]*(Error|Exception)\b', l)]
-    return {**spec, 'error': (named or err)[-1][:600]}
-  return json.loads(lines[-1])
-
-
-def add_ratios(rows: list[dict], keys: tuple[str, ...]) -> None:
-  """Adds `hf_over_this` (HF seconds / this row's seconds) to rows sharing `keys` with an HF row."""
-  hf = {tuple(r[k] for k in keys): r for r in rows if r['impl'] == 'hf' and 'seconds' in r}
-  for row in rows:
-    match = hf.get(tuple(row[k] for k in keys))
-    if match and 'seconds' in row and row['impl'] != 'hf':
-      row['hf_over_this'] = round(match['seconds'] / row['seconds'], 3)
 
 
 # ---------------------------------------------------------------------------- attention alone
@@ -179,6 +59,16 @@ def config_options(spec: dict) -> dict:
   return {'attention_options': tuple(kernel_options(spec).values())}
 
 
+def attention_call(impl: str, dtype, temperature, options: dict | None = None) -> Callable:
+  """`(q, k, v, table, ids) -> (out, RowStats)`: `dispatch.self_attention` by `impl` in `dtype`
+  with row statistics, at `temperature`; `options`: `impl`'s kernel keywords (`kernel_options`).
+  q, k, v `[b, l, h, d]`, table `[h, num_buckets]`, ids `[b, l]`."""
+  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
+  return lambda q, k, v, table, ids: dispatch.self_attention(
+      q, k, v, rel_embedding=table, segment_ids=ids, temperature=temperature, impl=impl,
+      dtype=dtype, with_stats=True, **(options or {}))
+
+
 def check_against_reference(impl: str, heads: int, depth: int, dtype,
                             options: dict | None = None, length: int = 1000) -> dict:
   """`impl` vs 'reference' on batch 2 of `length` tokens (1000: not a block multiple), row 1
@@ -191,7 +81,6 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   keys = jax.random.split(jax.random.PRNGKey(42), 4)
   q, k, v = (jax.random.normal(key, (2, length, heads, depth), dtype) for key in keys[:3])
@@ -199,10 +88,9 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
   ids = jnp.stack([jnp.ones(length, jnp.int32),
                    (jnp.arange(length) < int(length * 0.7)).astype(jnp.int32)])  # [2, l]
   taus = jnp.asarray([0.8, 0.6], jnp.float32)
-  run = lambda name, **kw: jax.jit(functools.partial(
-      dispatch.self_attention, impl=name, dtype=dtype, with_stats=True, **kw))(
-          q, k, v, rel_embedding=table, segment_ids=ids, temperature=taus)
-  (out, stats), (ref, ref_stats) = run(impl, **(options or {})), run('reference')
+  run = lambda name, options=None: jax.jit(attention_call(name, dtype, taus, options))(
+      q, k, v, table, ids)
+  (out, stats), (ref, ref_stats) = run(impl, options), run('reference')
   real = np.asarray(ids > 0)  # [b, l]
   out, ref = (np.asarray(x, np.float64)[real] for x in (out, ref))  # [rows, h, d]
   pick = lambda x: np.asarray(x, np.float64).transpose(0, 2, 1)[real]  # [b, h, l] -> [rows, h]
@@ -218,7 +106,6 @@ def check_against_reference(impl: str, heads: int, depth: int, dtype,
 def _jax_worker(spec: dict) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from t5align.attention import dispatch  # pylint: disable=g-import-not-at-top
   from t5align.attention import reference  # pylint: disable=g-import-not-at-top
   options = kernel_options(spec)
   length, heads, depth = spec['length'], spec['heads'], spec['depth']
@@ -229,11 +116,9 @@ def _jax_worker(spec: dict) -> dict:
   q, k, v = (jax.random.normal(key, (1, length, heads, depth), dtype) for key in keys[:3])
   table = jax.random.normal(keys[3], (heads, reference.NUM_BUCKETS), jnp.float32)
   ids = jnp.ones((1, length), jnp.int32)
-  fn = jax.jit(functools.partial(dispatch.self_attention, impl=spec['impl'], dtype=dtype,
-                                 with_stats=True, **options))
-  result, _ = time_calls(
-      lambda: fn(q, k, v, rel_embedding=table, segment_ids=ids, temperature=0.8),
-      jax.block_until_ready, spec['repeats'])
+  fn = jax.jit(attention_call(spec['impl'], dtype, 0.8, options))
+  result, _ = harness.time_calls(lambda: fn(q, k, v, table, ids), jax.block_until_ready,
+                                 spec['repeats'])
   if check is not None:
     result['check_vs_reference'] = check
   return {**result, 'device': str(jax.devices()[0].device_kind)}
@@ -244,13 +129,14 @@ def _torch_worker(spec: dict) -> dict:
   from transformers import T5Config  # pylint: disable=g-import-not-at-top
   from transformers.models.t5.modeling_t5 import T5Attention  # pylint: disable=g-import-not-at-top
   length, heads, depth = spec['length'], spec['heads'], spec['depth']
-  device, dtype = torch_device_and_dtype(spec['dtype'])
+  device, dtype = harness.torch_device_and_dtype(spec['dtype'])
   config = T5Config(d_model=heads * depth, d_kv=depth, num_heads=heads, dropout_rate=0.0,
                     attn_implementation='eager')
   layer = T5Attention(config, has_relative_attention_bias=True).to(device, dtype).eval()
   hidden = torch.randn(1, length, heads * depth, device=device, dtype=dtype)
   with torch.no_grad():
-    result, _ = time_calls(lambda: layer(hidden), torch_block(device), spec['repeats'])
+    result, _ = harness.time_calls(lambda: layer(hidden), harness.torch_block(device),
+                                   spec['repeats'])
   return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
 
@@ -259,50 +145,11 @@ def worker(spec: dict) -> dict:
   result = (_torch_worker if framework == 'torch' else _jax_worker)(spec)
   flops = attention_flops(spec['length'], spec['heads'], spec['depth'])
   result['tflops_per_s'] = round(flops / result['seconds'] / 1e12, 4)
-  result['peak_bytes'] = peak_memory_bytes(framework)
+  result['peak_bytes'] = harness.peak_memory_bytes(framework)
   lxl = spec['length'] ** 2 * spec['heads'] * 4
   # An [h, L, L] float32 array; blockwise/pallas should stay far below it.
   result['peak_over_hLL_f32'] = round(result['peak_bytes'] / lxl, 4)
   return {**spec, **result}
-
-
-def parse_common_flags(parser: argparse.ArgumentParser, argv, timeout: int) -> argparse.Namespace:
-  """Adds the flags both benchmarks share (--impls, --repeats, --no-hf, --timeout) and parses."""
-  parser.add_argument('--impls', nargs='+', help='subset of reference/blockwise/pallas/hf')
-  parser.add_argument('--repeats', type=int, help='timed calls after the first (0: time the first)')
-  parser.add_argument('--hf-repeats', type=int, help='--repeats for the HuggingFace rows')
-  parser.add_argument('--no-hf', action='store_true', help='skip the HuggingFace torch rows')
-  parser.add_argument('--timeout', type=int, default=timeout, help='seconds per measurement')
-  parser.add_argument('--pallas-configs', nargs='+', default=[''], metavar='F1,F2,...',
-                      help="fused kernel settings to measure (one row each), its options class's "
-                      "fields in order; '' = defaults")
-  parser.add_argument('--worker', help=argparse.SUPPRESS)
-  return parser.parse_args(argv)
-
-
-def variants(args: argparse.Namespace, impl: str) -> list[dict]:
-  """Extra spec keys per measured variant of `impl` (one per --pallas-configs entry for a fused
-  kernel: 'pallas', 'pallas_gpu', 'pallas_mgpu', 'pallas_tpu')."""
-  if not impl.startswith('pallas'):
-    return [{}]
-  return [{'pallas': [int(x) for x in c.split(',')]} if c else {} for c in args.pallas_configs]
-
-
-def repeats_for(args: argparse.Namespace, preset: dict, impl: str) -> int:
-  """Timed calls of a row: --repeats or the preset's; HF rows: --hf-repeats or 'hf_repeats'."""
-  if impl == 'hf':
-    for value in (args.hf_repeats, preset.get('hf_repeats')):
-      if value is not None:
-        return value
-  return args.repeats if args.repeats is not None else preset['repeats']
-
-
-def implementations(args: argparse.Namespace, preset: dict) -> list[str]:
-  """The preset's (or --impls') implementations, plus HuggingFace when torch is importable."""
-  impls = list(args.impls or preset['impls'])
-  if not args.no_hf and 'hf' not in impls and torch_available():
-    impls.append('hf')
-  return impls
 
 
 def main(argv=None) -> None:
@@ -311,24 +158,24 @@ def main(argv=None) -> None:
   parser.add_argument('--lengths', type=int, nargs='+', help='override the preset lengths')
   parser.add_argument('--heads', type=int, nargs='+', help='override the preset head counts')
   parser.add_argument('--depth', type=int, help='head dim')
-  args = parse_common_flags(parser, argv, timeout=1800)
-  if args.worker:
-    print(json.dumps(worker(json.loads(args.worker))))
+  args = harness.parse_common_flags(parser, argv, timeout=1800)
+  if harness.answer_worker(args.worker, worker):
     return
   preset = PRESETS[args.preset]
-  impls = implementations(args, preset)
+  impls = harness.implementations(args, preset)
   rows = []
   for heads in args.heads or preset['heads']:
     for length in args.lengths or preset['lengths']:
       for impl in impls:
         if length > preset['max_length'].get(impl, length):
           continue
-        for extra in variants(args, impl):
+        for extra in harness.variants(args, impl):
           spec = dict(impl=impl, length=length, heads=heads, depth=args.depth or preset['depth'],
-                      dtype=preset['dtype'], repeats=repeats_for(args, preset, impl), **extra)
-          rows.append(run_worker('benchmarks.attention_bench', spec, args.timeout))
+                      dtype=preset['dtype'], repeats=harness.repeats_for(args, preset, impl),
+                      **extra)
+          rows.append(harness.run_worker('benchmarks.attention_bench', spec, args.timeout))
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-  add_ratios(rows, ('length', 'heads'))
+  harness.add_ratios(rows, harness.hf_base(rows, ('length', 'heads')), 'hf_over_this')
   print(json.dumps({'benchmark': 'attention', 'preset': args.preset, 'rows': rows}, indent=1))
 
 

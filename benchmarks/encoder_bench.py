@@ -23,11 +23,12 @@ way; XLA's loop-invariant code motion lifts that projection out of the decoding 
 the two rows time alike there);
 `seconds` is the median wall time for DECODE_TOKENS tokens, `tokens_1` that of one token
 (the one-time work: cache set-up, cached projections), `seconds_per_token` each further token,
-(t(16) - t(1)) / 15. Each measurement runs in its own subprocess (see attention_bench.py for the
-memory and TFLOP/s conventions; FLOPs here are the whole encoder's matmuls).
+(t(16) - t(1)) / 15. Each measurement runs in its own subprocess (`harness.run_worker`; see
+attention_bench.py for the memory and TFLOP/s conventions; FLOPs here are the whole encoder's
+matmuls).
 
 The machine's own peak is measured in the same run: a large matmul in the preset's dtype
-through XLA (`peak_size` square; `attention_bench.matmul_peak`), as 'peak' rows at the start and
+through XLA (`peak_size` square; `harness.matmul_peak`), as 'peak' rows at the start and
 the end, and inside every forward / calibration row's process once before each of its timed
 calls (CPU; HF rows on a GPU use the 'peak' rows), so that the row and the peak share the load
 of the moment. Every such row gives `peak_tflops_per_s` and `fraction_of_peak` (its TFLOP/s over
@@ -54,7 +55,8 @@ import os
 import statistics
 import sys
 
-from benchmarks import attention_bench as common
+from benchmarks import attention_bench
+from benchmarks import harness
 
 # Sizes: the released T5 1.1 / Flan-T5 checkpoints' (emb, heads x head_dim, encoder layers, mlp);
 # gated-gelu, vocab 32128.
@@ -106,7 +108,7 @@ def encoder_flops(model: dict, length: int) -> float:
   return per_layer * model['num_encoder_layers']
 
 
-def _random_params(config, dtype, parts=('token_embedder', 'encoder'), on_device=False):
+def random_params(config, dtype, parts=('token_embedder', 'encoder'), on_device=False):
   """Random params (the top-level `parts`) in `dtype`, scaled like t5x's initializers.
 
   Drawn with numpy in float32, one array at a time, so that making them costs no more memory
@@ -145,12 +147,16 @@ def _random_params(config, dtype, parts=('token_embedder', 'encoder'), on_device
   return jax.tree_util.tree_map_with_path(make, shapes)
 
 
-def _config(spec: dict, **overrides):
+def model_config(spec: dict, **overrides):
+  """The `T5Config` of a row: `MODELS[spec['model']]` in `spec['dtype']`, gated-gelu, no
+  dropout, attention `spec['impl']` with `spec['pallas']`'s kernel options; `overrides`: further
+  fields."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
-  fields = dict(MODELS[spec['model']], dtype=jnp.dtype(spec['dtype']), dropout_rate=0.0,
+  sizes = MODELS[spec['model']]
+  fields = dict(sizes, dtype=jnp.dtype(spec['dtype']), dropout_rate=0.0,
                 mlp_activations=('gelu', 'linear'), attention_impl=spec['impl'],
-                **common.config_options({**spec, 'depth': MODELS[spec['model']]['head_dim']}))
+                **attention_bench.config_options({**spec, 'depth': sizes['head_dim']}))
   return network.T5Config(**{**fields, **overrides})
 
 
@@ -161,21 +167,21 @@ def _rss_bytes() -> int:
     return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
 
 
-def _check_worker(spec: dict, params=None) -> dict:
+def check_model(spec: dict, params=None) -> dict:
   """`spec['impl']` vs 'reference', same weights, batch 2 (row 1 padded to 70%) at `length`.
 
   'forward': relative L2 error of the encoder output over real rows; 'calibration': the mean
   P_max / entropy at 3 of the taus (1.0, 0.75, 0.5), largest absolute differences. `params`:
-  the weights to check with (those of a row timed in the same process); None: `_random_params`.
+  the weights to check with (those of a row timed in the same process); None: `random_params`.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from t5align.calibration import stats  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   length = spec['length']
-  config = _config(spec)
+  config = model_config(spec)
   if params is None:
-    params = _random_params(config, config.dtype)
+    params = random_params(config, config.dtype)
   tokens = np.array(jax.random.randint(jax.random.PRNGKey(3), (2, length), 2,
                                          config.vocab_size))
   tokens[1, int(length * 0.7):] = 0
@@ -183,7 +189,7 @@ def _check_worker(spec: dict, params=None) -> dict:
   result = {'length': length}
   for_impl = {}
   for impl in (spec['impl'], 'reference'):
-    model = network.Transformer(_config(spec, attention_impl=impl))
+    model = network.Transformer(model_config(spec, attention_impl=impl))
     if spec['kind'] == 'forward':
       out = jax.jit(lambda p, t, model=model: model.apply(
           {'params': p}, t, method=model.encode, enable_dropout=False))(params, tokens)
@@ -210,8 +216,8 @@ def _decode_worker(spec: dict) -> dict:
   from t5align import decoding  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   dtype = jnp.dtype(spec['dtype'])
-  config = _config(spec)
-  params = _random_params(config, dtype, ('token_embedder', 'decoder'))
+  config = model_config(spec)
+  params = random_params(config, dtype, ('token_embedder', 'decoder'))
   model = network.Transformer(config)
   key_e, key_t = jax.random.split(jax.random.PRNGKey(1))
   # [1, L, e]: the decoder's cost does not depend on what the encoder wrote.
@@ -222,7 +228,7 @@ def _decode_worker(spec: dict) -> dict:
     fn = jax.jit(lambda p, e, t, steps=steps: decoding.greedy_from_encoded(
         model, p, e, t, max_decode_length=steps, eos_id=-1,  # -1: never stops early.
         cache_cross_kv=spec['cross_kv'] == 'cached'))
-    timing, out = common.time_calls(lambda: fn(params, encoded, tokens), jax.block_until_ready,
+    timing, out = harness.time_calls(lambda: fn(params, encoded, tokens), jax.block_until_ready,
                                     spec['repeats'])
     result[f'tokens_{steps}'] = timing
   result['seconds'] = result[f'tokens_{DECODE_TOKENS}']['seconds']
@@ -241,12 +247,12 @@ def _jax_worker(spec: dict) -> dict:
   from t5align import network  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   dtype = jnp.dtype(spec['dtype'])
-  config = _config(spec)
+  config = model_config(spec)
   baseline = _rss_bytes()
   # Parameters sharded over 'model' across every device (one device: as plain jit), traced
   # under the logical axis rules, as calibration runs it (taus over 'tau', here of size 1).
   mesh = partitioning.calibration_mesh(1, 1, jax.device_count())
-  params = partitioning.place_params(_random_params(config, dtype), config, mesh)
+  params = partitioning.place_params(random_params(config, dtype), config, mesh)
   model = network.Transformer(config)
   tokens = partitioning.global_array(
       jax.random.randint(jax.random.PRNGKey(1), (1, spec['length']), 2, config.vocab_size),
@@ -260,7 +266,7 @@ def _jax_worker(spec: dict) -> dict:
     host_tokens = np.asarray(tokens)
     call = lambda: stats.encoder_attention_stats(params, config, host_tokens, TAUS,
                                                              mesh=mesh)
-  result, out = common.time_calls(call, jax.block_until_ready, spec['repeats'], _peak(spec))
+  result, out = harness.time_calls(call, jax.block_until_ready, spec['repeats'], _peak(spec))
   if spec['kind'] == 'calibration':
     result['pmax'] = [round(float(x), 5) for x in out.pmax]
     result['entropy'] = [round(float(x), 4) for x in out.entropy]
@@ -287,19 +293,19 @@ def _torch_worker(spec: dict) -> dict:
   import transformers  # pylint: disable=g-import-not-at-top
   from transformers.models.t5 import modeling_t5  # pylint: disable=g-import-not-at-top
   sizes = MODELS[spec['model']]
-  device, dtype = common.torch_device_and_dtype(spec['dtype'])
+  device, dtype = harness.torch_device_and_dtype(spec['dtype'])
   config = hf_config(sizes, spec.get('hf_attention', 'eager'))
   torch.set_default_dtype(dtype)
   with torch.device(device):
     model = transformers.T5EncoderModel(config).eval()
   tokens = torch.randint(2, sizes['vocab_size'], (1, spec['length']), device=device)
   attentions = [m for m in model.modules() if isinstance(m, modeling_t5.T5Attention)]
-  block = common.torch_block(device)
+  block = harness.torch_block(device)
   # NOTE: on a GPU, JAX would claim the device's memory; HF rows there use the run's 'peak' rows.
   peak = _peak(spec) if device == 'cpu' else None
   if spec['kind'] == 'forward':
     with torch.no_grad():
-      result, _ = common.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'], peak)
+      result, _ = harness.time_calls(lambda: model(input_ids=tokens), block, spec['repeats'], peak)
     return {**result, 'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
   rows = []  # (pmax, entropy) per layer of the current pass.
@@ -331,16 +337,16 @@ def _torch_worker(spec: dict) -> dict:
     return pmax, entropy
 
   with torch.no_grad():
-    result, (pmax, entropy) = common.time_calls(sweep, block, spec['repeats'], peak)
+    result, (pmax, entropy) = harness.time_calls(sweep, block, spec['repeats'], peak)
   return {**result, 'pmax': [round(x, 5) for x in pmax], 'entropy': [round(x, 4) for x in entropy],
           'device': torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}
 
 
 def _peak(spec: dict):
-  """`common.matmul_peak` for the row's dtype and the preset's `peak_size`; None without one."""
+  """`harness.matmul_peak` for the row's dtype and the preset's `peak_size`; None without one."""
   if not spec.get('peak_size'):
     return None
-  return common.matmul_peak(spec['dtype'], spec['peak_size'])
+  return harness.matmul_peak(spec['dtype'], spec['peak_size'])
 
 
 def _peak_worker(spec: dict) -> dict:
@@ -357,10 +363,10 @@ def worker(spec: dict) -> dict:
   if spec['kind'] == 'peak':
     return _peak_worker(spec)
   if spec['kind'].startswith('check_'):
-    return _check_worker({**spec, 'kind': spec['kind'][len('check_'):]})
+    return check_model({**spec, 'kind': spec['kind'][len('check_'):]})
   if spec['kind'] == 'decode':
     result = _decode_worker(spec)
-    result['peak_bytes'] = common.peak_memory_bytes('jax')
+    result['peak_bytes'] = harness.peak_memory_bytes('jax')
     return {**spec, **result}
   framework = 'torch' if spec['impl'] == 'hf' else 'jax'
   result = (_torch_worker if framework == 'torch' else _jax_worker)(spec)
@@ -370,7 +376,7 @@ def worker(spec: dict) -> dict:
   result['tflops_per_s'] = round(flops / result['seconds'] / 1e12, 4)
   if 'peak_tflops_per_s' in result:
     result['fraction_of_peak'] = round(result['tflops_per_s'] / result['peak_tflops_per_s'], 3)
-  result['peak_bytes'] = common.peak_memory_bytes(framework)
+  result['peak_bytes'] = harness.peak_memory_bytes(framework)
   # One layer's [h, L, L] float32 scores; blockwise/pallas should stay far below it.
   lxl = spec['length'] ** 2 * model['num_heads'] * 4
   result['peak_over_hLL_f32'] = round(result['peak_bytes'] / lxl, 4)
@@ -455,26 +461,25 @@ def main(argv=None) -> None:
                       help='encoder output lengths to decode over')
   parser.add_argument('--decode-variants', nargs='+', default=['cached', 'per_step'],
                       choices=['cached', 'per_step'], help='cross-attention K/V handling')
-  args = common.parse_common_flags(parser, argv, timeout=3600)
-  if args.worker:
-    print(json.dumps(worker(json.loads(args.worker))))
+  args = harness.parse_common_flags(parser, argv, timeout=3600)
+  if harness.answer_worker(args.worker, worker):
     return
   preset = PRESETS[args.preset]
-  impls = common.implementations(args, preset)
+  impls = harness.implementations(args, preset)
   calibration = (preset['calibration_lengths'] if args.calibration_lengths is None
                  else args.calibration_lengths)
   peak_spec = dict(kind='peak', model=None, impl='xla_matmul', length=preset['peak_size'],
                    dtype=preset['dtype'], peak_size=preset['peak_size'],
-                   repeats=common.repeats_for(args, preset, 'xla_matmul'))
-  rows = [common.run_worker('benchmarks.encoder_bench', peak_spec, args.timeout)]
+                   repeats=harness.repeats_for(args, preset, 'xla_matmul'))
+  rows = [harness.run_worker('benchmarks.encoder_bench', peak_spec, args.timeout)]
   print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   decode = (preset['decode_lengths'] if args.decode_lengths is None else args.decode_lengths)
   for length in decode:
     for variant in args.decode_variants:
       spec = dict(kind='decode', model=preset['decode_model'], impl='blockwise', length=length,
                   dtype=preset['dtype'], cross_kv=variant,
-                  repeats=common.repeats_for(args, preset, 'blockwise'))
-      rows.append(common.run_worker('benchmarks.encoder_bench', spec, args.timeout))
+                  repeats=harness.repeats_for(args, preset, 'blockwise'))
+      rows.append(harness.run_worker('benchmarks.encoder_bench', spec, args.timeout))
       print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   for model in args.models or preset['models']:
     plan = [('forward', n) for n in (preset['lengths'] if args.lengths is None else args.lengths)]
@@ -482,9 +487,9 @@ def main(argv=None) -> None:
     hf_last = {}  # kind -> the last timed HF row, to extrapolate from.
     for kind, length in plan:
       for impl in impls:
-        for extra in common.variants(args, impl):
+        for extra in harness.variants(args, impl):
           spec = dict(kind=kind, model=model, impl=impl, length=length, dtype=preset['dtype'],
-                      repeats=common.repeats_for(args, preset, impl),
+                      repeats=harness.repeats_for(args, preset, impl),
                       peak_size=preset['peak_size'], **extra)
           limit = preset['max_length'].get(impl, length)
           if length > limit:
@@ -503,27 +508,27 @@ def main(argv=None) -> None:
           check = None
           if impl not in ('hf', 'reference'):
             checked = min(length, preset.get('check_max_length', length))
-            check = common.run_worker('benchmarks.encoder_bench',
+            check = harness.run_worker('benchmarks.encoder_bench',
                                       {**spec, 'kind': f'check_{kind}', 'length': checked},
                                       args.timeout)
             if checked != length:
               check['note'] = (f"'reference' is not run above check_max_length={checked} (its "
                                f'[b, h, L, L] arrays): checked at {checked} tokens with the same '
                                'weights and settings')
-          row = common.run_worker('benchmarks.encoder_bench', spec, args.timeout)
+          row = harness.run_worker('benchmarks.encoder_bench', spec, args.timeout)
           if check is not None:
             row['check_vs_reference'] = check
           if impl == 'hf' and 'seconds' in row:
             hf_last[kind] = row
           rows.append(row)
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-  rows.append(common.run_worker('benchmarks.encoder_bench', peak_spec, args.timeout))
+  rows.append(harness.run_worker('benchmarks.encoder_bench', peak_spec, args.timeout))
   # Rows without a peak of their own (HF on a GPU) take the run's best 'peak' row.
   peaks = [r['tflops_per_s'] for r in rows if r['kind'] == 'peak' and 'tflops_per_s' in r]
   for row in rows:
     if row['kind'] != 'peak' and 'tflops_per_s' in row and 'fraction_of_peak' not in row and peaks:
       row['fraction_of_peak'] = round(row['tflops_per_s'] / max(peaks), 3)
-  common.add_ratios(rows, ('kind', 'model', 'length'))
+  harness.add_ratios(rows, harness.hf_base(rows, ('kind', 'model', 'length')), 'hf_over_this')
   print(table(rows), file=sys.stderr, flush=True)
   print(json.dumps({'benchmark': 'encoder', 'preset': args.preset, 'rows': rows,
                     'summary': summary(rows)}, indent=1))

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import attention_bench
+from benchmarks import harness
 
 GiB = 2**30
 # XXL's per-chip share of the attention with 64 heads over 8 chips ('model' 8).
@@ -198,9 +198,7 @@ def main(argv=None) -> None:
   # a deviceless compile does not use.
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
   os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
-  if args.worker:
-    spec = json.loads(args.worker)
-    print(json.dumps({**spec, **WORKERS[spec['kind']](spec)}))
+  if harness.answer_worker(args.worker, lambda spec: {**spec, **WORKERS[spec['kind']](spec)}):
     return
   common = dict(topology=args.topology, blocks=args.blocks, bidirectional=not args.causal)
   specs = [dict(kind='attention', impl=impl, length=length, **common)
@@ -212,7 +210,7 @@ def main(argv=None) -> None:
               for impl in args.encoder_impls]
   rows = []
   for spec in specs:
-    rows.append(attention_bench.run_worker('benchmarks.tpu_kernel_bench', spec, args.timeout))
+    rows.append(harness.run_worker('benchmarks.tpu_kernel_bench', spec, args.timeout))
     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
   if args.llo:
     with tempfile.TemporaryDirectory() as dump:
@@ -221,7 +219,7 @@ def main(argv=None) -> None:
       os.environ['LIBTPU_INIT_ARGS'] = f"{os.environ.get('LIBTPU_INIT_ARGS', '')} {flags}"
       spec = dict(common, kind='llo', length=1024, dump_dir=dump,
                   blocks=args.blocks or [512, 512])
-      rows.append(attention_bench.run_worker('benchmarks.tpu_kernel_bench', spec, args.timeout))
+      rows.append(harness.run_worker('benchmarks.tpu_kernel_bench', spec, args.timeout))
       rows[-1].pop('dump_dir')  # Gone with the temporary directory.
   print(json.dumps({'benchmark': 'tpu_kernel', 'rows': rows}, indent=1))
 

@@ -6,7 +6,9 @@ metrics,catalog}`) still work, and `import seqio_tasks.tasks` raises the ImportE
 
 Gin (dynamic registration, `import seqio_tasks`): `seqio_tasks.options.*` (example counts, seed,
 user files), `seqio_tasks.vocabulary_path.path`, `seqio_tasks.data.data_dir.path`,
-`seqio_tasks.zeroscrolls_dir.path` (ZeroSCROLLS' files; else $T5ALIGN_ZEROSCROLLS_DIR).
+`seqio_tasks.zeroscrolls_dir.path` (ZeroSCROLLS' files; else $T5ALIGN_ZEROSCROLLS_DIR),
+`seqio_tasks.options.ruler_*` (RULER's examples, budget and files; else $T5ALIGN_RULER_*:
+`seqio_tasks.ruler`).
 """
 from seqio_tasks.catalog import options
 from seqio_tasks import data

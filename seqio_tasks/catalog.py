@@ -14,10 +14,16 @@ the report use the specs' table layout. Settings (paper section and tables):
   lm_{wiki,text}_{512,...,15000}             prefix-LM perplexity (LM-adapted checkpoints)
   zeroscrolls_{task}_{512,...,8192}          ZeroSCROLLS at that many input tokens (the runner's
                                              truncation), splits 'validation' and 'test'
+  ruler_{task}_{512,1024,...,16384}          RULER's 13 tasks generated at that many tokens
+                                             (`seqio_tasks.ruler`; options' ruler_examples)
+  scrolls_{config}_{512,...,16384}           SCROLLS' 7 configs, one example per id (every
+                                             reference), the input's first L tokens; splits
+                                             'validation' and 'test' (`seqio_tasks.scrolls`)
 
 Sizes, seeds and user file paths are gin-configurable through `options`, or the environment
 variables T5ALIGN_LCC_PATH and T5ALIGN_LM_TEXT_PATH for the two user files; the ZeroSCROLLS folder
-through `seqio_tasks.zeroscrolls_dir` or T5ALIGN_ZEROSCROLLS_DIR (`seqio_tasks.zeroscrolls`).
+through `seqio_tasks.zeroscrolls_dir` or T5ALIGN_ZEROSCROLLS_DIR (`seqio_tasks.zeroscrolls`);
+RULER's budget and files through `options`' ruler_* or T5ALIGN_RULER_* (`seqio_tasks.ruler.suite`).
 """
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ from seqio_tasks import code
 from seqio_tasks import lm
 from seqio_tasks import qa
 from seqio_tasks import retrieval
+from seqio_tasks import ruler
+from seqio_tasks import scrolls
 from seqio_tasks import zeroscrolls
 
 PREFIX = 't5align_'
@@ -59,14 +67,19 @@ class Tokenizer:
 def options(*, seed: int = 0, passkey_examples: int = 100, code_key_examples: int = 100,
             code_completion_examples: int = 300, lm_examples: int = 500,
             lm_continuation: int = lm.CONTINUATION, mdqa_oracle_examples: int | None = None,
-            lcc_path: str | None = None, lm_text_path: str | None = None) -> dict:
+            lcc_path: str | None = None, lm_text_path: str | None = None,
+            ruler_examples: int = 500, ruler_budget: str = 'upstream',
+            ruler_essays: str | None = None, ruler_squad: str | None = None,
+            ruler_hotpotqa: str | None = None) -> dict:
   """Sizes, seed and user files of the generated and user-file tasks."""
   return dict(seed=seed, passkey_examples=passkey_examples,
               code_key_examples=code_key_examples,
               code_completion_examples=code_completion_examples, lm_examples=lm_examples,
               lm_continuation=lm_continuation, mdqa_oracle_examples=mdqa_oracle_examples,
               lcc_path=lcc_path or os.environ.get('T5ALIGN_LCC_PATH'),
-              lm_text_path=lm_text_path or os.environ.get('T5ALIGN_LM_TEXT_PATH'))
+              lm_text_path=lm_text_path or os.environ.get('T5ALIGN_LM_TEXT_PATH'),
+              ruler_examples=ruler_examples, ruler_budget=ruler_budget,
+              ruler_essays=ruler_essays, ruler_squad=ruler_squad, ruler_hotpotqa=ruler_hotpotqa)
 
 
 def _user_file(key: str, env: str, what: str) -> str:
@@ -171,6 +184,21 @@ def _specs() -> list[TaskSpec]:
                    lambda tok, split, task=task, n=n: zeroscrolls.examples(
                        task, split, n, tok.encode, tok.eos_id),
                    tokenized=True, splits=zeroscrolls.SPLITS))
+  for n in ruler.LENGTHS:
+    for task in ruler.TASKS:
+      add(TaskSpec(f'ruler_{task}_{n}', ruler.FAMILIES[task], 'ruler', str(n), task,
+                   ruler.MAX_DECODE_LENGTH[task],
+                   lambda tok, task=task, n=n: ruler.suite.examples(
+                       task, n, tok.encode, seed=options()['seed'],
+                       num_samples=options()['ruler_examples'], budget=options()['ruler_budget'],
+                       files=options())))
+  for n in scrolls.LENGTHS:
+    for config in scrolls.TASKS:
+      add(TaskSpec(f'scrolls_{config}_{n}', scrolls.FAMILIES[config], 'scrolls', str(n),
+                   scrolls.COLUMNS[config], scrolls.MAX_DECODE_LENGTH,
+                   lambda tok, split, config=config, n=n: scrolls.examples(
+                       config, split, n, tok.encode, tok.eos_id),
+                   tokenized=True, splits=scrolls.EVAL_SPLITS))
   return specs
 
 
@@ -193,6 +221,11 @@ def _mixtures() -> dict[str, tuple[str, ...]]:
     out[f'kv_{n}keys'] = [t for t in names if t.startswith(f'{PREFIX}kv_{n}keys_')]
   for n in zeroscrolls.LENGTHS:
     out[f'zeroscrolls_{n}'] = [f'{PREFIX}zeroscrolls_{task}_{n}' for task in zeroscrolls.TASKS]
+  for n in ruler.LENGTHS:
+    out[f'ruler_{n}'] = [f'{PREFIX}ruler_{task}_{n}' for task in ruler.TASKS]
+    out[f'ruler_offline_{n}'] = [f'{PREFIX}ruler_{task}_{n}' for task in ruler.OFFLINE_TASKS]
+  for n in scrolls.LENGTHS:
+    out[f'scrolls_{n}'] = [f'{PREFIX}scrolls_{config}_{n}' for config in scrolls.TASKS]
   for variant in ('mdqa', 'mdqa_oracle'):
     for n in qa.GOLD_POSITIONS:
       out[f'{variant}_{n}docs'] = [t for t in names if t.startswith(f'{PREFIX}{variant}_{n}docs_')]

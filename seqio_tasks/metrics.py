@@ -21,6 +21,9 @@ Rules (the upstream benchmarks' conventions):
   rouge_geo, f1, f1_unidecode, exact_match, letter_acc, exp_sim, c_index
                      the long-context suites' rules (ZeroSCROLLS, SCROLLS), against every
                      reference in the target's meta 'outputs': `seqio_tasks.suite_metrics`.
+  string_match_all, string_match_part
+                     RULER's, against every reference in the target's meta 'outputs':
+                     `seqio_tasks.ruler.metrics`.
 """
 from __future__ import annotations
 
@@ -31,18 +34,20 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from seqio_tasks import suite_metrics
+from seqio_tasks.ruler import metrics as ruler_metrics
 
 _INT = re.compile(r'\d+')
 
 FAMILIES = ('passkey', 'lines', 'topics', 'kv', 'mdqa', 'code_completion', 'code_key', 'lm',
-            *suite_metrics.FAMILIES)
+            *suite_metrics.FAMILIES, *ruler_metrics.FAMILIES)
 # Each family's primary metric: the key of `aggregate`'s (or `aggregate_perplexity`'s) result a
 # report's cell shows. `t5align.eval` writes it into metrics.json ('primary_metric'), where
 # `t5align.report` reads it.
 PRIMARY_METRICS = {'passkey': 'accuracy', 'lines': 'accuracy', 'topics': 'accuracy',
                    'kv': 'accuracy', 'mdqa': 'accuracy', 'code_completion': 'em',
                    'code_key': 'accuracy', 'lm': 'perplexity',
-                   **dict.fromkeys(suite_metrics.FAMILIES, 'score')}
+                   **dict.fromkeys(suite_metrics.FAMILIES, 'score'),
+                   **dict.fromkeys(ruler_metrics.FAMILIES, 'score')}
 
 
 def first_integer(text: str) -> int | None:
@@ -121,6 +126,11 @@ def score_example(family: str, target: Mapping[str, Any], prediction: str) -> di
   if family in suite_metrics.FAMILIES:  # Every reference; none (a test split): not scored.
     references = meta.get('outputs', [ref] if ref else [])
     return suite_metrics.score_example(family, prediction, references)
+  if family in ruler_metrics.FAMILIES:  # RULER: every reference of the record, as upstream.
+    if 'outputs' not in meta:
+      raise ValueError(f'{family}: the target has no meta \'outputs\' (the RULER record\'s '
+                       f'references); target {ref!r:.80}.')
+    return ruler_metrics.score_example(family, prediction, meta['outputs'])
   if family in ('passkey', 'code_key'):
     return {'accuracy': float(first_integer(prediction) == int(ref))}
   if family == 'lines':
@@ -150,6 +160,8 @@ def aggregate(family: str, targets: Sequence[Mapping[str, Any]],
     raise ValueError(f'{len(targets)} targets but {len(scores)} scores.')
   if family in suite_metrics.FAMILIES:
     return suite_metrics.aggregate(family, scores)
+  if family in ruler_metrics.FAMILIES:
+    return ruler_metrics.aggregate(family, scores)
   if family == 'code_completion':
     out = {'em': 100 * _mean([s['em'] for s in scores]), 'es': _mean([s['es'] for s in scores])}
     buckets: dict[str, list[Mapping[str, float]]] = {}

@@ -13,6 +13,10 @@ examples are built when the dataset is first requested; a missing data file rais
 (tokens, EOS appended), '*_pretokenized' text, 'id', and 'meta' (JSON with what the metrics
 need). Pre-tokenized tasks (`spec.tokenized`: the LM and ZeroSCROLLS tasks) pass their tokens
 through untrimmed, and any '*_pretokenized' text their examples hold.
+
+SCROLLS: the catalog's evaluation tasks `t5align_scrolls_{config}_{L}` ('validation', 'test'),
+and the fine-tuning tasks `t5align_scrolls_{config}` ('train', 'validation', 'test', over TFDS)
+with their mixture `t5align_scrolls`, registered by `seqio_tasks.scrolls.register`.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import tensorflow as tf
 
 from seqio_tasks import catalog
 from seqio_tasks import metrics
+from seqio_tasks import scrolls
 from t5align import vocabularies
 
 T5_VOCABULARY = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
@@ -208,3 +213,5 @@ def register() -> None:
 
 
 register()
+# SCROLLS' fine-tuning tasks (TFDS `scrolls`) and their mixture: `seqio_tasks.scrolls`.
+scrolls.register(output_features())

@@ -33,7 +33,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
-  gin_cli.call_configured('t5align.calibrate.run').run()
+  job = gin_cli.call_configured('t5align.calibrate.run')
+  schedule = job.run()
+  if multihost.is_writer():  # The results; progress went to the log (stderr).
+    print(job.tables(schedule))
 
 
 if __name__ == '__main__':

@@ -19,6 +19,11 @@ STRATEGY_LABELS = {
     'entropy_per_head': 'w/ H (per head)',
     'prop1': 'w/ Prop. 1 (P_max)',
     'prop2': 'w/ Prop. 2 (H)',
+    # Training-free temperatures of other work (`calibration.closed_form.FORMULAS`).
+    'infoscale_head': 'w/ InfoScale (d_h)',
+    'infoscale_model': 'w/ InfoScale (h x d_h)',
+    'llama4_length': 'w/ Llama 4 length',
+    'yarn_mscale': 'w/ YaRN mscale',
 }
 # The paper's row order: tau = 1, then Algorithm 1 and its baseline; other rows follow.
 PAPER_ORDER = (TAU_ONE, STRATEGY_LABELS['pmax'], STRATEGY_LABELS['entropy'],

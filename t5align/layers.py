@@ -110,7 +110,11 @@ def _activation(name: str) -> Callable[[Array], Array]:
 
 
 class MlpBlock(nn.Module):
-  """Feed-forward block: ('relu',) is T5 1.0's, ('gelu', 'linear') is gated-gelu (T5 1.1)."""
+  """Feed-forward block: ('relu',) is T5 1.0's, ('gelu', 'linear') is gated-gelu (T5 1.1),
+  ('silu', 'linear') gated-SiLU (UL2; HF's feed_forward_proj 'gated-silu').
+
+  Each activation applies to its own `wi_i` projection, in `dtype`; the gated forms multiply them.
+  """
 
   intermediate_dim: int = 2048
   activations: Sequence[str] = ('relu',)

@@ -181,35 +181,6 @@ def device_memory(device: Any = None) -> tuple[int, str]:
   return host // count, f'host memory / {count} local devices'
 
 
-def check_fits(config: network.T5Config, *, length: int, batch_size: int, params_dtype: Any,
-               mesh: jax.sharding.Mesh | None = None, taus: int = 1,
-               limit_bytes: int | None = None) -> Estimate:
-  """Refuses (before compiling) a run whose estimate exceeds the device memory.
-
-  `mesh` axes 'model', 'data' and 'tau' are read by name (absent: 1); `limit_bytes` defaults to
-  `device_memory()`. Returns the estimate when it fits.
-
-  Raises:
-    DoesNotFitError: naming the estimate, the limit and the settings that lower it.
-  """
-  axes = dict(mesh.shape) if mesh is not None else {}
-  model, data, tau = (axes.get(a, 1) for a in ('model', 'data', 'tau'))
-  est = estimate(config, length=length, batch_size=batch_size, params_dtype=params_dtype,
-                 model_shards=model, data_shards=data, taus=taus, tau_shards=tau)
-  limit, where = (limit_bytes, 'limit') if limit_bytes is not None else device_memory()
-  if est.total <= limit:
-    return est
-  hints = settings_to_change(model_shards=model, batch_size=batch_size,
-                             attention_impl=est.attention_impl, length=length, taus=taus,
-                             attention_bytes=est.attention)
-  raise DoesNotFitError(
-      f'This run needs about {est.total / GiB:.2f} GiB per device (parameters '
-      f'{est.params / GiB:.2f} GiB in {np.dtype(params_dtype).name}, attention '
-      f'{est.attention / GiB:.2f} GiB ({est.attention_impl}), activations '
-      f'{est.hidden / GiB:.2f} GiB at {length} tokens) but the device has '
-      f'{limit / GiB:.2f} GiB ({where}). Set ' + '; or '.join(hints) + '.')
-
-
 def host_available_bytes() -> int:
   """Memory this host can still give a process: MemAvailable plus free swap (/proc/meminfo);
   elsewhere its physical memory."""

@@ -33,6 +33,8 @@ class T5Config:
   num_decoder_layers: int = 6
   head_dim: int = 64
   mlp_dim: int = 2048
+  # One flax.linen activation (or 'linear') per MLP input projection: ('relu',) T5 1.0,
+  # ('gelu', 'linear') T5 1.1 / Flan-T5 / T0, ('silu', 'linear') UL2 / Flan-UL2.
   mlp_activations: Sequence[str] = ('relu',)
   dropout_rate: float = 0.1
   # If True, the decoder's output logits use the transposed embedding (T5 1.0).

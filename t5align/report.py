@@ -1,7 +1,7 @@
 """Markdown tables from evaluation folders, shaped like the paper's.
 
     python -m t5align.report RESULTS_DIR [RESULTS_DIR ...] [--published zeroscrolls]
-        [--output report.md]
+        [--ruler-tasks] [--output report.md]
 
 Every metrics.json under the folders (written by `t5align.eval`) is one cell: its row is
 (model, label), labels in `labels.PAPER_ORDER` (tau = 1, w/ P_max, w/ H, w/ log_Lex L_tr) first;
@@ -21,6 +21,18 @@ when all are there: the lines under the table say what a row lacks), a row per m
 rows (Flan-T5 small to XXL, Flan-UL2, T0pp; test split), labelled '(published, test)', from
 t5align/evaluation/zeroscrolls_published.json, which names its source; with it the folders may
 be left out, to print the published rows alone.
+
+SCROLLS (the t5align_scrolls_{config}_{L} folders) is one table shaped like its leaderboard: the
+columns Avg (the mean of the 7 tasks' scores, only when all are there), GovRep SumScr QMSum (each
+ROUGE-1/ROUGE-2/ROUGE-L), Qspr Nrtv (F1), QALT CNLI (exact match), a row per model, split, input
+length and label. `--published scrolls` adds the published fine-tuned rows (LongT5 base to XL,
+UL2, SCROLLS' LED-base; test split) from t5align/evaluation/scrolls_published.json.
+
+RULER (the t5align_ruler_{task}_{L} folders) is one table shaped like RULER's: a row per model and
+label, a column per input length (512 .. 16384) and Avg. over the lengths; a cell is the mean of
+the tasks' scores at that length, the lines under the table saying which tasks the cells average
+and which of the 13 they lack. `--ruler-tasks` adds the table per task (a row per model, label and
+task).
 """
 from __future__ import annotations
 
@@ -40,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       metavar='SUITE',
                       help="add a suite's published rows to its table (repeatable; suites: "
                            f'{", ".join(sorted(tables.PUBLISHED))})')
+  parser.add_argument('--ruler-tasks', action='store_true',
+                      help='add the RULER table per task (a row per model, label and task)')
   parser.add_argument('--output', help='write the Markdown here instead of stdout')
   args = parser.parse_args(argv)
   if not args.folders and not args.published:
@@ -51,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   results = tables.load_results(args.folders)
   if args.folders and not results:
     parser.error(f'no metrics.json under {", ".join(args.folders)}')
-  text = tables.render(results, published=args.published)
+  text = tables.render(results, published=args.published, ruler_tasks=args.ruler_tasks)
   if args.output:
     with open(args.output, 'w', encoding='utf-8') as f:
       f.write(text)

@@ -11,7 +11,8 @@ field by field (`differences`), and refuses naming each differing field (`check_
   - `check_same_processes`: every process of a multi-process run against process 0.
 
 Fingerprints read content, not paths, so a checkpoint replaced at the same path is a different
-run, and one moved elsewhere is the same:
+run, and one moved elsewhere is the same. A checkpoint is fingerprinted at its path with symlinks
+resolved, the place the run reads it from, recorded beside the path as given (both informational):
   - `file_fingerprint`: SHA-256 of the bytes (vocabularies, text files: they are small);
   - `checkpoint_fingerprint`: SHA-256 of every byte of a local checkpoint of at most
     `FULL_HASH_BYTES`; above, of each file's name and size plus its stored checksum (the
@@ -218,21 +219,26 @@ def gin_config(ignore: Collection[str] = NOT_IDENTITY) -> dict[str, str]:
 
 def make(*, checkpoint: str | None = None, vocabulary: Any = None,
          files: Mapping[str, str | None] | None = None, settings: Mapping[str, Any] | None = None,
-         gin: bool = True) -> dict[str, Any]:
+         gin: bool = True, resolved_checkpoint: str | None = None) -> dict[str, Any]:
   """A run identity (JSON values only).
 
   Args:
-    checkpoint: the checkpoint path: recorded as 'checkpoint' (`checkpoint_fingerprint`) and
-      'checkpoint_path' (informational: `INFORMATIONAL` fields are not compared).
+    checkpoint: the checkpoint path: recorded as 'checkpoint' (`checkpoint_fingerprint` of the
+      resolved path), 'checkpoint_path' (as given) and 'checkpoint_resolved_path' (both
+      informational: `INFORMATIONAL` fields are not compared).
     vocabulary: anything `vocabulary_fingerprint` takes.
     files: {field: path (or None)} of data files, each recorded as its `file_fingerprint`.
     settings: any other JSON-able settings, recorded as given.
     gin: record 'gin': `gin_config()`.
+    resolved_checkpoint: where the run reads `checkpoint` from (`jobs.common.Checkpoint.resolved`);
+      None: `checkpoint` with its symlinks resolved now.
   """
   out: dict[str, Any] = {}
   if checkpoint is not None:
-    out['checkpoint'] = checkpoint_fingerprint(checkpoint)
+    resolved = resolved_checkpoint or resolved_path(checkpoint)
+    out['checkpoint'] = checkpoint_fingerprint(resolved)
     out['checkpoint_path'] = os.fspath(checkpoint)
+    out['checkpoint_resolved_path'] = resolved
   if vocabulary is not None:
     out['vocabulary'] = vocabulary_fingerprint(vocabulary)
   for field, path in (files or {}).items():
@@ -253,7 +259,29 @@ def matmul_precision() -> str | None:
   return None if jax is None else jax.config.jax_default_matmul_precision
 
 
-INFORMATIONAL = ('checkpoint_path', 'created_unix')  # Recorded, never compared.
+# Recorded, never compared. NOTE: 'checkpoint_resolved_path' came later; identities recorded
+# without it still match, as it is not compared.
+INFORMATIONAL = ('checkpoint_path', 'checkpoint_resolved_path', 'created_unix')
+
+
+def resolved_path(path: str | os.PathLike[str]) -> str:
+  """A local path absolute with its symlinks resolved; a remote one as given."""
+  path = os.fspath(path)
+  return path if fileio.is_remote(path) else os.path.realpath(path)
+
+
+def _checkpoint_note(before: Mapping[str, Any], now: Mapping[str, Any],
+                     diff: Mapping[str, Any], setting: str) -> str:
+  """Where the recorded and the present checkpoint were read from, when their content differs."""
+  if not any(k == 'checkpoint' or k.startswith('checkpoint.') for k in diff):
+    return ''
+
+  def where(identity):
+    path = identity.get('checkpoint_path')
+    resolved = identity.get('checkpoint_resolved_path')
+    return f'{path}' + (f' -> {resolved}' if resolved and resolved != path else '')
+  return (f' {setting} reads another checkpoint than the one these results were made from: '
+          f'{where(now)} now, {where(before)} then.')
 
 
 def differences(before: Any, now: Any, *, ignore: Collection[str] = INFORMATIONAL,
@@ -284,7 +312,8 @@ def describe_differences(diff: Mapping[str, tuple[Any, Any]], limit: int = 12) -
 
 
 def check_same(before: Mapping[str, Any] | None, now: Mapping[str, Any], *, what: str,
-               hint: str, ignore: Collection[str] = INFORMATIONAL) -> None:
+               hint: str, ignore: Collection[str] = INFORMATIONAL,
+               checkpoint_setting: str = 'CHECKPOINT_PATH') -> None:
   """Raises `RunMismatchError` naming every field where `now` differs from `before`.
 
   Args:
@@ -294,14 +323,17 @@ def check_same(before: Mapping[str, Any] | None, now: Mapping[str, Any], *, what
     what: the results, for the message, e.g. 'EVAL_OUTPUT_DIR/task'.
     hint: what to do instead, e.g. 'Use another output folder.'
     ignore: top-level fields not compared.
+    checkpoint_setting: what names the checkpoint, for the message when its content differs.
   """
   if before is None:
     raise RunMismatchError(f'{what} holds results but no record of the run that made them, so '
                            f'they cannot be resumed or extended. {hint}')
-  diff = differences(before, json.loads(json.dumps(now)), ignore=ignore)
+  now = json.loads(json.dumps(now))
+  diff = differences(before, now, ignore=ignore)
   if diff:
+    note = _checkpoint_note(before, now, diff, checkpoint_setting)
     raise RunMismatchError(f'{what} holds results of a different run; differing fields (before '
-                           f'-> now): {describe_differences(diff)}. {hint}', diff)
+                           f'-> now): {describe_differences(diff)}. {hint}{note}', diff)
 
 
 def check_same_processes(settings: Mapping[str, Any], what: str = 'settings') -> None:

@@ -16,6 +16,7 @@ or from gin: `temperature_schedule = @t5align.schedule.load_schedule()` with
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -80,8 +81,15 @@ def calibration_from_dict(item: Mapping[str, Any], source: str,
 
 def _taus(value: Any, source: str, where: str, key: str) -> Any:
   """A number, a list of numbers (per layer) or of equal-length lists (per layer and head),
-  as `Calibration` holds it (nested tuples)."""
+  as `Calibration` holds it (nested tuples); a target's or achieved statistic's numbers finite
+  (a schedule is written without NaN or inf, so one there is an edit or corruption)."""
   number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+  flat = value if isinstance(value, list) else [value]
+  flat = [x for v in flat for x in (v if isinstance(v, list) else [v])]
+  bad = [v for v in flat if number(v) and not math.isfinite(v)]
+  if bad and key != 'tau':  # A tau's range is checked with the schedule's (`validate`).
+    raise ValueError(f'{source}: {where}[{key!r}] holds {bad[0]!r}; every number there must be '
+                     'finite (calibrate writes no NaN or inf).')
   if number(value):
     return value
   if isinstance(value, list) and value and all(number(v) for v in value):

@@ -6,6 +6,7 @@ seqio tasks; they reference these functions through gin's dynamic registration:
   greedy decoding length (as `t5align.eval` decodes), inputs uncut.
 - `check_no_temperature`: the refusal of TEMPERATURE together with gin/t5x/schedule.gin.
 - `shipped_vocabulary`, `shipped_checkpoint`: the model in t5align/shipped/retrieval_t5.
+- `longest_inputs`: t5x.infer's input length (gin/t5x/infer.gin), the longest of the split.
 """
 from __future__ import annotations
 
@@ -68,3 +69,28 @@ def shipped_vocabulary(model_dir: str = ASSET_DIR) -> str:
   if not os.path.exists(path):
     raise FileNotFoundError(f'no {VOCAB_FILE} in {model_dir}.')
   return path
+
+
+def longest_inputs(dataset_cfg: Any) -> int:
+  """The longest 'inputs' (in tokens) of `dataset_cfg`'s split of its task or mixture.
+
+  t5x.infer, unlike t5x.eval, needs TASK_FEATURE_LENGTHS['inputs'], and seqio's feature converter
+  cuts longer inputs without a word: gin/t5x/infer.gin sets it to this, so nothing is cut.
+  `dataset_cfg` is a t5x `utils.DatasetConfig` (its `mixture_or_task_name` and `split` are read),
+  the same split t5x.infer predicts; reading it builds the split's examples once more.
+
+  Raises:
+    ValueError: for a split without examples.
+  """
+  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  name, split = dataset_cfg.mixture_or_task_name, dataset_cfg.split
+  longest, count = 0, 0
+  for task in seqio.get_subtasks(seqio.get_mixture_or_task(name)):
+    dataset = task.get_dataset(sequence_length=None, split=split, shuffle=False,
+                               use_cached=False)
+    for example in dataset.as_numpy_iterator():
+      longest, count = max(longest, len(example['inputs'])), count + 1
+  if not count:
+    raise ValueError(f'{name}: no examples in its split {split!r}.')
+  return longest

@@ -10,13 +10,14 @@ import pytest
 from benchmarks import attention_bench
 from benchmarks import calibration_stability
 from benchmarks import encoder_bench
+from benchmarks import harness
 from benchmarks import preflight_table
 from benchmarks import tpu_kernel_bench
 from t5align.calibration import stats
 
 
 def _args(argv):
-  return attention_bench.parse_common_flags(argparse.ArgumentParser(), argv, timeout=60)
+  return harness.parse_common_flags(argparse.ArgumentParser(), argv, timeout=60)
 
 
 @pytest.mark.bench
@@ -56,13 +57,13 @@ def test_tpu_kernel_bench_row_carries_the_kernel_cost(capsys):
 
 def test_pallas_variants_and_repeats():
   args = _args(['--pallas-configs', '', '128,64,8,3', '--repeats', '0'])
-  assert attention_bench.variants(args, 'pallas') == [{}, {'pallas': [128, 64, 8, 3]}]
-  assert attention_bench.variants(args, 'blockwise') == [{}]
+  assert harness.variants(args, 'pallas') == [{}, {'pallas': [128, 64, 8, 3]}]
+  assert harness.variants(args, 'blockwise') == [{}]
   preset = {'repeats': 5, 'hf_repeats': 1}
-  assert attention_bench.repeats_for(args, preset, 'blockwise') == 0  # 0 is not "unset".
-  assert attention_bench.repeats_for(args, preset, 'hf') == 1
-  assert attention_bench.repeats_for(_args(['--hf-repeats', '3']), preset, 'hf') == 3
-  assert attention_bench.repeats_for(_args([]), {'repeats': 5}, 'hf') == 5
+  assert harness.repeats_for(args, preset, 'blockwise') == 0  # 0 is not "unset".
+  assert harness.repeats_for(args, preset, 'hf') == 1
+  assert harness.repeats_for(_args(['--hf-repeats', '3']), preset, 'hf') == 3
+  assert harness.repeats_for(_args([]), {'repeats': 5}, 'hf') == 5
 
 
 @pytest.mark.bench
@@ -144,9 +145,25 @@ def test_encoder_bench_summary_ratios():
 
 def test_time_calls_measures_the_peak_beside_each_call():
   peaks = iter([1.0, 3.0, 2.0])
-  result, out = attention_bench.time_calls(lambda: 7, lambda x: x, 3, lambda: next(peaks))
+  result, out = harness.time_calls(lambda: 7, lambda x: x, 3, lambda: next(peaks))
   assert out == 7 and result['peak_tflops_per_s'] == 2.0  # the median of the three
-  assert attention_bench.matmul_peak('float32', 64)() > 0
+  assert harness.matmul_peak('float32', 64)() > 0
+
+
+def test_ratios_against_the_hf_row_and_a_failed_workers_error_line():
+  """`hf_over_this` is HF's seconds over the row's at the same settings (none without an HF row
+  there, none on the HF row itself); a failed worker's error is its exception's line."""
+  rows = [dict(impl='hf', length=4096, heads=4, seconds=3.0),
+          dict(impl='blockwise', length=4096, heads=4, seconds=1.2),
+          dict(impl='blockwise', length=8192, heads=4, seconds=4.0),
+          dict(impl='reference', length=4096, heads=4, error='timeout after 60 s')]
+  harness.add_ratios(rows, harness.hf_base(rows, ('length', 'heads')), 'hf_over_this')
+  assert [r.get('hf_over_this') for r in rows] == [None, 2.5, None, None]
+  stderr = ('Traceback (most recent call last):\n  File "x.py", line 1\n'
+            'jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: 2.0G\n'
+            '--------------------\nFor simplicity, JAX has removed its internal frames.\n')
+  assert harness.error_line(stderr) == 'jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: 2.0G'
+  assert harness.error_line('killed\n') == 'killed' and harness.error_line('') == '?'
 
 
 @pytest.mark.bench

@@ -14,8 +14,8 @@ from t5align import calibrate
 from t5align import calibration
 from t5align.calibration import samples
 from t5align import checkpoints
+from t5align.evaluation import temperature as temperature_lib
 from t5align.jobs import calibration_job
-from t5align.jobs import eval_job
 from t5align import network
 from t5align import schedule
 from t5align.shipped import assets
@@ -170,10 +170,10 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
   temp = temperature.Temperature(schedule=loaded)
   tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
-  np.testing.assert_allclose(eval_job.task_temperature(temp, 'lines').taus(tokens),
+  np.testing.assert_allclose(temperature_lib.task_temperature(temp, 'lines').taus(tokens),
                              [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)
   with pytest.warns(UserWarning, match="no calibration for task 'other'"):
-    other = eval_job.task_temperature(temp, 'other')
+    other = temperature_lib.task_temperature(temp, 'other')
   assert other.schedule is loaded
 
 
@@ -190,7 +190,7 @@ def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
       '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
       '--gin_bindings=calibrate.run.config = @network.T5Config()',
       '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
-      "--gin_bindings=calibrate.run.seqio_split = 'test'",
+      '--gin.SEQIO_SPLIT=test',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
       '--gin.SEQIO_TASK=t5align_passkey_5k', '--gin.LENGTHS=(640,)',
       '--gin_bindings=calibrate.run.grid = (1.0, 0.8)',
@@ -226,7 +226,7 @@ def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
       '--gin_bindings=calibrate.run.config = @network.T5Config()',
       f'--gin.seqio_tasks.vocabulary_path.path={ASSET / "sentencepiece.model"}',
       '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
-      "--gin_bindings=calibrate.run.seqio_split = 'test'",
+      '--gin.SEQIO_SPLIT=test',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
       '--gin.SEQIO_TASK=t5align_passkey_2k, t5align_passkey_5k', '--gin.LENGTHS=(512,)',
       '--gin_bindings=calibrate.run.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
@@ -239,6 +239,40 @@ def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
                            for t in ('t5align_passkey_2k', 't5align_passkey_5k')])
   want = samples.sample_windows(stream, 1, 512, 0, eos_id=1)
   assert loaded.provenance['samples_sha256'] == hashlib.sha256(want.tobytes()).hexdigest()
+
+
+@pytest.mark.tensorflow
+def test_a_split_the_task_lacks_is_refused_naming_seqio_split(tmp_path, clean_gin, monkeypatch):
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  with pytest.raises(ValueError, match=r"SEQIO_SPLIT = 'validation': the task t5align_passkey_2k "
+                                       r"has the split\(s\) 'test'; pass --gin.SEQIO_SPLIT="):
+    calibrate.main([
+        '--gin_file=gin/calibrate.gin', f'--gin.CHECKPOINT_PATH={CKPT}',
+        f'--gin.OUTPUT_PATH={tmp_path / "s.json"}', '--gin.SEQIO_TASK=t5align_passkey_2k',
+        '--gin.REFERENCE_LENGTH=256', '--gin.LENGTHS=(512,)'])
+  assert not (tmp_path / 's.json').exists()
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+def test_a_mixtures_stream_is_each_of_its_tasks_once(clean_gin, monkeypatch):
+  # seqio's mixture dataset samples by rate and repeats without end: read through it, the stream
+  # was 10M tokens drawn from the same few examples (and took half a minute per calibration).
+  pytest.importorskip('seqio')
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  clean_gin.bind_parameter('seqio_tasks.options.passkey_examples', 2)
+  tasks = [t.name for t in seqio.get_subtasks(seqio.get_mixture_or_task('t5align_passkey'))]
+  assert len(tasks) == 8
+  pieces = []
+  for task in tasks:
+    for ex in seqio.get_mixture_or_task(task).get_dataset(
+        None, split='test', shuffle=False).as_numpy_iterator():
+      assert ex['inputs'][-1] == 1 and (ex['inputs'][:-1] > 1).all()  # EOS only at the end.
+      pieces.append(ex['inputs'][:-1])
+  np.testing.assert_array_equal(samples.seqio_task_stream('t5align_passkey', 'test'),
+                                np.concatenate(pieces))
 
 
 def test_reference_length_other_than_the_models_training_length_warns():

@@ -48,14 +48,14 @@ RUN_LANGUAGES = ('python', 'sh')
 TEXT_LANGUAGES = ('text', 'json', 'gin')
 # Modules CI does not install (t5x is not on the package index): imports are not resolved.
 ABSENT_MODULES = ('t5x',)
-# Macros defined by t5x's own run and model files (t5x/configs/runs/{eval,finetune}.gin,
+# Macros defined by t5x's own run and model files (t5x/configs/runs/{eval,finetune,infer}.gin,
 # t5x/examples/t5/t5_1_1/base.gin), which the gin/t5x files include.
 T5X_MACROS = frozenset({
     'MIXTURE_OR_TASK_NAME', 'CHECKPOINT_PATH', 'EVAL_OUTPUT_DIR', 'TASK_FEATURE_LENGTHS',
     'DROPOUT_RATE', 'VOCABULARY', 'OPTIMIZER', 'MODEL', 'MODEL_DIR', 'TRAIN_STEPS',
     'INITIAL_CHECKPOINT_PATH', 'BATCH_SIZE', 'USE_CACHED_TASKS', 'SHUFFLE_TRAIN_EXAMPLES',
     'PACKING', 'LOSS_NORMALIZING_FACTOR', 'EVAL_PERIOD', 'RANDOM_SEED',
-    'MIXTURE_OR_TASK_MODULE'})
+    'MIXTURE_OR_TASK_MODULE', 'INFER_OUTPUT_DIR'})
 # Modules the t5x run files import for their bindings (utils.DatasetConfig.batch_size, ...).
 T5X_GIN_MODULES = frozenset({'utils', 'partitioning', 'seqio', 'models', 'decoding', 'adafactor',
                              'trainer', 'eval_script', 'train_script'})
@@ -318,7 +318,7 @@ def _check_pip(args: list[str], where: str) -> None:
 
 def _check_module_command(name: str, args: list[str], where: str) -> None:
   if _absent(name):
-    if name in ('t5x.eval', 't5x.train'):
+    if name in ('t5x.eval', 't5x.train', 't5x.infer'):
       check_t5x_flags(args, where)
       return
     raise AssertionError(f'{where}: no check for {name}.')

@@ -84,7 +84,7 @@ def test_gpu_table_keeps_the_digits_its_source_wrote(tmp_path):
 
 
 def test_each_h200_orientation_figure_names_one_row():
-  """gpu_check.KNOWN_H200 takes the figures marked `orientation`: one per gpu_check row id."""
+  """gpu_report.KNOWN_H200 takes the figures marked `orientation`: one per gpu_check row id."""
   with open(docs_pages.RESULTS / 'gpu_h200.json', encoding='utf-8') as f:
     document = json.load(f, parse_float=decimal.Decimal)
   ids = collections.Counter(row['id'] for rows in document.values() if isinstance(rows, list)

@@ -163,18 +163,17 @@ def test_temperature_labels_and_values():
 def test_per_head_temperatures_of_a_run(tiny):
   """TEMPERATURE as `[layers][heads]` tuples (tiny: 2 x 4): `[b, layers, heads]` per batch;
   a per-head schedule gives each row its length's taus."""
-  from t5align.jobs import eval_job as eval_lib  # pylint: disable=g-import-not-at-top
   config, _ = tiny
   tokens = np.array([[5] * 40 + [0] * 8, [5] * 8 + [0] * 40])
   per_head = [[0.9, 0.8, 0.7, 0.6], [1.0, 0.5, 0.75, 0.95]]
-  const = eval_lib.make_temperature(config, per_head)
+  const = temperature.make_temperature(config, per_head)
   assert const.constant == tuple(map(tuple, per_head))
   assert const.label == 'tau = [2 x 4] per head (mean 0.775)'
   np.testing.assert_array_equal(const.taus(tokens), np.float32([per_head, per_head]))
   for bad, message in (([[0.9, 0.8], [0.7]], 'TEMPERATURE=.* is not a float, a tuple'),
                        ([[0.9, 0.0]], 'TEMPERATURE must be finite and > 0')):
     with pytest.raises(ValueError, match=message):
-      eval_lib.make_temperature(config, bad)
+      temperature.make_temperature(config, bad)
   cals = {'pmax_per_head': (calibration.Calibration('pmax_per_head', 32, 16, tuple(map(
       tuple, per_head))),)}
   sched = temperature.Temperature(schedule=schedule.TemperatureSchedule(16, cals, 'pmax_per_head'))

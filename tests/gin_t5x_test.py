@@ -37,7 +37,7 @@ pytestmark = pytest.mark.tensorflow
 
 T5X_FILES = sorted(p.name for p in (pathlib.Path(t5align.gin_dir()) / 'gin' / 't5x').glob('*.gin'))
 # Add-ons and shared parts, included by or added to the per-model files.
-PARTS = ('eval.gin', 'finetune.gin', 'schedule.gin', 'vocabulary.gin')
+PARTS = ('eval.gin', 'finetune.gin', 'schedule.gin', 'vocabulary.gin', 'shared.gin', 'infer.gin')
 T5_VOCAB = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
 
 

@@ -1,5 +1,6 @@
-"""benchmarks/gpu_check.py: its smoke mode end to end (every row kind, parity to float32
-rounding), and its GPU plan, budget, worker time limit and table without a GPU."""
+"""benchmarks/gpu_check.py with its plan, report and rows modules: its smoke mode end to end
+(every row kind, parity to float32 rounding), and its GPU plan, budget, worker time limit
+(harness.Worker), ratios (harness.add_ratios) and table without a GPU."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,10 +13,13 @@ import pytest
 
 from benchmarks import encoder_bench
 from benchmarks import gpu_check
+from benchmarks import gpu_plan
+from benchmarks import gpu_report
+from benchmarks import harness
 
 pytestmark = pytest.mark.newest_jax
 
-F32 = gpu_check.TOLERANCE['float32']
+F32 = gpu_plan.TOLERANCE['float32']
 # A Hopper GPU's: 'pallas' is 'pallas_mgpu', and the Triton kernel is timed beside it.
 GPU_ENV = {'backend': 'gpu', 'fused': 'pallas_mgpu', 'kernels': ['pallas_gpu', 'pallas_mgpu']}
 
@@ -99,9 +103,9 @@ def test_smoke_run_has_every_row_kind_checked_to_float32_rounding(tmp_path, caps
 def test_gpu_plan_names_every_row_and_skips_with_reasons():
   """The GPU run's rows, planned without a GPU: lengths per implementation, parity bases, ratio
   partners, the H200 figures' rows, and the reasons of rows that will not run."""
-  rows = {r['id']: r for r in gpu_check.plan_rows(gpu_check.GPU_PLAN, GPU_ENV)}
+  rows = {r['id']: r for r in gpu_plan.plan_rows(gpu_plan.GPU_PLAN, GPU_ENV)}
   assert all(r['status'] == 'pending' for r in rows.values())
-  assert set(gpu_check.KNOWN_H200) <= set(rows)  # Every orientation figure names a row.
+  assert set(gpu_report.KNOWN_H200) <= set(rows)  # Every orientation figure names a row.
   attention = {i for i in rows if i.startswith('attention/')}
   assert attention == {f'attention/{impl}/{n}' for n in (4096, 16384, 32768)
                        for impl in ('blockwise', 'pallas', 'pallas_gpu', 'cudnn_nobias')} | {
@@ -122,7 +126,7 @@ def test_gpu_plan_names_every_row_and_skips_with_reasons():
   assert rows['decode/xl/pallas/15000']['compare_to']['id'] == 'hf_generate/xl/eager/15000'
   assert rows['sweep/xl/pallas/15000']['compare_to']['factor'] == 11
   # Without torch, or outside --groups: skipped, saying so.
-  rows = gpu_check.plan_rows(gpu_check.GPU_PLAN, GPU_ENV, 'torch not installed',
+  rows = gpu_plan.plan_rows(gpu_plan.GPU_PLAN, GPU_ENV, 'torch not installed',
                              groups=('tests', 'hf'))
   for row in rows:
     if row['group'] == 'hf':
@@ -131,12 +135,12 @@ def test_gpu_plan_names_every_row_and_skips_with_reasons():
       assert row['status'] == 'skipped' and '--groups' in row['reason'], row
   # A further fused kernel for the platform (e.g. a Mosaic GPU one) is timed beside 'pallas'
   # at every length, and checked on the padded batch too.
-  more = gpu_check.plan_rows(gpu_check.GPU_PLAN, dict(GPU_ENV, kernels=['pallas_gpu', 'other']))
+  more = gpu_plan.plan_rows(gpu_plan.GPU_PLAN, dict(GPU_ENV, kernels=['pallas_gpu', 'other']))
   assert [(r['id'], r['check_padded']) for r in more if r.get('impl') == 'other'] == [
       ('attention/other/4096', True), ('attention/other/16384', False),
       ('attention/other/32768', False)]
-  assert gpu_check.batches(()) == [(g,) for g in gpu_check.GROUPS]
-  assert gpu_check.batches(gpu_check.SMOKE_BATCHES) == [
+  assert gpu_plan.batches(()) == [(g,) for g in gpu_plan.GROUPS]
+  assert gpu_plan.batches(gpu_plan.SMOKE_BATCHES) == [
       ('tests',), ('attention', 'encoder', 'sweep', 'xxl', 'decode'), ('hf',)]
 
 
@@ -156,13 +160,13 @@ def test_spent_budget_skips_the_groups_with_the_reason(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_worker_past_its_time_limit_keeps_what_it_sent(tmp_path):
   updates = []
-  worker = (f'import json, time; print({gpu_check.MARK!r} + json.dumps({{"id": "a", "x": 1}}), '
+  worker = (f'import json, time; print({harness.MARK!r} + json.dumps({{"id": "a", "x": 1}}), '
             'flush=True); time.sleep(60)')
   with open(tmp_path / 'log.txt', 'a') as log:
-    why = gpu_check.stream([sys.executable, '-c', worker], {}, 3, log, updates.append)
+    why = harness.stream([sys.executable, '-c', worker], {}, 3, log, updates.append)
   assert why == 'stopped at its time limit of 3 s' and updates == [{'id': 'a', 'x': 1}]
   with open(tmp_path / 'log.txt', 'a') as log:
-    why = gpu_check.stream([sys.executable, '-c', 'import sys; sys.exit(3)'], {}, 30, log,
+    why = harness.stream([sys.executable, '-c', 'import sys; sys.exit(3)'], {}, 30, log,
                            updates.append)
   assert why == 'worker exited with status 3'
 
@@ -187,13 +191,13 @@ def test_failures_ratios_and_table():
       dict(id='hf/xl/eager/4096', group='hf', kind='hf_encoder', impl='eager',
            status='skipped', reason='torch not installed'),
   ]
-  gpu_check.add_ratios(rows)
+  harness.add_ratios(rows, harness.named_base(rows))
   assert rows[1]['ratio'] == 0.25 and 'ratio' not in rows[2]
-  failures = gpu_check.failures(rows)
+  failures = gpu_report.failures(rows)
   assert len(failures) == 3 and failures[0].startswith('tests: 1 failed')
   assert failures[1].startswith('attention/pallas/4096: parity rel 5.0e-01, vs reference')
   assert failures[2] == ('encoder/xl/pallas/4096: error: XlaRuntimeError: RESOURCE_EXHAUSTED')
-  lines = gpu_check.table(rows).splitlines()
+  lines = gpu_report.table(rows).splitlines()
   assert len(lines) == 2 + len(rows) and all(line.count('|') == 9 for line in lines)
   assert lines[3] == ('| attention/pallas/4096 | ok | 2 ms | 69 | XLA temp 1.0 MiB + args 3.00 '
                       'GiB; peak <= 2.00 GiB | rel 5.0e-01, vs reference, FAILED | 0.25 '
@@ -205,10 +209,8 @@ def test_failures_ratios_and_table():
 def test_random_params_drawn_on_the_device_match_numpys_tree_and_scale():
   """The GPU run draws the weights with jax.random (`on_device`): the same tree, dtypes and
   scales as the numpy draw the CPU rows use."""
-  config = encoder_bench._config(  # pylint: disable=protected-access
-      {'model': 'smoke', 'dtype': 'float32', 'impl': 'blockwise'})
-  draw = lambda **kw: encoder_bench._random_params(  # pylint: disable=protected-access
-      config, config.dtype, ('encoder',), **kw)
+  config = encoder_bench.model_config({'model': 'smoke', 'dtype': 'float32', 'impl': 'blockwise'})
+  draw = lambda **kw: encoder_bench.random_params(config, config.dtype, ('encoder',), **kw)
   on_device, on_host = draw(on_device=True), draw()
   leaves = jax.tree_util.tree_leaves_with_path(on_device)
   assert jax.tree.structure(on_device) == jax.tree.structure(on_host)

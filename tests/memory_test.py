@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pathlib
 
-import jax
 import jax.numpy as jnp
 import pytest
 
@@ -57,29 +56,15 @@ def test_estimate_matches_a_hand_computation():
   assert calib.attention == 4 * (2 * 12 * 4 * 1024**2 + 4 * 1024**2)
 
 
-@pytest.mark.slow
-def test_xxl_at_32k_with_reference_attention_on_one_device_is_refused():
-  with pytest.raises(memory.DoesNotFitError) as e:
-    memory.check_fits(XXL, length=32768, batch_size=1, params_dtype='bfloat16',
-                      limit_bytes=80 * 2**30)
-  message = str(e.value)
-  for setting in ('NUM_PARTITIONS', "ATTENTION_IMPL='blockwise'", 'BATCH_SIZE'):
-    assert setting in message
+def test_xxl_at_32k_with_reference_attention_is_estimated_by_hand():
+  """Flan-T5-XXL at 32k tokens, 'reference' attention, one device: t5x's published parameter
+  count in bfloat16, and three float32 `[h, L, L]` arrays per layer (768 GiB)."""
   est = memory.estimate(XXL, length=32768, batch_size=1, params_dtype='bfloat16')
   assert est.params == 11_135_332_352 * 2
   assert est.attention == 4 * (2 * 64 * 32768**2 + 64 * 32768**2)  # 768 GiB
-  assert f'{est.total / 2**30:.2f} GiB per device' in message
 
 
-def test_calibration_refusal_names_the_tau_batch():
-  with pytest.raises(memory.DoesNotFitError, match='TAU_BATCH_SIZE, now 11'):
-    memory.check_fits(XXL.replace(attention_impl='blockwise'), length=32768, batch_size=4,
-                      params_dtype='bfloat16', taus=11, limit_bytes=32 * 2**30)
-
-
-def test_auto_attention_and_sharding_make_xxl_fit_and_small_runs_pass():
-  mesh = jax.sharding.Mesh([[jax.devices()[0]]], ('data', 'model'))
-  assert memory.check_fits(TINY, length=512, batch_size=8, params_dtype='float32', mesh=mesh)
+def test_auto_attention_and_sharding_make_xxl_fit():
   auto = XXL.replace(attention_impl='auto')
   est = memory.estimate(auto, length=32768, batch_size=8, params_dtype='bfloat16',
                         model_shards=16, data_shards=2)

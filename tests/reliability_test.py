@@ -30,6 +30,7 @@ from t5align.runtime import outputs
 from t5align.runtime import records
 from t5align.runtime import validate
 from t5align import schedule
+from t5align import training
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -458,7 +459,7 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
                  '{"step": 40, "loss": 1.')
   (tmp_path / 'checkpoint_40.tmp-k3j').mkdir()  # A kill while writing checkpoint_40.
   with pytest.raises(ValueError, match=rf'{log}:2: not a JSON record'):
-    train_job.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
+    training.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
 
   class Started(Exception):
     pass
@@ -473,7 +474,7 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
                   model_dir=str(tmp_path)).run()
   assert log.read_text().count('\n') == 1
   assert not (tmp_path / 'checkpoint_40.tmp-k3j').exists()
-  assert train_job.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
+  assert training.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
                                                   'loop_s': 10.0}
 
 

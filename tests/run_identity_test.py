@@ -26,6 +26,7 @@ import pytest
 
 from t5align import calibration
 from t5align import checkpoints
+from t5align.evaluation import temperature as temperature_lib
 from t5align import gin_cli
 from t5align import jobs
 from t5align.jobs import eval_job
@@ -40,6 +41,7 @@ from t5align.runtime import records
 from t5align.runtime import validate
 from t5align import schedule
 from t5align.shipped import assets
+from t5align import training
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
@@ -299,7 +301,7 @@ def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkey
   assert json.loads((tmp_path / 'run.json').read_text())['learning_rate'] == 1e-3
   (tmp_path / 'checkpoint_2').mkdir()  # What checkpoint_steps counts as a result.
   (tmp_path / 'checkpoint_2' / 'checkpoint').write_bytes(b'')
-  pathlib.Path(train_job.train_state_path(str(tmp_path), 2)).write_bytes(b'')
+  pathlib.Path(training.train_state_path(str(tmp_path), 2)).write_bytes(b'')
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'differing fields \(before -> now\): learning_rate: 0\.001 -> 0\.002'):
     jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=2e-3).run()
@@ -558,10 +560,10 @@ def test_18_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
   with pytest.raises(ValueError, match=r'TEMPERATURE=\(0\.9, 0\.8\): give one temperature, or 3 '
                                        r'numbers \(one per encoder layer of checkpoint C, which '
                                        r'has 3\); got 2 values'):
-    eval_job.make_temperature(config, (0.9, 0.8), model='checkpoint C')
+    temperature_lib.make_temperature(config, (0.9, 0.8), model='checkpoint C')
   with pytest.raises(ValueError, match=r"TEMPERATURE='abc' is not a temperature: give a number "
                                        r'\(e\.g\. TEMPERATURE=0\.8\) or a tuple of 3'):
-    eval_job.make_temperature(config, 'abc')
+    temperature_lib.make_temperature(config, 'abc')
   cals = {'pmax_per_layer': tuple(schedule.Calibration(
       'pmax_per_layer', L, 256, (0.9,) * 5) for L in (512, 1024))}
   path = tmp_path / 's.json'
@@ -569,8 +571,8 @@ def test_18_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
   with pytest.raises(ValueError, match=rf"temperature schedule {path} \(SCHEDULE_PATH\): strategy "
                                        r"'pmax_per_layer' has 5 per-layer taus but checkpoint C "
                                        r'has 3 encoder layers'):
-    eval_job.make_temperature(config, schedule_path=str(path), model='checkpoint C')
-  assert eval_job.make_temperature(config, (0.9, 0.8, 0.7)).constant == (0.9, 0.8, 0.7)
+    temperature_lib.make_temperature(config, schedule_path=str(path), model='checkpoint C')
+  assert temperature_lib.make_temperature(config, (0.9, 0.8, 0.7)).constant == (0.9, 0.8, 0.7)
 
 
 def test_19_eval_without_a_model_file_names_what_is_missing(clean_gin):

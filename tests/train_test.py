@@ -16,13 +16,13 @@ import pytest
 
 from t5align import checkpoints
 from t5align import jobs
-from t5align.jobs import train_job
 from t5align import network
 from t5align import run_identity
 from t5align.shipped import assets
 from t5align.shipped import heldout
 from t5align.shipped import train_data
 from t5align import train
+from t5align import training
 from t5align import vocabularies
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -81,11 +81,11 @@ def test_train_steps_reduce_the_loss_on_a_fixed_batch(shipped):
   batch = train_data.batch_arrays(examples, 96, 8)
   model = network.Transformer(TINY)
   params = network.init_variables(TINY, jax.random.PRNGKey(0))['params']
-  opt = train_job.OptimizerConfig(learning_rate=1e-2, total_steps=30, warmup_steps=1)
+  opt = training.OptimizerConfig(learning_rate=1e-2, total_steps=30, warmup_steps=1)
   opt_state = opt.make().init(params)
   losses = []
   for i in range(30):
-    params, opt_state, metrics = train_job.train_step(params, opt_state, batch,
+    params, opt_state, metrics = training.train_step(params, opt_state, batch,
                                                   jax.random.PRNGKey(i), model=model,
                                                   optimizer=opt)
     losses.append(float(metrics['loss']))
@@ -109,7 +109,7 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   vocab_path = shipped[2].path
   full = tmp_path / 'full'
   _tiny_run(full, vocab_path)
-  assert train_job.checkpoint_steps(str(full)) == [2, 4]
+  assert training.checkpoint_steps(str(full)) == [2, 4]
 
   # The T5X checkpoint loads strictly with the library reader.
   params4, config = checkpoints.load_params(str(full / 'checkpoint_4'), TINY)
@@ -119,7 +119,7 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   resumed = tmp_path / 'resumed'
   shutil.copytree(full, resumed)
   shutil.rmtree(resumed / 'checkpoint_4')
-  os.remove(train_job.train_state_path(str(resumed), 4))
+  os.remove(training.train_state_path(str(resumed), 4))
   summary = _tiny_run(resumed, vocab_path)
   assert summary['step'] == 4
   assert '"event": "resume", "step": 2' in (resumed / 'train_log.jsonl').read_text()
@@ -135,9 +135,9 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   rerun = _tiny_run(resumed, vocab_path)  # Nothing left to train: the same loss from the log.
   assert rerun['loss'] == summary['loss'] and rerun['loop_s'] == summary['loop_s']
 
-  template = train_job.OptimizerConfig(1e-3, 4, 1).make().init(params4)
-  p_full, s_full = train_job.restore_checkpoint(str(full), 4, TINY, template)
-  p_res, s_res = train_job.restore_checkpoint(str(resumed), 4, TINY, template)
+  template = training.OptimizerConfig(1e-3, 4, 1).make().init(params4)
+  p_full, s_full = training.restore_checkpoint(str(full), 4, TINY, template)
+  p_res, s_res = training.restore_checkpoint(str(resumed), 4, TINY, template)
   _assert_trees_equal(p_res, p_full)
   _assert_trees_equal(s_res, s_full)
   _assert_trees_equal(p_full, params4)
@@ -154,7 +154,7 @@ def test_a_rerun_neither_mixes_vocabularies_nor_logs_a_step_twice(tmp_path, ship
   _tiny_run(run, vocab_path, num_steps=2)
   # Killed before its first checkpoint: the log holds step 2, no checkpoint is left.
   shutil.rmtree(run / 'checkpoint_2')
-  os.remove(train_job.train_state_path(str(run), 2))
+  os.remove(training.train_state_path(str(run), 2))
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'holds sentencepiece.model, trained by an earlier run .*'
                            r'vocab_size: 1000 -> 500'):
@@ -207,13 +207,13 @@ def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
 @pytest.mark.slow
 def test_saved_optimizer_state_round_trips(tmp_path):
   params = network.init_variables(TINY, jax.random.PRNGKey(1))['params']
-  opt = train_job.OptimizerConfig(1e-3, 10, 2).make()
+  opt = training.OptimizerConfig(1e-3, 10, 2).make()
   state = opt.init(params)
   grads = jax.tree.map(np.ones_like, params)
   _, state = opt.update(grads, state, params)  # Non-trivial moments and count.
-  train_job.save_checkpoint(str(tmp_path), 7, params, state)
-  assert train_job.checkpoint_steps(str(tmp_path)) == [7]
-  p, s = train_job.restore_checkpoint(str(tmp_path), 7, TINY, opt.init(params))
+  training.save_checkpoint(str(tmp_path), 7, params, state)
+  assert training.checkpoint_steps(str(tmp_path)) == [7]
+  p, s = training.restore_checkpoint(str(tmp_path), 7, TINY, opt.init(params))
   _assert_trees_equal(p, params)
   _assert_trees_equal(s, state)
 

@@ -147,8 +147,8 @@ def test_published_data_errors_name_the_file_and_field(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=message) as e:
       tables.published_results('zeroscrolls')
     assert str(path) in str(e.value)
-  with pytest.raises(ValueError, match='no published results of scrolls'):
-    tables.render([], published=['scrolls'])
+  with pytest.raises(ValueError, match='no published results of longbench'):
+    tables.render([], published=['longbench'])
 
 
 def test_splits_labels_and_test_rows(tmp_path):
@@ -216,13 +216,13 @@ def test_eval_writes_the_familys_primary_metric(tmp_path, task, family, predicti
                                                 primary):
   """`t5align.eval`'s metrics.json names its family's primary metric, which the report shows."""
   from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
-  from t5align.jobs import eval_job  # pylint: disable=g-import-not-at-top
+  from t5align.evaluation import metrics as eval_metrics  # pylint: disable=g-import-not-at-top
   spec = catalog.SPECS[task]
   target = {'target': reference, 'meta': {'outputs': [reference]}, 'length': 5, 'num_tokens': 2}
   log = types.SimpleNamespace(records={0: {'tau': [1.0], 'postprocessed_target': target,
                                            'prediction': prediction}})
   fake = types.SimpleNamespace(name=task, predict_metric_fns=[metrics.make_metric_fn(family)])
-  result = eval_job._write_metrics(  # pylint: disable=protected-access
+  result = eval_metrics.write_metrics(
       fake, spec, 1, log, str(tmp_path / task), False, model_name='m',
       temp=temperature.Temperature(constant=1.0), checkpoint_path='/c')
   assert result['primary_metric'] == metrics.primary_metric(family)

@@ -9,7 +9,7 @@ attention/.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from flax.linen import partitioning as nn_partitioning
 import jax
@@ -25,6 +25,18 @@ from t5align.attention import reference
 
 Array = jax.Array
 LogicalRules = Sequence[tuple[str, str | None]]  # flax's logical axis rules
+
+
+class Kernel(Protocol):
+  """The call every attention implementation answers, named once: `reference_self_attention`,
+  `blockwise_attention` and the Pallas kernels (`pallas_attention`, `pallas_mgpu_attention`,
+  `pallas_tpu_attention`) take these arguments (`self_attention` documents them), plus their own
+  tile and launch keywords (their `Options` fields) and, where they have it, dropout."""
+
+  def __call__(self, query: Array, key: Array, value: Array, *, rel_embedding: Array,
+               segment_ids: Array, temperature: Array | None, bidirectional: bool, dtype: Any,
+               float32_logits: bool, with_stats: bool) -> tuple[Array, reference.RowStats | None]:
+    ...
 
 
 def _interpret(impl: str, platform: str) -> bool:
@@ -68,9 +80,9 @@ def _blockwise(query, key, value, *, options, **kwargs):
                                        **dataclasses.asdict(options), **kwargs)
 
 
-def _per_device(kernel: Callable[..., tuple[Array, reference.RowStats | None]], query: Array,
-                key: Array, value: Array, *, rel_embedding: Array, segment_ids: Array,
-                temperature: Array | None, with_stats: bool, **kwargs):
+def _per_device(kernel: Kernel, query: Array, key: Array, value: Array, *,
+                rel_embedding: Array, segment_ids: Array, temperature: Array | None,
+                with_stats: bool, **kwargs):
   """`kernel(query, key, value, ...)` on each device's shard of the mesh in effect.
 
   XLA cannot partition a Pallas custom call (Mosaic or Triton), so under a mesh of several
@@ -125,7 +137,8 @@ class Implementation:
   """One encoder self-attention implementation.
 
   Attributes:
-    fn: `(q, k, v, *, options, rel_embedding, segment_ids, ...) -> (out, RowStats | None)`.
+    fn: a `Kernel` that also takes `options` (an instance of the class below, or None),
+      `dropout_rng` and `dropout_rate`.
     options: its frozen options class (tile sizes, launch parameters; the fields are the
       kernel's keyword arguments), or None.
     platforms: where it compiles; a Pallas kernel also runs on CPU, in interpret mode.

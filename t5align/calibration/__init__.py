@@ -5,7 +5,7 @@ By level, each module importing only those below it:
                task (`calibrate_tasks`), calibrate's resumable log (`CalibrationLog`);
   strategies   one calibration by strategy name (`calibrate`, `STRATEGIES`);
   search       Algorithm 1's grid and the continuous / per-layer / per-head searches;
-  closed_form  Propositions 1-2 and the log-length baseline;
+  closed_form  Propositions 1-2, the log-length baseline and the other data-free formulas;
   stats        attention statistics at candidate taus (vmapped), inputs, `Memo`.
 Beside them, over `stats`: analysis (the dispersion diagnostics, paper Table 1, Figures 1, 3-5, and
 their figures) and samples (calibration samples read from a text file, a JSONL file or SeqIO
@@ -22,12 +22,17 @@ from t5align.calibration.build import CalibrationLog
 from t5align.calibration.build import resumed_calibrations
 from t5align.calibration.closed_form import clamp_tau
 from t5align.calibration.closed_form import closed_form_tau
+from t5align.calibration.closed_form import formula_tau
+from t5align.calibration.closed_form import FORMULAS
+from t5align.calibration.closed_form import infoscale_tau
+from t5align.calibration.closed_form import llama4_length_tau
 from t5align.calibration.closed_form import log_length_tau
 from t5align.calibration.closed_form import LogitSummary
 from t5align.calibration.closed_form import prop1_tau
 from t5align.calibration.closed_form import prop2_tau
 from t5align.calibration.closed_form import reference_pmax
 from t5align.calibration.closed_form import summarize_logit_vector
+from t5align.calibration.closed_form import yarn_mscale_tau
 from t5align.calibration.search import align_heads
 from t5align.calibration.search import align_layers
 from t5align.calibration.search import bisect_search
@@ -66,4 +71,5 @@ __all__ = [
     'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'SearchSettings', 'STATISTICS',
     'STRATEGIES',
     'summarize_logit_vector', 'T5_EOS_ID', 'Tau',
+    'formula_tau', 'FORMULAS', 'infoscale_tau', 'llama4_length_tau', 'yarn_mscale_tau',
 ]

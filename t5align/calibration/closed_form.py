@@ -1,12 +1,18 @@
-"""Closed-form temperatures: Propositions 1-2 and the log-length baseline (host float64 numpy).
+"""Closed-form temperatures: Propositions 1-2, and the data-free formulas (host float64 numpy).
 
-Inputs are summaries of layer 0's average sorted logit vector (`summarize_logit_vector` of
-`stats.layer0_sorted_logits`) and Prop. 1's P_tr (`reference_pmax`).
+Propositions 1-2 take summaries of layer 0's average sorted logit vector (`summarize_logit_vector`
+of `stats.layer0_sorted_logits`) and Prop. 1's P_tr (`reference_pmax`). The data-free formulas
+(`FORMULAS`: the paper's log-length baseline and the training-free temperatures of other work:
+InfoScale, Llama 4's attention temperature tuning, YaRN's attention scaling) take the lengths and
+the attention's shape only.
+
+Convention: t5align divides the encoder's attention logits by tau. A source that multiplies the
+logits by lambda (or the queries and keys by m, so the logits by m^2) is tau = 1/lambda (1/m^2).
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -60,6 +66,127 @@ def log_length_tau(length: Any, reference_length: int) -> np.ndarray | float:
     raise ValueError(f'lengths must be >= 2; got L_ex={length.tolist()}, L_tr={reference_length}.')
   tau = math.log(reference_length) / np.log(length)
   return float(tau) if tau.ndim == 0 else tau
+
+
+def _lengths(length: Any, reference_length: int, name: str) -> np.ndarray:
+  """float64 L_ex (any shape), after checking L_ex >= 1 and L_tr >= 2 (ValueError naming `name`)."""
+  n = np.asarray(length, np.float64)
+  if np.any(~np.isfinite(n)) or np.any(n < 1) or reference_length < 2:
+    raise ValueError(f'{name}: lengths must be >= 1 and L_tr >= 2; got L_ex={n.tolist()}, '
+                     f'L_tr={reference_length}.')
+  return n
+
+
+def _scalar(tau: np.ndarray) -> np.ndarray | float:
+  return float(tau) if tau.ndim == 0 else tau
+
+
+def infoscale_tau(length: Any, reference_length: int, dim: int) -> np.ndarray | float:
+  """InfoScale (Li et al., arXiv 2501.08570) as a temperature: tau = min(1, 1 / lambda).
+
+  The authors' code (HT-NEKO/Information-Entropy-Invariance) multiplies the scaled logits by
+  lambda(n) = sqrt((1 - n^(-2/d)) / (1 - N^(-2/d))), n the unmasked keys, N the training length
+  (`train_len_ori`; 512 for T5's encoder), and in its T5 port clamps lambda >= 1
+  (`torch.clamp(..., min=1)`). Dividing by tau = 1/lambda is the same, so
+  tau = sqrt((1 - N^(-2/d)) / (1 - n^(-2/d))), 1 for n <= N. The paper's text gives no formula
+  (YARDSTICKS.md section 8); this is the code's.
+
+  `dim` is where the sources differ (the `infoscale_head` and `infoscale_model` strategies): the
+  GAU code takes the query's last axis (`head_dim = q.shape[2]`, its one head's key size: d_h),
+  the T5 port (tasks/LongBench/t5-small/overlap_attention.py) heads x d_kv
+  (`query_states.shape[1] * query_states.shape[3]`; an earlier version of that file took
+  `query_states.shape[3]`, d_kv). For large d, tau ~ sqrt(log_{L_ex} L_tr).
+
+  Args:
+    length: L_ex, the unmasked keys n (any shape; one tau each).
+    reference_length: L_tr = N.
+    dim: d, a positive integer.
+  """
+  if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+    raise ValueError(f'InfoScale: dim={dim!r}; expected a positive integer (d_h, or heads x d_h).')
+  n = _lengths(length, reference_length, 'InfoScale')
+  # 1 - x^(-2/d) as -expm1(-(2/d) ln x): exact where d is large and 1 - x^(-2/d) is small.
+  one_minus = lambda x: -np.expm1(-2.0 / dim * np.log(x))
+  with np.errstate(divide='ignore'):  # n = 1: lambda = 0, clamped to 1 like every n <= N.
+    return _scalar(np.minimum(1.0, np.sqrt(one_minus(float(reference_length)) / one_minus(n))))
+
+
+def llama4_length_tau(length: Any, reference_length: int, *, attn_scale: float = 0.1,
+                      floor_scale: int | None = None) -> np.ndarray | float:
+  """Llama 4's attention temperature tuning, adapted to an encoder: tau = 1 / lambda.
+
+  Llama 4 (huggingface/transformers models/llama4/modeling_llama4.py; meta-llama/llama-models
+  models/llama4/model.py) multiplies the queries of its layers without RoPE by
+  lambda(pos) = 1 + attn_scale * ln(floor((pos + 1) / floor_scale) + 1) at query position pos,
+  so the logits by lambda; its config's defaults are attn_scale = 0.1, floor_scale = 8192
+  (configuration_llama4.py). The causal per-position form has no encoder counterpart; the
+  adaptation (YARDSTICKS.md section 8, not the sources') takes n = L_ex for pos + 1 and the floor
+  at L_tr: lambda(n) = 1 + 0.1 ln(floor(n / L_tr) + 1), tau = 1 / lambda. It steps: tau = 1 for
+  L_ex < L_tr, 1 / (1 + 0.1 ln 2) = 0.935 at L_ex = L_tr itself (the source's step at
+  pos + 1 = floor_scale), then down at each multiple of L_tr.
+
+  Args:
+    length: L_ex (any shape; one tau each).
+    reference_length: L_tr.
+    attn_scale: the source's `attn_scale`.
+    floor_scale: the source's `floor_scale`; None: L_tr (the adaptation); 8192: Llama 4's own.
+  """
+  floor_scale = reference_length if floor_scale is None else floor_scale
+  if isinstance(floor_scale, bool) or not isinstance(floor_scale, (int, np.integer)) or (
+      floor_scale < 1):
+    raise ValueError(f'Llama 4 length: floor_scale={floor_scale!r}; expected a positive integer.')
+  if not np.isfinite(attn_scale) or attn_scale < 0:
+    raise ValueError(f'Llama 4 length: attn_scale={attn_scale!r}; expected a number >= 0.')
+  n = _lengths(length, reference_length, 'Llama 4 length')
+  return _scalar(1.0 / (1.0 + attn_scale * np.log(np.floor(n / floor_scale) + 1.0)))
+
+
+def yarn_mscale_tau(length: Any, reference_length: int, *,
+                    coefficient: float = 0.1) -> np.ndarray | float:
+  """YaRN's attention scaling (Peng et al., arXiv 2309.00071) with s = L_ex / L_tr.
+
+  YaRN computes softmax(q^T k / (t sqrt(|D|))) with sqrt(1/t) = 0.1 ln(s) + 1, s its context
+  extension factor; its code (jquesnelle/yarn scaled_rope/LlamaYaRNScaledRotaryEmbedding.py,
+  `get_mscale`: 0.1 ln(scale) + 1, and 1 for scale <= 1) multiplies the cached cos and sin, which
+  rotate both q and k, by that mscale, so the logits by mscale^2 = 1/t. YaRN's t divides the
+  logits as tau does: tau = t = 1 / (0.1 ln s + 1)^2 (not 1 / mscale, which would apply the
+  factor once). Only this temperature carries over to T5 (YaRN's other part interpolates RoPE
+  frequencies, which T5's bucketed relative bias lacks); s = L_ex / L_tr is the paper's dynamic
+  scaling, s = max(1, l' / L) for a sequence of l' tokens and training length L.
+
+  Args:
+    length: L_ex (any shape; one tau each).
+    reference_length: L_tr.
+    coefficient: the 0.1 of 0.1 ln s + 1 (`0.1 * mscale` in transformers' `get_mscale`).
+  """
+  if not np.isfinite(coefficient) or coefficient < 0:
+    raise ValueError(f'YaRN mscale: coefficient={coefficient!r}; expected a number >= 0.')
+  s = _lengths(length, reference_length, 'YaRN mscale') / reference_length
+  mscale = np.where(s > 1, coefficient * np.log(np.maximum(s, 1.0)) + 1.0, 1.0)
+  return _scalar(1.0 / np.square(mscale))
+
+
+# The data-free strategies: tau from L_ex, L_tr, heads and d_h alone, with the details each
+# records (`formula_tau`). Parameters other than these are the functions' source defaults.
+FORMULAS: dict[str, Callable[[int, int, int, int], tuple[Any, dict[str, Any]]]] = {
+    'log_length': lambda L, L_tr, heads, d_h: (log_length_tau(L, L_tr), {}),
+    'infoscale_head': lambda L, L_tr, heads, d_h: (infoscale_tau(L, L_tr, d_h), {'dim': d_h}),
+    'infoscale_model': lambda L, L_tr, heads, d_h: (infoscale_tau(L, L_tr, heads * d_h),
+                                                    {'dim': heads * d_h}),
+    'llama4_length': lambda L, L_tr, heads, d_h: (llama4_length_tau(L, L_tr), {}),
+    'yarn_mscale': lambda L, L_tr, heads, d_h: (yarn_mscale_tau(L, L_tr), {}),
+}
+
+
+def formula_tau(strategy: str, length: int, reference_length: int, *, num_heads: int,
+                head_dim: int) -> tuple[float, dict[str, Any]]:
+  """(tau, details) of a data-free strategy (`FORMULAS`) for one L_ex, from the model's encoder
+  attention shape (`num_heads`, `head_dim`: `network.T5Config`'s)."""
+  if strategy not in FORMULAS:
+    raise ValueError(f'strategy={strategy!r} is not a data-free formula; expected one of '
+                     f'{tuple(FORMULAS)}.')
+  tau, details = FORMULAS[strategy](length, reference_length, int(num_heads), int(head_dim))
+  return float(tau), details
 
 
 def prop1_tau(reference_length, length, sigma_tr, sigma_ex, pmax_tr, closest: bool = False):

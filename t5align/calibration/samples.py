@@ -64,22 +64,37 @@ def _task_vocabulary(task_or_mixture: Any) -> Any:
   return seqio.get_subtasks(task_or_mixture)[0].output_features['inputs'].vocabulary
 
 
+def check_split(names: Sequence[str], split: str, flag: str = 'SEQIO_SPLIT') -> None:
+  """Every task of the tasks / mixtures `names` has `split`, or a ValueError names `flag`, the
+  task and the splits it has (the paper's t5align tasks have 'test' alone)."""
+  import seqio  # pylint: disable=g-import-not-at-top
+  for name in names:
+    for task in seqio.get_subtasks(seqio.get_mixture_or_task(name)):
+      if split not in task.splits:
+        raise ValueError(f'{flag} = {split!r}: the task {task.name} has the split(s) '
+                         f'{", ".join(map(repr, task.splits))}; pass --gin.{flag}=... with one '
+                         'of them.')
+
+
 def seqio_task_stream(task: str, split: str = 'validation', feature: str = 'inputs',
                       max_tokens: int = 10_000_000) -> np.ndarray:
   """Token ids of a registered SeqIO task's `feature`, concatenated without EOS / padding
-  (imports seqio lazily)."""
+  (imports seqio lazily). A mixture is its tasks' examples, each task's once, in the mixture's
+  task order: seqio's mixture dataset samples by rate and repeats without end, so it would give
+  `max_tokens` tokens drawn again and again from the same few examples."""
   import seqio  # pylint: disable=g-import-not-at-top
   task_obj = seqio.get_mixture_or_task(task)
-  dataset = task_obj.get_dataset(sequence_length=None, split=split, shuffle=False)
   eos_id = _task_vocabulary(task_obj).eos_id
   pieces, total = [], 0
-  for example in dataset.as_numpy_iterator():
-    ids = np.asarray(example[feature], np.int32)
-    ids = ids[(ids > 0) & (ids != eos_id)]
-    pieces.append(ids)
-    total += len(ids)
-    if total >= max_tokens:
-      break
+  for subtask in seqio.get_subtasks(task_obj):
+    dataset = subtask.get_dataset(sequence_length=None, split=split, shuffle=False)
+    for example in dataset.as_numpy_iterator():
+      ids = np.asarray(example[feature], np.int32)
+      ids = ids[(ids > 0) & (ids != eos_id)]
+      pieces.append(ids)
+      total += len(ids)
+      if total >= max_tokens:
+        return np.concatenate(pieces)
   if not pieces:
     raise ValueError(f'SeqIO task {task} split {split} gave no examples.')
   return np.concatenate(pieces)
@@ -211,6 +226,7 @@ def read_inputs(*, text_file: str | None, vocabulary_path: str | None, seqio_tas
     import seqio  # pylint: disable=g-import-not-at-top
     from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top  (t5align_* tasks)
     names = [name.strip() for name in seqio_task.split(',') if name.strip()]
+    check_split(names, seqio_split)
     vocab = _task_vocabulary(seqio.get_mixture_or_task(names[0]))
     stream = np.concatenate([seqio_task_stream(name, seqio_split) for name in names])
     source = {'seqio_task': seqio_task, 'seqio_split': seqio_split}

@@ -12,6 +12,10 @@ Strategies (`STRATEGIES`), each giving tau for a target length L_ex from a refer
                            `search_lib.align_heads`).
   'log_length'             tau = log_{L_ex} L_tr (length-only baseline).
   'prop1', 'prop2'         closed forms from layer 0's average sorted logit vector.
+  'infoscale_head',        training-free temperatures of other work, from L_ex, L_tr and the
+  'infoscale_model',       attention's shape only (`closed_form.FORMULAS`, sources in each
+  'llama4_length',         function's docstring): InfoScale with d = d_h or heads x d_h, Llama 4's
+  'yarn_mscale'            length term floored at L_tr, YaRN's 1 / (0.1 ln(L_ex / L_tr) + 1)^2.
 
 This module is the strategy level (`calibrate`), over `search`, `stats` and `closed_form` (see
 the package's docstring).
@@ -38,7 +42,7 @@ T5_EOS_ID = 1
 STATISTICS = ('pmax', 'entropy')
 STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_layer',
               'entropy_per_layer', 'pmax_per_head', 'entropy_per_head', 'log_length', 'prop1',
-              'prop2')
+              'prop2', 'infoscale_head', 'infoscale_model', 'llama4_length', 'yarn_mscale')
 # What one calibration's tau covers (`parse_strategy`): the whole encoder, each layer, each head.
 SCOPES = ('encoder', 'layer', 'head')
 
@@ -197,11 +201,13 @@ def calibrate(
   if reference_tokens is None:
     reference_tokens = stats_lib.cut_to_length(tokens, reference_length, settings.eos_id)
   common = dict(strategy=strategy, length=length, reference_length=reference_length)
+  if strategy in closed_form_lib.FORMULAS:  # Data-free: no encoder pass.
+    tau, details = closed_form_lib.formula_tau(strategy, length, reference_length,
+                                               num_heads=config.num_heads,
+                                               head_dim=config.head_dim)
+    return schedule.Calibration(tau=tau, details=details, **common)
   memo = memo if memo is not None else stats_lib.Memo()
   params = partitioning.place_params(params, config, settings.mesh)
-  if strategy == 'log_length':
-    return schedule.Calibration(tau=closed_form_lib.log_length_tau(length, reference_length),
-                                **common)
   if search == 'closed_form':
     ref = closed_form_lib.summarize_logit_vector(
         memo.sorted_logits(params, config, reference_tokens, settings.chunk))

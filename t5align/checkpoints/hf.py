@@ -41,13 +41,22 @@ def _hf_head(state: dict[str, np.ndarray], hf_config: Mapping[str, Any]) -> dict
   embedding is exactly T5X's `logits_via_embedding` (logits / sqrt(emb_dim)): no logits_dense.
   An lm_head that differs from `shared` is untied: logits_dense = lm_head.T, unscaled.
   """
-  scale = hf_config.get('scale_decoder_outputs', hf_config.get('tie_word_embeddings', True))
+  for key in ('tie_word_embeddings', 'scale_decoder_outputs'):
+    if key in hf_config and not isinstance(hf_config[key], bool):
+      raise store.CheckpointReadError(
+          f'HF config has "{key}": {json.dumps(hf_config[key])}, a '
+          f'{type(hf_config[key]).__name__}; expected JSON true or false (no quotes).')
+  key = 'scale_decoder_outputs' if 'scale_decoder_outputs' in hf_config else 'tie_word_embeddings'
+  scale = hf_config.get(key, True)
   lm_head = state.pop('lm_head.weight', None)
   shared = state.get('shared.weight')
   untied = lm_head is not None and (shared is None or not np.array_equal(lm_head, shared))
   if untied and scale:
-    raise store.CheckpointReadError('HF checkpoint has its own lm_head.weight but a scaled (tied) '
-                                    'config; T5X has no such head.')
+    said = f'"{key}": true' if key in hf_config else f'no "{key}" (HF\'s default: true)'
+    raise store.CheckpointReadError(
+        f'HF config has {said}, a head tied to shared.weight and scaled by d_model**-0.5, but '
+        'the weights hold their own lm_head.weight, unlike shared.weight; T5X has no scaled '
+        'untied head. For an untied head (T5 1.1, mT5) set "tie_word_embeddings": false.')
   if untied:
     return {'decoder/logits_dense/kernel': lm_head.T}
   if not scale and shared is not None:
@@ -181,5 +190,10 @@ def hf_config_hints(hf_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_hf_checkpoint(path: str) -> store.Params:
-  """Reads a HuggingFace T5 directory (`config.json` plus weights) into the T5X tree."""
-  return params_from_hf_state_dict(_load_hf_state_dict(str(path)), read_hf_config(str(path)))
+  """Reads a HuggingFace T5 directory (`config.json` plus weights) into the T5X tree; a weight
+  the config cannot map is refused naming the config file."""
+  state, config = _load_hf_state_dict(str(path)), read_hf_config(str(path))
+  try:
+    return params_from_hf_state_dict(state, config)
+  except store.CheckpointReadError as e:
+    raise store.CheckpointReadError(f'{os.path.join(str(path), "config.json")}: {e}') from e

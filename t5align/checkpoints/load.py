@@ -34,7 +34,8 @@ DEFAULT_SOURCE_DTYPES = ('float32', 'bfloat16', 'float16')  # Stored dtypes cast
 
 def detect_format(path: str) -> str:
   """One of `FORMATS` for a checkpoint path, from the files it holds."""
-  path = str(path).rstrip('/')
+  path = os.fspath(path).rstrip('/')
+  store.check_utf8_path(path, 'checkpoint path')
   if store.is_gcs(path):
     if posixpath.basename(path) == 'checkpoint' or store.exists(fileio.join(path, 'checkpoint')):
       return 't5x'
@@ -120,24 +121,32 @@ def check_params(params: Mapping[str, Any], expected: Mapping[str, Any], source:
                                         mismatched, source)
 
 
-def _check_source_dtypes(dtypes: Mapping[str, Any], source_dtypes: tuple[str, ...]) -> None:
-  """Raises one `CheckpointDtypeError` listing every `{path: stored dtype}` not allowed."""
+def _check_source_dtypes(dtypes: Mapping[str, Any], source_dtypes: tuple[str, ...],
+                         source: str = '') -> None:
+  """Raises one `CheckpointDtypeError` naming the checkpoint `source` (when given) and listing
+  every `{path: stored dtype}` not allowed."""
   bad = {k: np.dtype(d).name for k, d in dtypes.items() if np.dtype(d).name not in source_dtypes}
   if bad:
     lines = '\n'.join(f'  {k}: {d}' for k, d in sorted(bad.items()))
-    raise store.CheckpointDtypeError(f'Stored dtypes not in source_dtypes={source_dtypes} (pass '
-                                     f'them to allow a cast):\n{lines}')
+    where = f'Checkpoint {source} stores' if source else 'Stored'
+    raise store.CheckpointDtypeError(
+        f'{where} parameters in dtypes other than {", ".join(source_dtypes)}:\n{lines}\n'
+        'Convert it to one of those (an integer array holds quantized or corrupt weights); '
+        'callers of checkpoints.load_params or cast_params may allow a cast with source_dtypes=.')
 
 
 def cast_params(params: Mapping[str, Any], dtype: Any = np.float32, *,
-                source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES) -> store.Params:
-  """Casts every array to `dtype`, refusing stored dtypes not named in `source_dtypes`.
+                source_dtypes: tuple[str, ...] = DEFAULT_SOURCE_DTYPES,
+                source: str = '') -> store.Params:
+  """Casts every array to `dtype`, refusing stored dtypes not named in `source_dtypes`
+  (`source`: the checkpoint, for the message).
 
   Raises:
     CheckpointDtypeError: listing every parameter whose stored dtype is not allowed.
   """
   flat = store.flatten_params(params)
-  _check_source_dtypes({k: np.asarray(v).dtype for k, v in flat.items()}, source_dtypes)
+  _check_source_dtypes({k: np.asarray(v).dtype for k, v in flat.items()}, source_dtypes,
+                       source)
   dtype = np.dtype(dtype)
   return store.unflatten_params({k: np.ascontiguousarray(np.asarray(v).astype(dtype, copy=False))
                            for k, v in flat.items()})
@@ -210,6 +219,7 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
     CheckpointDtypeError: listing parameters stored in a dtype outside `source_dtypes`.
   """
   validate.float_dtype(dtype, 'dtype (PARAMS_DTYPE)')
+  store.check_utf8_path(os.fspath(path), 'checkpoint path')
   format = detect_format(path) if format == 'auto' else format
   if format in ('t5x', 't5x_orbax'):
     params, config, nonfinite = _load_sharded(str(path), format, config, dtype, source_dtypes,
@@ -226,7 +236,7 @@ def load_params(path: str, config: network.T5Config | None = None, *, dtype: Any
     except ValueError as e:
       raise ValueError(f'{os.path.join(str(path), "config.json")}: {e}') from e
     config = _checked_config(params, config, str(path), hints)
-    params = cast_params(params, dtype, source_dtypes=source_dtypes)
+    params = cast_params(params, dtype, source_dtypes=source_dtypes, source=str(path))
     if check_finite:
       validate.finite_params(params, str(path))
       check_finite = False
@@ -340,7 +350,7 @@ def _load_sharded(path: str, format: str,  # pylint: disable=redefined-builtin
   memory.check_host_fits({k: (int(math.prod(v.shape) * dtype.itemsize * share), v.shape)
                           for k, v in stored.items()}, f'checkpoint {path}', dtype)
   config = _checked_config(store.unflatten_params(stored), config, path, {})
-  _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes)
+  _check_source_dtypes({k: v.dtype for k, v in stored.items()}, source_dtypes, path)
   shardings = (store.flatten_params(partitioning.param_shardings(config, mesh, rules))
                if mesh is not None else dict.fromkeys(stored))
   memory.check_host_fits({k: (_local_bytes(v, shardings[k], dtype), v.shape)
@@ -364,6 +374,7 @@ def embedding_rows(path: str, format: str = 'auto') -> int:  # pylint: disable=r
   """The rows of a checkpoint's token embedding (the ids its model embeds), from stored
   metadata where the format has it (T5X, Orbax: array metadata; HuggingFace: config.json's
   vocab_size); Mesh-TF checkpoints are read."""
+  store.check_utf8_path(os.fspath(path), 'checkpoint path')
   format = detect_format(path) if format == 'auto' else format
   if format == 't5x':
     return int(t5x.lazy_t5x_arrays(str(path))['token_embedder/embedding'].shape[0])

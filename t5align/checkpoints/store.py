@@ -86,6 +86,49 @@ def is_gcs(location: str) -> bool:
   return str(location).startswith('gs://')
 
 
+def check_utf8_path(path: str, setting: str, resolved_from: str | None = None) -> None:
+  """Refuses a path holding bytes that are not UTF-8 (Python keeps them as surrogate escapes;
+  tensorstore, which reads T5X and Orbax arrays, takes UTF-8 paths only), naming `setting`, the
+  path (repr) and the first such byte."""
+  try:
+    path.encode('utf-8')
+  except UnicodeEncodeError as e:
+    byte = os.fsencode(path[e.start:e.start + 1])
+    where = f'{resolved_from!r} resolves to {path!r}, which' if resolved_from else f'{path!r}'
+    raise ValueError(
+        f'{setting} {where} holds a byte that is not UTF-8 ({byte!r} at character {e.start}); '
+        'checkpoints are read through tensorstore, which takes UTF-8 paths only. Rename the '
+        'folder to a UTF-8 name (a symlink would not do: the path is resolved).') from None
+
+
+def resolve_location(path: str, setting: str = 'checkpoint path') -> str:
+  """The one place a checkpoint is read from: a local path made absolute with every symlink
+  resolved (`os.path.realpath`; a link re-pointed later changes nothing), a `gs://` URL as
+  given. Refuses a path that is not UTF-8 (`check_utf8_path`), naming `setting`."""
+  path = os.fspath(path)
+  check_utf8_path(path, setting)
+  if is_gcs(path):
+    return path
+  resolved = os.path.realpath(path.removeprefix('file://'))
+  check_utf8_path(resolved, setting, resolved_from=path)
+  return resolved
+
+
+def location_stamp(path: str) -> tuple[int, ...] | None:
+  """(device, inode, mtime in ns) of a resolved local checkpoint (its folder or `checkpoint`
+  file; a Mesh-TF prefix's `.index`): another value later means it was replaced or had files
+  added or removed. None for `gs://` or a path that does not exist."""
+  if is_gcs(path):
+    return None
+  for candidate in (path, path + '.index'):
+    try:
+      st = os.stat(candidate)
+    except OSError:
+      continue
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+  return None
+
+
 def kvstore_spec(location: str) -> dict[str, str]:
   """A tensorstore kvstore spec for a local path or a `gs://bucket/path` URL."""
   location = str(location)

@@ -14,8 +14,10 @@ L_ex with tau = 1 and each strategy, 50 held-out examples per cell.
 --controls: passkey (plain and with decoys) evaluated too, at tau = 1 only, as controls (this
 model does not lose it).
 --full: every task calibrated and evaluated with every row, P_max per head (a row beside P_max
-per layer), Propositions 1-2 and the pooled per-layer and per-head calibrations too, and the
-temperatures of 5 calibration seeds (their spread reported).
+per layer), the literature's training-free temperatures (InfoScale with either head dimension,
+a Llama-4-style length term, YaRN's mscale) beside log_Lex L_tr, Propositions 1-2 and the pooled
+per-layer and per-head calibrations too, and the temperatures of 5 calibration seeds (their
+spread reported).
 Writes a report folder (report.md, results.json, schedule.json, PNGs, and per evaluated cell
 predictions/<row>_<length>_<task>.jsonl with each example's answer and score). Results are
 saved cell by cell (atomically); rerunning the same command resumes where it stopped, and a
@@ -40,7 +42,8 @@ def flag_parser() -> argparse.ArgumentParser:
   parser.add_argument('--output_dir', default=defaults.output_dir)
   parser.add_argument('--model_dir', default=defaults.model_dir)
   parser.add_argument('--full', action='store_true',
-                      help='every task with every strategy (P_max per head too), Props. 1-2, '
+                      help='every task with every strategy (P_max per head and the '
+                      "literature's training-free temperatures too), Props. 1-2, "
                       'the pooled per-layer and per-head calibrations and 5 calibration seeds '
                       '(see docs/demo.md for its time)')
   parser.add_argument('--controls', action='store_true',

@@ -103,8 +103,7 @@ def _execute(settings: planning.DemoSettings) -> dict[str, Any]:
   else:
     with phases('calibration'):
       schedule = _calibrate(params, config, plan, prompts, references, identity, memo, mesh,
-                            start)
-      multihost.on_writer(lambda: schedule.save(schedule_path), f'writing {schedule_path}')
+                            start, output_dir)
   tau_tables = '\n\n'.join(
       [schedule.table(), 'Per-task temperatures (the ones evaluated)',
        reporting.temperature_table(schedule.tasks, plan.strategies, plan.lengths)] +
@@ -151,8 +150,26 @@ def _execute(settings: planning.DemoSettings) -> dict[str, Any]:
 
 
 def _calibrate(params, config, plan: planning.Plan, prompts, references, identity, memo, mesh,
-               start: float) -> schedule_lib.TemperatureSchedule:
-  """The per-task calibrations of every seed, the pooled one of the first, as a schedule."""
+               start: float, output_dir: str) -> schedule_lib.TemperatureSchedule:
+  """The per-task calibrations of every seed, the pooled one of the first, as a schedule,
+  written to `output_dir`/schedule.json.
+
+  Resumable as calibrate is: each calibration is logged as it finishes
+  (`store.calibration_progress`, process 0), a rerun after a kill takes the logged ones as they
+  are, and the log is removed once schedule.json is written.
+  """
+  log_path = store.calibration_progress_path(output_dir)
+  log = multihost.on_writer(
+      lambda: store.calibration_progress(log_path, identity, lambda m: _log(m, start)),
+      f'opening {log_path}')
+  previous = calibration.resumed_calibrations(
+      multihost.broadcast_json(log.done() if log is not None else {}), log_path)
+  if previous:
+    _log(f'resuming: {len(previous)} calibrations done before are in {log_path}', start)
+
+  def record(name, c):
+    multihost.on_writer(lambda: log.add(name, c), f'writing {log_path}')
+
   # Progress: a piece per (task, seed, length, strategy), the pooled strategies after them.
   pieces = {}
   for k in range(len(plan.seeds)):
@@ -173,11 +190,12 @@ def _calibrate(params, config, plan: planning.Plan, prompts, references, identit
          start)
 
   settings = temperatures.calibration_settings(mesh)
+  resumable = dict(previous=previous, record=record)
   per_seed = []
   for k in range(len(plan.seeds)):
     per_seed.append(temperatures.calibrate_per_task(
         params, config, prompts[k], references[k], plan, settings=settings, memo=memo,
-        progress=lambda c, task, k=k: progress(c, task, k)))
+        progress=lambda c, task, k=k: progress(c, task, k), seed=plan.seeds[k], **resumable))
   # Pooled over the tuned tasks: the grid strategies from the per-task sweeps (computing
   # nothing), the others (full mode) searched on the pooled prompts.
   pooled_inputs = []
@@ -191,16 +209,20 @@ def _calibrate(params, config, plan: planning.Plan, prompts, references, identit
   pooled = calibration.calibrate_tasks(
       params, config, {'pooled': list(reversed(pooled_inputs))}, plan.pooled,
       reference_length=plan.reference_length, settings=settings, memo=memo,
-      progress=lambda d, t, c: progress(c, 'pooled', 0))['pooled']
+      progress=lambda d, t, c: progress(c, 'pooled', 0), **resumable)['pooled']
   provenance = {
       'identity': identity, 'source': 'held-out prompts of ' + ', '.join(plan.tuned_tasks),
       'calibration': 'per task (tasks); pooled over the tasks (calibrations)'}
   if len(plan.seeds) > 1:
     provenance['calibration_spread'] = {'seeds': list(plan.seeds),
                                         'tasks': temperatures.calibration_spread(per_seed)}
-  return schedule_lib.TemperatureSchedule(
+  schedule = schedule_lib.TemperatureSchedule(
       reference_length=plan.reference_length, calibrations=pooled, strategy=plan.strategies[0],
       provenance=provenance, tasks=per_seed[0])
+  schedule_path = os.path.join(output_dir, 'schedule.json')
+  multihost.on_writer(lambda: (schedule.save(schedule_path), log.remove()),
+                      f'writing {schedule_path}')
+  return schedule
 
 
 def _evaluate(params, config, vocab, plan: planning.Plan, schedule, results: store.Results,

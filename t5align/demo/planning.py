@@ -13,11 +13,15 @@ from t5align.shipped import assets
 from t5align.shipped import train_data
 
 # Strategies the full mode calibrates; all but `TABULATED` are also evaluated (report rows).
-STRATEGIES = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'pmax_per_layer',
+# The training-free temperatures of other work sit beside log-length (`calibration.FORMULAS`).
+LITERATURE = ('infoscale_head', 'infoscale_model', 'llama4_length', 'yarn_mscale')
+STRATEGIES = ('pmax', 'entropy', 'log_length', *LITERATURE, 'prop1', 'prop2', 'pmax_per_layer',
               'pmax_per_head')
 TABULATED = ('prop1', 'prop2')  # Calibrated and tabulated, not evaluated.
 EVALUATED = tuple(s for s in STRATEGIES if s not in TABULATED)
-FULL_ONLY = ('pmax_per_head',)  # Evaluated in the full mode only (its search costs ~2x per layer).
+# Evaluated in the full mode only: per head (its search costs ~2x per layer), and the literature's
+# formulas (free to calibrate, but each a row of evaluation cells).
+FULL_ONLY = ('pmax_per_head', *LITERATURE)
 # Report rows: 'tau=1' and the strategies, named as every other table names them.
 ROW_LABELS = {'tau=1': labels.TAU_ONE, **labels.STRATEGY_LABELS}
 

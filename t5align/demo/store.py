@@ -1,6 +1,8 @@
 """The demo's output folder and what makes it resumable: its lock (`claim_outputs`), results.json
 saved cell by cell (`Results`, refusing the results of another run), the predictions of each
-evaluated cell, and the run identity that decides whether a saved schedule.json is reused.
+evaluated cell, the run identity that decides whether a saved schedule.json is reused, and the
+calibrations finished before schedule.json is written (`calibration_progress`, as calibrate keeps
+them).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from t5align import calibration
 from t5align import network
 from t5align import run_identity
 from t5align import schedule as schedule_lib
@@ -48,7 +51,8 @@ class Results:
     # The settings hold the run identity: the model's and vocabulary's content, not their paths.
     run_identity.check_same(old.get('settings'), settings, what=f'demo results {self.path}',
                             hint='Use another --output_dir, or delete it to start over.',
-                            ignore=(*run_identity.INFORMATIONAL, 'model_dir'))
+                            ignore=(*run_identity.INFORMATIONAL, 'model_dir'),
+                            checkpoint_setting='--model_dir')
     return old
 
   def _save(self) -> None:
@@ -117,8 +121,33 @@ def reusable_schedule(path: str, saved: Mapping[str, Any], identity: Mapping[str
   recorded = (saved.get('provenance') or {}).get('identity')
   try:
     run_identity.check_same(recorded, identity, what=f'temperature schedule {path}',
-                            hint='Recalibrating; the new calibration replaces it.')
+                            hint='Recalibrating; the new calibration replaces it.',
+                            checkpoint_setting='--model_dir')
   except run_identity.RunMismatchError as e:
     log(str(e))
     return None
   return schedule_lib.TemperatureSchedule.from_dict(saved, source=path)
+
+
+def calibration_progress_path(output_dir: str) -> str:
+  """schedule.json.partial.jsonl: the calibrations finished until schedule.json is written (as
+  calibrate keeps OUTPUT_PATH.partial.jsonl)."""
+  return os.path.join(output_dir, 'schedule.json.partial.jsonl')
+
+
+def calibration_progress(path: str, identity: Mapping[str, Any], log: Callable[[str], None]
+                         ) -> calibration.CalibrationLog:
+  """The calibration log at `path` (`calibration.CalibrationLog`: one fsynced line per finished
+  calibration), resumed when its run identity is `identity`; one of another calibration is
+  logged with its differing fields and started over, as a saved schedule.json of another one is
+  replaced (`reusable_schedule`)."""
+  try:
+    return calibration.CalibrationLog(path, identity)
+  except run_identity.RunMismatchError as e:
+    fields = ', '.join(e.fields) or 'no run identity recorded'
+    log(f'calibration progress {path} is of another calibration ({fields}); calibrating anew.')
+  if fileio.is_remote(path):
+    fileio.write_atomic(path, b'')  # As `CalibrationLog.remove`: an empty log holds nothing.
+  else:
+    os.remove(path)
+  return calibration.CalibrationLog(path, identity)

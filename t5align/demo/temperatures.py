@@ -23,18 +23,26 @@ def calibration_settings(mesh: Mesh | None = None) -> calibration.SearchSettings
 def calibrate_per_task(params, config, prompts: Mapping[str, Mapping[int, np.ndarray]],
                        references: Mapping[str, np.ndarray], plan: planning.Plan, *,
                        settings: calibration.SearchSettings, memo: calibration.Memo,
-                       progress: Callable[[calibration.Calibration, str], None]
+                       progress: Callable[[calibration.Calibration, str], None],
+                       seed: int | None = None, previous: Mapping[str, Any] | None = None,
+                       record: Callable[[str, calibration.Calibration], None] | None = None
                        ) -> dict[str, dict[str, tuple[calibration.Calibration, ...]]]:
   """Each tuned task calibrated on its own prompts at every L_ex against its own at L_tr,
-  longest length first (so the progress estimate measures the dominant work first)."""
+  longest length first (so the progress estimate measures the dominant work first).
+
+  Resumable with `seed`, `previous` and `record` (`calibration.calibrate_tasks`'): each
+  calibration is keyed 'TASK@seed', taken from `previous` when there, else made and recorded.
+  """
   out = {task: {s: [] for s in plan.strategies} for task in prompts}
   for L in reversed(plan.lengths):
     for task in prompts:
+      name = task if seed is None else f'{task}@{seed}'
       found = calibration.calibrate_tasks(
-          params, config, {task: (prompts[task][L], references[task])}, plan.strategies,
+          params, config, {name: (prompts[task][L], references[task])}, plan.strategies,
           reference_length=plan.reference_length, settings=settings, memo=memo,
-          progress=lambda d, t, c, task=task: progress(c, task))
-      for s, items in found[task].items():
+          progress=lambda d, t, c, task=task: progress(c, task), previous=previous,
+          record=record)
+      for s, items in found[name].items():
         out[task][s].extend(items)
   return {t: {s: tuple(v) for s, v in cals.items()} for t, cals in out.items()}
 

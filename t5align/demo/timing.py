@@ -124,8 +124,8 @@ EVAL_LINEAR = 1024
 
 # Encoder passes (one tau each) per calibration search: Algorithm 1's sweep (shared by the grid
 # strategies), a per-layer search's rounds (a one-tau continuous search: 0.6 of them), layer 0's
-# sorted logits (shared by the closed forms) in passes' worth of time; log-length computes
-# nothing.
+# sorted logits (shared by the closed forms) in passes' worth of time; the data-free formulas
+# (log-length and the others of `calibration.FORMULAS`) compute nothing.
 SWEEP_PASSES = {'grid': len(calibration.PAPER_GRID), 'bisect': 10, 'closed_form': 8}
 # A search's rounds relative to a per-layer one's (gin/calibrate.gin: per head, 6-21 calls
 # where per layer makes 5-9, on the shipped model).
@@ -140,7 +140,10 @@ def calibration_passes(strategies: Sequence[str], done: Sequence[str] = ()) -> d
   for s in strategies:
     _, search, scope = calibration.parse_strategy(s)
     n = 0.0
-    if s != 'log_length' and (search == 'bisect' or search not in made):
+    if s in calibration.FORMULAS:  # Computes nothing (the closed forms' logits are still to make).
+      passes[s] = n
+      continue
+    if search == 'bisect' or search not in made:
       n = SWEEP_PASSES[search] * (SEARCH_SCOPE_PASSES[scope] if search == 'bisect' else 1.0)
     made.add(search)
     passes[s] = n

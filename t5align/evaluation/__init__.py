@@ -1,4 +1,5 @@
-"""Evaluation on a mesh: scoring and greedy decoding of batches (scoring), per-example records
-with progress and resume (predictions), the run's encoder temperatures (temperature), and the
-results' Markdown tables (tables, no JAX). Import the modules themselves; the job is
-`t5align.jobs.EvalJob`, the command lines `t5align.eval` and `t5align.report`."""
+"""Evaluation on a mesh: scoring and greedy decoding of batches (scoring), a task's examples and
+records with progress, resume and the log every process shares (predictions), a finished task's
+metrics.json (metrics), the run's encoder temperatures (temperature), and the results' Markdown
+tables (tables, no JAX). Import the modules themselves; the job is `t5align.jobs.EvalJob`, the
+command lines `t5align.eval` and `t5align.report`."""

@@ -1,16 +1,21 @@
 """The encoder temperature of an evaluation run: one constant, or a schedule giving one per example.
 
-numpy only (no JAX): a schedule's per-example temperatures come back as numpy arrays.
+`Temperature` is numpy only: a schedule's per-example temperatures come back as numpy arrays.
+`make_temperature` makes one from a run's settings (TEMPERATURE, SCHEDULE_PATH), checked against
+the model's layers and heads; `task_temperature` picks a schedule's entry for a task.
 """
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from t5align import labels
 from t5align.runtime import validate
+from t5align import schedule as schedule_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,3 +64,51 @@ class Temperature:
       return {'label': self.label, 'schedule_strategy': self.schedule.strategy,
               'schedule': self.schedule.to_dict()}
     return {'label': self.label, 'temperature': self.constant}
+
+
+def make_temperature(config: Any, temperature: Any = None,
+                     schedule_path: str | None = None, schedule_strategy: str | None = None,
+                     label: str | None = None, model: str = 'the model'
+                     ) -> Temperature:
+  """A constant (the override, else the config's) or a schedule file's temperatures, checked
+  against the model's encoder layers (`config`, a `network.T5Config`; `model` names it in
+  errors, e.g. its checkpoint)."""
+  layers = config.num_encoder_layers
+  if temperature is not None and schedule_path:
+    raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
+  if schedule_path:
+    schedule = schedule_lib.load_schedule(schedule_path, schedule_strategy)
+    calibrated = schedule.provenance.get('dtype')
+    if calibrated and jnp.dtype(calibrated) != jnp.dtype(config.dtype):
+      warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
+                    f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
+                    '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
+    fits = {(), (layers,), (layers, config.num_heads)}
+    for task, cals in [('', schedule.calibrations), *schedule.tasks.items()]:
+      shapes = {np.shape(c.tau) for c in cals[schedule.strategy]}
+      if shapes - fits:
+        shape = max(shapes - fits)
+        raise ValueError(
+            f'temperature schedule {schedule_path} (SCHEDULE_PATH): strategy '
+            f'{schedule.strategy!r}{f" of task {task!r}" if task else ""} has '
+            + (f'{shape[0]} per-layer taus' if len(shape) == 1 else
+               f'[{shape[0]}][{shape[1]}] per-layer, per-head taus')
+            + f' but {model} has {layers} encoder layers of {config.num_heads} heads: '
+            'calibrate it for this model.')
+    return Temperature(schedule=schedule, label=label or '')
+  if schedule_strategy:
+    raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
+  if temperature is None:  # Checked against the model by `network.T5Config`.
+    temperature = config.encoder_attention_temperature
+  else:
+    temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model,
+                                               config.num_heads)
+  return Temperature(constant=temperature, label=label or '')
+
+
+def task_temperature(temp: Temperature, task: str) -> Temperature:
+  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
+  schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
+  if temp.schedule is None:
+    return temp
+  return dataclasses.replace(temp, schedule=temp.schedule.for_task(task))

@@ -6,11 +6,12 @@ resumes; with several processes every process computes the same schedule and pro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-import sys
 import time
 from typing import Any, Mapping, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,12 +69,12 @@ class CalibrationJob:
     params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
       default to float32): the layer-norm scales and the relative-position table are used
       unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
-    attention_impl: encoder attention implementation ('blockwise' keeps long inputs in memory);
-      the config's if None.
+    attention_impl: encoder attention implementation ('blockwise', the default, keeps long
+      inputs in memory); the config's if None.
     mesh_shape: (tau, data, model) device mesh, e.g. (4, 2, 1); (tau, data) means model = 1.
       None: one device, or with several processes every device along 'data'. Parameters
       shard over 'model', candidate taus over 'tau', samples over 'data'.
-    batch_size: examples per encoder call.
+    batch_size: examples per encoder call (1); None: NUM_SAMPLES.
     tau_batch_size: candidate temperatures per encoder call.
     grid: Algorithm 1's grid.
     tol: tolerance of the continuous searches.
@@ -94,16 +95,18 @@ class CalibrationJob:
   per_task: bool = True
   reference_tasks: Mapping[str, str] | None = None
   lengths: Sequence[int] = (1024, 2048, 4096, 8192, 15000)
-  strategies: Sequence[str] = ('pmax', 'entropy', 'log_length')
+  # gin/calibrate.gin's STRATEGIES, ATTENTION_IMPL and BATCH_SIZE (tests/defaults_test.py).
+  strategies: Sequence[str] = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'infoscale_head',
+                               'infoscale_model', 'llama4_length', 'yarn_mscale')
   reference_length: int = 512
   num_samples: int = 8
   seed: int = 0
   config: Any = None
   dtype: str | None = None
   params_dtype: str = 'float32'
-  attention_impl: str | None = None
+  attention_impl: str | None = 'blockwise'
   mesh_shape: tuple[int, ...] | None = None
-  batch_size: int | None = None
+  batch_size: int | None = 1
   tau_batch_size: int | None = None
   grid: Sequence[float] = calibration.PAPER_GRID
   tol: float = 1e-3
@@ -111,8 +114,9 @@ class CalibrationJob:
   check_finite: bool = True
   relpos_heads: Sequence[int] | None = None
 
-  @property
+  @functools.cached_property
   def checkpoint(self) -> common.Checkpoint:
+    """One per job: its path resolved once (`common.Checkpoint`) for every read."""
     return common.Checkpoint(str(self.checkpoint_path), self.params_dtype, self.check_finite)
 
   @property
@@ -219,7 +223,8 @@ class CalibrationJob:
   def identity(self, data: Any) -> dict[str, Any]:
     """What the schedule depends on (the calibration log's header): the checkpoint's content,
     the inputs and every setting of the search."""
-    return run_identity.make(checkpoint=self.checkpoint_path, settings={
+    return run_identity.make(checkpoint=self.checkpoint_path,
+                             resolved_checkpoint=self.checkpoint.resolved, settings={
         **data.identity, 'lengths': sorted(set(self.lengths)),
         'strategies': list(self.strategies), 'reference_length': self.reference_length,
         'num_samples': self.num_samples, 'seed': self.seed, 'dtype': self.activation_dtype,
@@ -234,6 +239,19 @@ class CalibrationJob:
     # Unset: `check` reports it.
     with outputs.claim(self.output_path, 'OUTPUT_PATH', is_file=True):
       return self._run()
+
+  def tables(self, schedule: schedule_lib.TemperatureSchedule) -> str:
+    """What `python -m t5align.calibrate` prints once the run is done: the schedule's table, per
+    task (PER_TASK) the per-task against the pooled temperatures of each searched strategy and,
+    with ANALYSIS_DIR, its tables (Tables 1 and 7, per task too: dispersion.txt)."""
+    parts = [schedule.table()]
+    for strategy in self.strategies:
+      if schedule.tasks and calibration.parse_strategy(strategy)[1] != 'closed_form':
+        parts.append(schedule.task_table(strategy))
+    if self.analysis_dir:
+      text = fileio.read_bytes(fileio.join(self.analysis_dir, 'dispersion.txt')).decode('utf-8')
+      parts.append(text.rstrip())
+    return '\n'.join(parts)
 
   def _inputs(self) -> tuple[Any, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """The inputs, read, tokenized and checked against the model before any weight is read:
@@ -278,13 +296,12 @@ class CalibrationJob:
     previous = calibration.resumed_calibrations(
         multihost.broadcast_json(log.done() if log is not None else {}), log_path)
     if previous and multihost.is_writer():
-      print(f'resuming: {len(previous)} calibrations done before are in {log_path}',
-            file=sys.stderr, flush=True)
+      logging.info('resuming: %d calibrations done before are in %s', len(previous), log_path)
 
     def record(task, c):
       multihost.on_writer(lambda: log.add(task, c), f'writing {log_path}')
 
-    print(f'loading {self.checkpoint_path} ({dtype} activations)', file=sys.stderr, flush=True)
+    logging.info('loading %s (%s activations)', self.checkpoint_path, dtype)
     mesh = self.mesh()
     params, config = self.checkpoint.load(self.config, mesh)
     config = self.model_config(config)
@@ -298,9 +315,8 @@ class CalibrationJob:
     # Before any sweep: the widest one (every sample at the longest length) fits the devices.
     (sweep,) = self.programs(config, mesh, params)  # `sweep_program` places the parameters.
     sweep.check_memory('This calibration sweep')
-    print(f'{self.num_samples} samples of {max(lengths)} tokens from {len(data.stream)}; '
-          f'{len(lengths)} lengths x {len(self.strategies)} strategies', file=sys.stderr,
-          flush=True)
+    logging.info('%d samples of %d tokens from %s; %d lengths x %d strategies', self.num_samples,
+                 max(lengths), len(data.stream), len(lengths), len(self.strategies))
     memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
     progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
     search = calibration.SearchSettings(
@@ -329,11 +345,7 @@ class CalibrationJob:
     multihost.on_writer(lambda: (schedule.save(self.output_path), log.remove()),
                         f'writing {self.output_path}')
     if multihost.is_writer():
-      print(schedule.table())
-      for strategy in self.strategies:
-        if schedule.tasks and calibration.parse_strategy(strategy)[1] != 'closed_form':
-          print(schedule.task_table(strategy))
-      print(f'wrote {self.output_path}', file=sys.stderr)
+      logging.info('wrote %s', self.output_path)
     multihost.barrier('t5align.calibrate:schedule')
     if self.analysis_dir:
       self._analysis(params, config, tokens, inputs, schedule, mesh, memo, eos_id)
@@ -353,11 +365,7 @@ class CalibrationJob:
                                                         tasks=tasks, heads=self.relpos_heads),
                         f'writing {self.analysis_dir}')
     if multihost.is_writer():
-      print(analysis.dispersion_table(numbers))
-      print(analysis.lmax_table(numbers))
-      if tasks:
-        print(analysis.task_tables(tasks))
-      print(f'wrote analysis to {self.analysis_dir}', file=sys.stderr)
+      logging.info('wrote analysis to %s', self.analysis_dir)
     multihost.barrier('t5align.calibrate:analysis')
 
 
@@ -387,5 +395,5 @@ def activation_dtype(config: network.T5Config | None, dtype: str | None) -> str:
 def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
   tau = c.tau if np.ndim(c.tau) == 0 else float(np.mean(c.tau))
   flag = ' (target outside range)' if c.clamped else ''
-  print(f'[{done:>3}/{total}] L_ex={c.length:<6} {c.strategy:<18} tau={tau:.3f}{flag}  '
-        f'{time.time() - start:7.1f} s', file=sys.stderr, flush=True)
+  logging.info('%s', f'[{done:>3}/{total}] L_ex={c.length:<6} {c.strategy:<18} tau={tau:.3f}'
+               f'{flag}  {time.time() - start:7.1f} s')

@@ -2,43 +2,81 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 
 from t5align import checkpoints
+from t5align.checkpoints import store
 from t5align import memory
 from t5align import run_identity
+
+
+class CheckpointChangedError(RuntimeError):
+  """The checkpoint's folder was replaced (or had files added or removed) while a run read it."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
   """A checkpoint a job reads: where, the dtype its parameters are held in (PARAMS_DTYPE), and
-  whether NaN or inf is refused (`checkpoints.load_params`)."""
+  whether NaN or inf is refused (`checkpoints.load_params`).
+
+  The path is resolved once, on first use (`resolved`: symlinks followed, made absolute), and
+  everything is read from there: the fingerprint, the metadata, the format and the arrays. A
+  symlink re-pointed while the job runs changes nothing it reads; a folder replaced there is
+  refused after the load (`CheckpointChangedError`). `flag` is the setting errors name
+  (CHECKPOINT_PATH; the fine-tuning start's INITIAL_CHECKPOINT_PATH).
+  """
 
   path: str
   params_dtype: str = 'float32'
   check_finite: bool = True
+  flag: str = 'CHECKPOINT_PATH'
 
   @property
   def name(self) -> str:
     """How errors name it: 'checkpoint PATH'."""
     return f'checkpoint {self.path}'
 
+  @functools.cached_property
+  def _place(self) -> tuple[str, Any]:
+    """(resolved path, its `store.location_stamp` then), computed once."""
+    resolved = store.resolve_location(self.path, self.flag)
+    return resolved, store.location_stamp(resolved)
+
+  @property
+  def resolved(self) -> str:
+    """The path resolved (once): the place every read of this checkpoint goes to."""
+    return self._place[0]
+
   def load(self, config: Any, mesh: Any) -> tuple[Any, Any]:
     """(params, config): read sharded over `mesh` (each process reads only its devices'
-    slices), checked against `config` (None: inferred)."""
-    return checkpoints.load_params(self.path, config, dtype=jnp.dtype(self.params_dtype),
-                                   mesh=mesh, check_finite=self.check_finite)
+    slices), checked against `config` (None: inferred); refused if the checkpoint was replaced
+    since it was resolved."""
+    loaded = checkpoints.load_params(self.resolved, config, dtype=jnp.dtype(self.params_dtype),
+                                     mesh=mesh, check_finite=self.check_finite)
+    self.check_unchanged()
+    return loaded
+
+  def check_unchanged(self) -> None:
+    """Raises `CheckpointChangedError` if the resolved checkpoint is not the one first seen
+    (another folder or file at that path, or files added or removed)."""
+    resolved, stamp = self._place
+    if store.location_stamp(resolved) != stamp:
+      raise CheckpointChangedError(
+          f'{self.flag} {self.path!r} ({resolved}) was replaced or changed while this run '
+          'read it, so its fingerprint and its weights may come from different checkpoints. '
+          'Rerun once it is no longer being written.')
 
   def embedding_rows(self) -> int:
     """Rows of the token embedding, read from the checkpoint's metadata (no weights)."""
-    return checkpoints.embedding_rows(self.path)
+    return checkpoints.embedding_rows(self.resolved)
 
   def fingerprint(self) -> Any:
     """The content's identity for run.json (`run_identity.checkpoint_fingerprint`)."""
-    return run_identity.checkpoint_fingerprint(self.path)
+    return run_identity.checkpoint_fingerprint(self.resolved)
 
 
 @dataclasses.dataclass(frozen=True)

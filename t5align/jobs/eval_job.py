@@ -4,21 +4,23 @@ Per task of the mixture, `output_dir/<task>/` gets predictions.jsonl (appended a
 by batch), run.json (`EvalJob.identity`) and, once every example is done, metrics.json (written
 atomically); a rerun skips the examples recorded. With several processes the mesh spans every
 process's devices, each places only its rows of a batch, and process 0 alone writes.
-seqio is imported inside functions only.
+seqio is imported inside functions only. The library does the work: `evaluation.scoring` (the
+steps), `evaluation.predictions` (the loop, the shared log, the records' fields),
+`evaluation.metrics` (metrics.json) and `evaluation.temperature` (the temperature).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
-import sys
-import warnings
 from typing import Any, Callable, Mapping, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5align.evaluation import metrics as metrics_lib
 from t5align.evaluation import predictions
 from t5align.evaluation import scoring
 from t5align.evaluation import temperature as temperature_lib
@@ -31,12 +33,11 @@ from t5align.runtime import batching
 from t5align.runtime import fileio
 from t5align.runtime import multihost
 from t5align.runtime import outputs
-from t5align.runtime import records
 from t5align.runtime import validate
 from t5align import schedule as schedule_lib
 
 DEFAULT_MAX_DECODE_LENGTH = 64
-INPUT_WIDTH_MULTIPLE = 128  # Batches are padded to a multiple of this many tokens.
+INPUT_WIDTH_MULTIPLE = predictions.INPUT_WIDTH_MULTIPLE  # Batches are padded to a multiple.
 TRUNCATION_LABEL = 'w/ truncation'  # paper Table 6's baseline row
 # The EOS `programs` decodes with (T5's): the early stop changes no shape of the program.
 PREFLIGHT_EOS_ID = 1
@@ -119,7 +120,7 @@ class EvalJob:
   def temperature_of(self, config: network.T5Config) -> temperature_lib.Temperature:
     """A constant (TEMPERATURE, else the config's) or the schedule file's temperatures, checked
     against the model's encoder layers."""
-    return make_temperature(config, self.temperature, self.schedule_path,
+    return temperature_lib.make_temperature(config, self.temperature, self.schedule_path,
                             self.schedule_strategy, self.row_label, self.checkpoint.name)
 
   def task_mode(self, spec: Any, task: Any = None) -> tuple[bool, int]:
@@ -272,7 +273,8 @@ class EvalJob:
     run_identity.check_same_processes({
         'gin': run_identity.gin_config(ignore=()), 'task_options': options,
         'vocabularies': vocabulary_ids, 'arguments': {
-            'checkpoint_path': checkpoint.path, 'output_dir': str(self.output_dir),
+            'checkpoint_path': checkpoint.path, 'checkpoint_resolved_path': checkpoint.resolved,
+            'output_dir': str(self.output_dir),
             'tasks': [t.name for t in tasks], 'temperature': self.temperature,
             'schedule_path': self.schedule_path, 'num_examples': self.num_examples,
             'split': self.split, 'truncate_inputs': self.truncate_inputs}})
@@ -283,9 +285,12 @@ class EvalJob:
                                vocabulary=f'vocabulary {files} (task {name})')
     # Checked before any weight is read when the model file gives the config.
     temp = None if self.model is None else self.temperature_of(self.model.config)
+    if temp is None and self.schedule_path:  # The file itself, before any weight is read.
+      schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
     # What the records depend on (run.json): the checkpoint's content, not its path.
     base = {'checkpoint': checkpoint.fingerprint() if multihost.is_writer() else None,
-            'checkpoint_path': checkpoint.path, 'gin': run_identity.gin_config(),
+            'checkpoint_path': checkpoint.path, 'checkpoint_resolved_path': checkpoint.resolved,
+            'gin': run_identity.gin_config(),
             'task_options': options}
     mesh = self.mesh()
     params, config = checkpoint.load(None if self.model is None else self.model.config, mesh)
@@ -315,7 +320,7 @@ class _Run:
   def __post_init__(self):
     job = self.job
     self.batch_size = batching.round_up(job.batch_size, self.mesh.shape['data'])
-    self.model_name = job.model_name or _model_name(job.checkpoint_path)
+    self.model_name = job.model_name or metrics_lib.model_name(job.checkpoint_path)
     self.rows_sharding = partitioning.batch_sharding(self.mesh, 2)
     self.my_rows = multihost.process_rows(self.rows_sharding, self.batch_size)
     # Processes feeding the same rows form a group; each group reads only its share of the
@@ -345,15 +350,15 @@ class _Run:
   def task(self, task: Any, spec: Any, vocab: Any) -> dict[str, Any] | None:
     """Runs one task to its metrics (None on processes other than 0)."""
     job = self.job
-    temp = task_temperature(self.pooled_temp, task.name)
+    temp = temperature_lib.task_temperature(self.pooled_temp, task.name)
     scored, steps = job.task_mode(spec, task)
     examples, shares = self.examples(task)
     total = int(sum({int(g): int(n) for g, n, _, _ in shares}.values()))
     if not total:
       raise ValueError(f'{task.name} ({job.split}) has no examples.')
     if self.groups > 1:
-      print(f'{task.name}: process {jax.process_index()} reads {len(examples)} of {total} '
-            f'examples (share {self.group} of {self.groups})', file=sys.stderr, flush=True)
+      logging.info('%s: process %d reads %d of %d examples (share %d of %d)', task.name,
+                   jax.process_index(), len(examples), total, self.group, self.groups)
     longest = int(shares[:, 2].max())
     step = self.job.program(
         self.model, self.mesh, self.params, temp, scored=scored, steps=steps,
@@ -362,17 +367,18 @@ class _Run:
     # Before anything is written or run: the step for the widest batch fits the devices.
     step.check_memory()
     folder = os.path.join(job.output_dir, task.name)
-    log = SharedLog.open(folder, job.identity(
+    log = predictions.SharedLog.open(folder, job.identity(
         task, self.model.config, self.mesh, temp, base=self.base,
-        vocabulary=self.vocabulary_ids[task.name], examples_sha256=_examples_sha256(examples),
-        total=total, scored=scored, steps=steps), total)
+        vocabulary=self.vocabulary_ids[task.name],
+        examples_sha256=predictions.examples_sha256(examples), total=total, scored=scored,
+        steps=steps), total)
     process = functools.partial(self._batch, task=task, spec=spec, vocab=vocab, temp=temp,
                                 scored=scored, step=step.fn)
     predictions.run_examples(examples, log, process, batch_size=len(self.my_rows),
                              desc=task.name, total=total, collect=multihost.gather_json,
                              show_progress=job.show_progress and multihost.is_writer())
     return multihost.on_writer(
-        lambda: _write_metrics(task, spec, total, log.log, folder, scored,
+        lambda: metrics_lib.write_metrics(task, spec, total, log.log, folder, scored,
                                model_name=self.model_name, temp=temp,
                                checkpoint_path=job.checkpoint_path),
         f'writing {folder}/metrics.json')
@@ -385,21 +391,21 @@ class _Run:
     from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
     job, rows = self.job, len(self.my_rows)
     inputs = [ex['inputs'] if job.truncate_inputs is None
-              else keep_last(ex['inputs'], job.truncate_inputs) for ex in batch]
+              else predictions.keep_last(ex['inputs'], job.truncate_inputs) for ex in batch]
     place = lambda x: multihost.global_batch(x, self.rows_sharding, self.batch_size)
-    tokens = batching.pad_batch(batching.pad_tokens(inputs, min_length=_global_width(inputs)),
-                                rows)
+    tokens = batching.pad_batch(
+        batching.pad_tokens(inputs, min_length=predictions.global_width(inputs)), rows)
     validate.token_ids(tokens, self.model.config.vocab_size, f'{task.name} inputs')
     taus = temp.taus(tokens)
     taus[len(batch):] = 1.0
-    target_text = functools.partial(_target_text, vocab=vocab)
+    target_text = functools.partial(predictions.target_text, vocab=vocab)
     # What the metrics compare, made here where the example was read (see `_write_metrics`).
     targets = [task.postprocess_fn(target_text(ex), example=ex, is_target=True) for ex in batch]
     records = []
     if scored:
       target_tokens = batching.pad_batch(batching.pad_tokens(
           [ex['targets'] for ex in batch],
-          min_length=_global_width([ex['targets'] for ex in batch])), rows)
+          min_length=predictions.global_width([ex['targets'] for ex in batch])), rows)
       ll = multihost.gather(step(self.params, place(tokens), place(target_tokens),
                                  place(taus)))[self.my_rows]
       for j, ex in enumerate(batch):
@@ -417,196 +423,9 @@ class _Run:
           record['scores'] = task_metrics.score_example(spec.family, targets[j], prediction)
         records.append(record)
     for j, ex in enumerate(batch):
-      records[j].update({'index': int(ex['index']), 'id': _text(ex.get('id', ex['index'])),
+      records[j].update({'index': int(ex['index']),
+                         'id': predictions.text(ex.get('id', ex['index'])),
                          'input_length': int(np.sum(np.asarray(ex['inputs']) > 0)),
                          'target': target_text(ex), 'tau': taus[j].tolist(),
                          'postprocessed_target': targets[j]})
     return records
-
-
-# ---------------------------------------------------------------------------------------------
-# The temperature.
-
-
-def make_temperature(config: network.T5Config, temperature: Any = None,
-                     schedule_path: str | None = None, schedule_strategy: str | None = None,
-                     label: str | None = None, model: str = 'the model'
-                     ) -> temperature_lib.Temperature:
-  """A constant (the override, else the config's) or a schedule file's temperatures, checked
-  against the model's encoder layers (`model` names it in errors, e.g. its checkpoint)."""
-  layers = config.num_encoder_layers
-  if temperature is not None and schedule_path:
-    raise ValueError('set TEMPERATURE or SCHEDULE_PATH, not both.')
-  if schedule_path:
-    schedule = schedule_lib.load_schedule(schedule_path, schedule_strategy)
-    calibrated = schedule.provenance.get('dtype')
-    if calibrated and jnp.dtype(calibrated) != jnp.dtype(config.dtype):
-      warnings.warn(f'{schedule_path} was calibrated with {calibrated} activations; this model '
-                    f'computes in {jnp.dtype(config.dtype).name}: its taus are for other logits '
-                    '(calibrate with the same ACTIVATION_DTYPE).', stacklevel=2)
-    fits = {(), (layers,), (layers, config.num_heads)}
-    for task, cals in [('', schedule.calibrations), *schedule.tasks.items()]:
-      shapes = {np.shape(c.tau) for c in cals[schedule.strategy]}
-      if shapes - fits:
-        shape = max(shapes - fits)
-        raise ValueError(
-            f'temperature schedule {schedule_path} (SCHEDULE_PATH): strategy '
-            f'{schedule.strategy!r}{f" of task {task!r}" if task else ""} has '
-            + (f'{shape[0]} per-layer taus' if len(shape) == 1 else
-               f'[{shape[0]}][{shape[1]}] per-layer, per-head taus')
-            + f' but {model} has {layers} encoder layers of {config.num_heads} heads: '
-            'calibrate it for this model.')
-    return temperature_lib.Temperature(schedule=schedule, label=label or '')
-  if schedule_strategy:
-    raise ValueError('SCHEDULE_STRATEGY needs SCHEDULE_PATH.')
-  if temperature is None:  # Checked against the model by `network.T5Config`.
-    temperature = config.encoder_attention_temperature
-  else:
-    temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model,
-                                               config.num_heads)
-  return temperature_lib.Temperature(constant=temperature, label=label or '')
-
-
-def task_temperature(temp: temperature_lib.Temperature, task: str) -> temperature_lib.Temperature:
-  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
-  schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
-  if temp.schedule is None:
-    return temp
-  return dataclasses.replace(temp, schedule=temp.schedule.for_task(task))
-
-
-# ---------------------------------------------------------------------------------------------
-# Records and metrics.
-
-
-def keep_last(tokens: Any, length: int) -> np.ndarray:
-  """The last `length` non-pad tokens of one input (its EOS stays last): Table 6's
-  'truncation' baseline, which feeds the model only the L_tr tokens nearest the completion."""
-  tokens = np.asarray(tokens)
-  if length < 1:
-    raise ValueError(f'TRUNCATE_INPUTS={length} must be >= 1.')
-  tokens = tokens[tokens > 0]
-  return tokens[-length:]
-
-
-def _model_name(checkpoint_path: str) -> str:
-  parts = [p for p in str(checkpoint_path).rstrip('/').split('/') if p]
-  if len(parts) > 1 and parts[-1].startswith('checkpoint'):
-    return parts[-2]
-  return parts[-1] if parts else str(checkpoint_path)
-
-
-def _text(value: Any) -> str:
-  if isinstance(value, np.ndarray) and value.ndim == 0:
-    value = value.item()
-  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
-
-
-def _target_text(ex: Mapping[str, Any], *, vocab: Any) -> str:
-  if 'targets_pretokenized' in ex:
-    return _text(ex['targets_pretokenized'])
-  return vocab.decode([int(t) for t in ex['targets']])
-
-
-def _plain(value: Any) -> Any:
-  """Metric values as JSON numbers (seqio may return Scalar objects or numpy values)."""
-  value = getattr(value, 'value', value)
-  if isinstance(value, (np.generic, np.ndarray)):
-    return value.tolist()
-  return value
-
-
-def _examples_sha256(examples: Sequence[Mapping[str, Any]]) -> str:
-  """One fingerprint of every process's examples (index, input and target tokens), in index
-  order: the data, seed, options and tokenizer the records were made from."""
-  mine = [[int(ex['index']), run_identity.array_fingerprint([ex['inputs'], ex['targets']])]
-          for ex in examples]
-  everyone = dict(map(tuple, multihost.gather_json(mine)))  # A group's processes agree.
-  return run_identity.array_fingerprint(
-      [np.frombuffer(f'{i}:{everyone[i]}'.encode(), np.uint8) for i in sorted(everyone)])
-
-
-def _global_width(rows: Sequence[Sequence[int]], multiple: int = INPUT_WIDTH_MULTIPLE) -> int:
-  """The padded width (a multiple of `multiple`) of the longest row over every process."""
-  longest = max([len(r) for r in rows] + [1])
-  return int(np.asarray(multihost.gather(np.array([batching.round_up(longest, multiple)]))).max())
-
-
-class SharedLog:
-  """The prediction log as every process sees it: process 0 owns the file, all know the indices.
-
-  Resume: process 0 alone opens (and, after a kill, repairs) predictions.jsonl and broadcasts
-  which examples it holds, so every process skips the same ones and the global batches agree.
-  Reading the file on every host instead would need every host to see the output folder, and
-  two processes could both cut a torn last line. Appends happen on process 0 only.
-  """
-
-  def __init__(self, log: records.RecordLog | None, done: np.ndarray):
-    self.log = log  # On process 0; None elsewhere.
-    self.done = set(int(i) for i in np.flatnonzero(done))
-
-  @classmethod
-  def open(cls, folder: str, settings: Mapping[str, Any], num_examples: int) -> SharedLog:
-    """Checks or writes run.json and opens predictions.jsonl (process 0), then broadcasts."""
-    def open_log():
-      run_identity.check_run(folder, settings)
-      return records.RecordLog(os.path.join(folder, 'predictions.jsonl'))
-
-    log = multihost.on_writer(open_log, f'opening {folder}')
-    done = np.zeros(num_examples, np.int32)
-    if log is not None:
-      done[[i for i in log.records if 0 <= i < num_examples]] = 1
-    return cls(log, multihost.broadcast(done))
-
-  def __contains__(self, index: int) -> bool:
-    return index in self.done
-
-  def __len__(self) -> int:
-    return len(self.done)
-
-  def append(self, records: Sequence[Mapping[str, Any]]) -> None:
-    multihost.on_writer(lambda: self.log.append(records), 'appending predictions')
-    self.done.update(int(r['index']) for r in records)
-
-
-def _write_metrics(task, spec, total, log, folder, scored, *, model_name, temp,
-                   checkpoint_path) -> dict[str, Any]:
-  """Metrics of a finished task from its log, with the task's own seqio metric functions.
-
-  Records carry the postprocessed target (and prediction), made where the example was read,
-  so the writing process needs no example of another process's share.
-  """
-  from seqio_tasks import metrics as task_metrics  # pylint: disable=g-import-not-at-top
-  records = [log.records[i] for i in range(total)]
-  taus = sorted({tuple(np.ravel(r['tau']).tolist()) for r in records})
-  constant = temp.describe().get('temperature')
-  if constant is not None and taus != [tuple(np.ravel(np.float32(constant)).tolist())]:
-    raise ValueError(f'{folder}: the records were made at temperatures {taus[:8]}, not this '
-                     f'run\'s {constant}: the folder mixes runs; evaluate into a new folder.')
-  targets = [r['postprocessed_target'] for r in records]
-  values: dict[str, Any] = {}
-  if scored:
-    scores = np.array([r['log_likelihood'] for r in records])
-    for fn in task.score_metric_fns:
-      values.update(fn(targets, scores))
-  else:
-    predicted = [r.get('postprocessed_prediction', r['prediction']) for r in records]
-    for fn in task.predict_metric_fns:
-      values.update(fn(targets, predicted))
-  result = {
-      'task': task.name, 'model': model_name, 'label': temp.label,
-      'checkpoint': str(checkpoint_path), 'num_examples': total,
-      'metrics': {k: _plain(v) for k, v in values.items()},
-      'family': spec.family if spec else None, 'table': spec.table if spec else 'other',
-      'group': spec.group if spec else task.name, 'column': spec.column if spec else 'all',
-      # The family's (seqio_tasks.metrics.PRIMARY_METRICS); a task outside the catalog: its mode's.
-      'primary_metric': (task_metrics.primary_metric(spec.family) if spec
-                         else 'perplexity' if scored else 'accuracy'),
-      **{k: v for k, v in temp.describe().items() if k != 'schedule'},
-      # From the records: the temperatures the metrics' predictions were made at.
-      'record_temperatures': {'distinct': len(taus), 'min': [min(t) for t in zip(*taus)],
-                              'max': [max(t) for t in zip(*taus)],
-                              **({'values': [list(t) for t in taus]} if len(taus) <= 8 else {})},
-  }
-  fileio.write_json_atomic(os.path.join(folder, 'metrics.json'), result)
-  return result

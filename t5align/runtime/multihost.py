@@ -10,13 +10,19 @@ With one process each helper reduces to the plain single-host operation.
 Starting is bounded: with JAX_NUM_PROCESSES, `initialize` first meets every process at the
 coordinator address (`rendezvous`) for at most $T5ALIGN_DISTRIBUTED_TIMEOUT_S seconds (default
 300), and raises naming the address and the processes that did not arrive, rather than waiting
-in `jax.distributed.initialize`, whose timeout aborts the process without a Python error.
+in `jax.distributed.initialize`, whose timeout aborts the process without a Python error. Should
+JAX's own start then not finish within that timeout (a process that passed the meeting did not
+start JAX: another program answering as it, or one that died), the process ends with a
+`StartError` message and exit status 1 before JAX's later deadline would abort it.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import sys
+import threading
 import time
 from typing import Any, Callable, TypeVar
 
@@ -57,6 +63,9 @@ def _env_process_count() -> tuple[int, str]:
 
 DISTRIBUTED_TIMEOUT_ENV = 'T5ALIGN_DISTRIBUTED_TIMEOUT_S'
 DEFAULT_DISTRIBUTED_TIMEOUT_S = 300.0
+# JAX's own start deadline comes this long after ours: past it JAX aborts the process (SIGABRT,
+# DEADLINE_EXCEEDED) without a Python error, so ours must come first.
+JAX_DEADLINE_MARGIN_S = 30
 
 
 class StartError(RuntimeError):
@@ -119,8 +128,15 @@ def _await_processes(address: str, port: int, num_processes: int, timeout_s: flo
                      deadline: float) -> None:
   """`rendezvous` on process 0: every other process must connect and say its id."""
   dual = socket.has_dualstack_ipv6()  # Like JAX's service: every interface, IPv4 and 6.
-  server = socket.create_server(('', port), family=socket.AF_INET6 if dual else socket.AF_INET,
-                                dualstack_ipv6=dual)
+  try:
+    server = socket.create_server(('', port), family=socket.AF_INET6 if dual else socket.AF_INET,
+                                  dualstack_ipv6=dual)
+  except OSError as e:
+    raise StartError(
+        f'process 0 cannot listen at the coordinator address {address} '
+        f'(JAX_COORDINATOR_ADDRESS): port {port}: {os.strerror(e.errno) if e.errno else e}. '
+        'Another program (or an earlier run still going) holds it; choose a free port for '
+        'JAX_COORDINATOR_ADDRESS and start every process with it.') from e
   arrived: dict[int, socket.socket] = {}
   try:
     while len(arrived) < num_processes - 1:
@@ -190,8 +206,11 @@ def _join(address: str, host: str, port: int, num_processes: int, process_id: in
             f'running, with the same address? ({setting})') from None
       time.sleep(0.2)
   if answer != 'go':
+    why = answer.removeprefix('fail ') or (
+        f'no answer: is another process already started as JAX_PROCESS_ID={process_id}, or '
+        'another program listening there?')
     raise StartError(f'process {process_id}: the coordinator {address} (process 0) refused the '
-                     f'start: {answer.removeprefix("fail ") or "no answer"} ({setting}).')
+                     f'start: {why} ({setting}).')
 
 
 def _use_gloo() -> None:
@@ -236,12 +255,41 @@ def initialize() -> bool:
                  count, address, timeout, DISTRIBUTED_TIMEOUT_ENV)
     rendezvous(address, count, process_id, timeout)
     _use_gloo()
-    jax.distributed.initialize(address, num_processes=count, process_id=process_id,
-                               initialization_timeout=max(1, int(timeout)))
+    _initialize_within(
+        timeout, f'process {process_id} of {count}: JAX\'s coordination service at {address} '
+        f'(JAX_COORDINATOR_ADDRESS) did not see every process start within {timeout:g} s '
+        f'({DISTRIBUTED_TIMEOUT_ENV}), though every process had passed the start-up check there. '
+        'One that passed it is not running this start: another program '
+        'answering as that process, or a process that stopped after the check. Start every '
+        f'process with the same command, JAX_COORDINATOR_ADDRESS and JAX_NUM_PROCESSES={count}.',
+        coordinator_address=address, num_processes=count, process_id=process_id)
   else:
     _use_gloo()
-    jax.distributed.initialize(initialization_timeout=max(1, int(distributed_timeout_s())))
+    timeout = distributed_timeout_s()
+    _initialize_within(timeout, f'jax.distributed.initialize (processes found by the cluster '
+                       f'environment) did not finish within {timeout:g} s '
+                       f'({DISTRIBUTED_TIMEOUT_ENV}): are all hosts running this command?')
   return jax.process_count() > 1
+
+
+def _initialize_within(timeout_s: float, message: str, **kwargs: Any) -> None:
+  """`jax.distributed.initialize(**kwargs)`; not finished within `timeout_s`, the process writes
+  'StartError: `message`' to stderr and exits with status 1, before JAX's own deadline
+  (`JAX_DEADLINE_MARGIN_S` later) would abort it without a word (the call cannot be
+  interrupted)."""
+  def expire():
+    sys.stderr.write(f'{__name__}.StartError: {message}\n')
+    sys.stderr.flush()
+    os._exit(1)  # pylint: disable=protected-access
+
+  timer = threading.Timer(timeout_s, expire)
+  timer.daemon = True
+  timer.start()
+  try:
+    jax.distributed.initialize(
+        initialization_timeout=math.ceil(timeout_s) + JAX_DEADLINE_MARGIN_S, **kwargs)
+  finally:
+    timer.cancel()
 
 
 def is_writer() -> bool:
