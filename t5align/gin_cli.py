@@ -6,6 +6,7 @@ import difflib
 import importlib
 import logging as std_logging
 import os
+import sys
 import re
 import warnings
 from typing import Sequence
@@ -24,6 +25,9 @@ def log_plainly() -> None:
   flags.FLAGS.mark_as_parsed()  # No absl flags here; absl would warn that none were parsed.
   logging.use_absl_handler()
   handler = logging.get_absl_handler()
+  # The stderr of now: absl's handler keeps the stream it was made with (at import), which a
+  # caller that redirected sys.stderr since (a test capturing it, a notebook) would not see.
+  handler.python_handler.setStream(sys.stderr)
   handler.setFormatter(std_logging.Formatter('%(message)s'))
   package = os.path.join(REPO_ROOT, 't5align') + os.sep
   handler.addFilter(lambda record: record.levelno >= std_logging.WARNING
