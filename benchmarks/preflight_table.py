@@ -124,7 +124,7 @@ def estimate_ratio(row: dict) -> float:
   finally:
     gin.clear_config()
   program, _ = preflight.programs(case)[0]
-  estimate = preflight.memory_estimate(case, program)
+  estimate = preflight.memory_estimate(program)
   return estimate.total / report['memory_per_chip']['total']
 
 

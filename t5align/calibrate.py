@@ -7,7 +7,8 @@ r"""Calibrates encoder temperatures for a checkpoint and writes a TemperatureSch
 Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_paths,
 --gin_bindings and --gin.NAME=VALUE, where VALUE is a gin literal or else taken as a string.
 The job is `t5align.jobs.CalibrationJob`: gin/calibrate.gin binds its fields as
-`t5align.calibrate.run` (`--gin_bindings='calibrate.run.grid = (1.0, 0.9)'`).
+`jobs.CalibrationJob.NAME` (`--gin_bindings='jobs.CalibrationJob.grid = (1.0, 0.9)'`). Its old
+name `calibrate.run` still works until the next release, with a FutureWarning.
 
 """
 from __future__ import annotations
@@ -16,11 +17,12 @@ import sys
 from typing import Sequence
 
 from t5align import gin_cli
-from t5align import jobs
 from t5align.runtime import multihost
 
-# The name gin/calibrate.gin and `--gin_bindings=calibrate.run.X` bind: the job's settings.
-run = jobs.CalibrationJob
+
+def __getattr__(name: str):
+  """`run`: the old name of `jobs.CalibrationJob` (warns once; `gin_cli.deprecated_alias`)."""
+  return gin_cli.deprecated_alias('t5align.calibrate', name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -33,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
   gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
-  job = gin_cli.call_configured('t5align.calibrate.run')
+  job = gin_cli.call_configured('t5align.jobs.CalibrationJob')
   schedule = job.run()
   if multihost.is_writer():  # The results; progress went to the log (stderr).
     print(job.tables(schedule))

@@ -22,9 +22,9 @@ JAX_PROCESS_ID elsewhere, see `t5align.runtime.multihost`) run the same command:
 every process's devices, each process places only its rows of each batch, predictions are gathered,
 and process 0 alone writes the task folders (resume included).
 
-The job is `t5align.jobs.EvalJob`, the Python name `t5align.eval.evaluate`; gin/runs/eval.gin
-imports `t5align.eval` as `t5align_eval`, so in gin its fields are `t5align_eval.evaluate.NAME`
-(`--gin_bindings='t5align_eval.evaluate.batch_size = 4'`).
+The job is `t5align.jobs.EvalJob`; gin/runs/eval.gin binds its fields as `jobs.EvalJob.NAME`
+(`--gin_bindings='jobs.EvalJob.batch_size = 4'`). Its old names `t5align_eval.evaluate` (gin)
+and `t5align.eval.evaluate` (Python) still work until the next release, with a FutureWarning.
 """
 from __future__ import annotations
 
@@ -34,11 +34,12 @@ import sys
 from typing import Any, Mapping, Sequence
 
 from t5align import gin_cli
-from t5align import jobs
 from t5align.runtime import multihost
 
-# The name gin/runs/eval.gin and `--gin_bindings=t5align_eval.evaluate.X` bind: the job's settings.
-evaluate = jobs.EvalJob
+
+def __getattr__(name: str):
+  """`evaluate`: the old name of `jobs.EvalJob` (warns once; `gin_cli.deprecated_alias`)."""
+  return gin_cli.deprecated_alias('t5align.eval', name)
 
 
 def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.eval',
                     description=__doc__,
                     example_file='gin/runs/eval.gin plus a gin/models file')
-  return gin_cli.call_configured('t5align.eval.evaluate').run()
+  return gin_cli.call_configured('t5align.jobs.EvalJob').run()
 
 
 if __name__ == '__main__':

@@ -244,15 +244,37 @@ def required_macros() -> list[str]:
           'gin.REQUIRED'))
 
 
+def required_message(macro: str, fields: Sequence[str] = ()) -> str:
+  """The one message for a required setting left unset: 'MACRO (what it sets) is required:
+  pass --gin.MACRO=VALUE'."""
+  where = f' ({", ".join(fields)})' if fields else ''
+  return f'{macro}{where} is required: pass --gin.{macro}=VALUE'
+
+
+def check_required_macros() -> None:
+  """Raises ValueError naming each macro the gin files mark %gin.REQUIRED that no flag set, and
+  the settings it sets (gin itself would refuse it later, from inside its parser)."""
+  missing = required_macros()
+  if not missing:
+    return
+  values = _config_values()
+  problems = []
+  for macro in missing:
+    fields = sorted(_label(key).removeprefix('t5align.') for key, value in values.items()
+                    if _macro_name(value) == macro)
+    problems.append(required_message(macro, fields))
+  raise ValueError('; '.join(problems) + '.')
+
+
 def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) -> None:
   """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
 
   Every macro a flag sets must be one the gin files define (`check_macros`); a file that changes
   a macro an earlier file set warns (`parse_files`); two bindings that set one value differently
   are refused (`check_overrides`), as is a call of a configurable whose required parameters
-  nothing binds (`check_required`). With `unset_required`, macros the files mark %gin.REQUIRED
-  and no flag sets are bound to None (for callers that read neither checkpoint nor data, e.g.
-  `t5align.preflight`).
+  nothing binds (`check_required`), and a macro the files mark %gin.REQUIRED that no flag sets
+  (`check_required_macros`); with `unset_required`, such macros are bound to None instead (for
+  callers that read neither checkpoint nor data, e.g. `t5align.preflight`).
   """
   files, raw, flags, paths = _parse(argv, **kwargs)
   bindings = raw + [b for _, b in flags]
@@ -261,19 +283,115 @@ def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) ->
   parse_files(files, bindings)
   check_macros(bindings, defined_macros(), files)
   check_overrides([(f'--gin_bindings={b!r}', b) for b in raw] + flags)
+  check_required(kwargs.get('example_file'))
   if unset_required:
     bindings = [f'{name} = None' for name in required_macros()] + list(bindings)
-  check_required(kwargs.get('example_file'))
+  else:
+    check_required_macros()
+  warn_old_names([_file_text(f, paths) for f in files] + list(bindings))
   gin.parse_config_files_and_bindings([], bindings)
 
 
-def require(function: str, **values) -> None:
-  """Raises a ValueError naming every argument of `function` left unset (None or gin.REQUIRED)."""
-  missing = [k for k, v in values.items() if v is None or v is gin.REQUIRED
-             or type(v).__name__ == '_GinRequired']
-  if missing:
-    raise ValueError(f'{function}() needs {", ".join(missing)} (gin macros '
-                     f'{", ".join(m.upper() for m in missing)}).')
+def register_job(cls: type) -> type:
+  """Registers a job class with gin under its own name, `t5align.jobs.<Name>` (bound as
+  `jobs.EvalJob.batch_size = 4`), without changing the class: built in Python it takes only
+  the arguments given. At import, config locked or not, so every name gin reaches the class by
+  finds this registration; the job's old selector (`run_identity.OLD_GIN_SELECTORS`) stays a
+  second name of the same registration until the next release (`warn_old_names`)."""
+  from t5align import run_identity  # pylint: disable=g-import-not-at-top
+  with gin.unlock_config():
+    gin.external_configurable(cls, module='t5align.jobs')
+  registry = gin.config._REGISTRY  # pylint: disable=protected-access  (no public alias API)
+  for old, new in run_identity.OLD_GIN_SELECTORS.items():
+    if new == f't5align.jobs.{cls.__name__}':
+      registry[old] = registry[new]
+  return cls
+
+
+# The jobs' old names, kept until the next release: {module: (its attribute, the gin selector
+# the run files bound, the job)}.
+_ALIASES = {'t5align.eval': ('evaluate', 't5align_eval.evaluate', 'EvalJob'),
+            't5align.calibrate': ('run', 'calibrate.run', 'CalibrationJob'),
+            't5align.train': ('train', 'train.train', 'TrainJob')}
+_WARNED: set[str] = set()
+
+
+def _warn_old_name(module: str) -> None:
+  """Warns once per process (FutureWarning) that a job's old name is in use."""
+  attribute, bound_as, job = _ALIASES[module]
+  if job in _WARNED:
+    return
+  _WARNED.add(job)
+  warnings.warn(
+      f'{bound_as} (and {module}.{attribute}) is the old name of jobs.{job}, kept until the '
+      f'next release: bind jobs.{job}.NAME (with `from t5align import jobs` in a gin file) or '
+      f'use t5align.jobs.{job} in Python instead.', FutureWarning, stacklevel=4)
+
+
+def deprecated_alias(module: str, name: str):
+  """The job `module.name` stands for (`t5align.eval.evaluate` -> `jobs.EvalJob`, read by a
+  module's `__getattr__`, as gin's dynamic registration reads `t5align_eval.evaluate`), warning
+  once per process that the name is an alias that goes in the next release."""
+  attribute, _, job = _ALIASES[module]
+  if name != attribute:
+    raise AttributeError(f'module {module!r} has no attribute {name!r}')
+  _warn_old_name(module)
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
+  return getattr(jobs, job)
+
+
+# `[scope/]selector.parameter =` or `selector:` (a block) in a gin file or binding.
+_BOUND_SELECTOR = re.compile(r'^\s*(?:[\w.]+/)*([A-Za-z_][\w.]*)(?:\.\w+\s*=|\s*:\s*$)', re.M)
+
+
+def warn_old_names(texts: Sequence[str]) -> None:
+  """Warns (`deprecated_alias`) for each job a gin text binds under its old selector, written
+  whole (`calibrate.run.grid`) or shortened as gin allows (`run.grid`)."""
+  old_selectors = {f't5align.{bound}': module for module, (_, bound, _) in _ALIASES.items()}
+  for text in texts:
+    text = re.sub(r'#.*', '', text)
+    for selector in _BOUND_SELECTOR.findall(text):
+      for old, module in old_selectors.items():
+        if old == selector or old.endswith('.' + selector):
+          _warn_old_name(module)
+
+
+def _file_text(name: str, paths: Sequence[str]) -> str:
+  """A gin file's text, looked up as gin does (as given, then under each search path); '' if
+  gin reads it from elsewhere."""
+  for path in [name] + [os.path.join(p, name) for p in paths]:
+    if os.path.isfile(path):
+      with open(path) as f:
+        return f.read()
+  return ''
+
+
+def is_unset(value: object) -> bool:
+  """Whether a setting is unset: None, or %gin.REQUIRED that no flag replaced."""
+  return value is None or value is gin.REQUIRED or type(value).__name__ == '_GinRequired'
+
+
+def require(job: object) -> None:
+  """Raises a ValueError naming, by its gin macro, every required setting of `job` left unset.
+
+  The one way to declare "required": a job lists its required settings as `REQUIRED = {field:
+  macro}`, and its run files bind the field to %MACRO and set `MACRO = %gin.REQUIRED` (a run
+  file may require more: `check_required_macros` names those). A macro None is a field the run
+  file binds to a configurable (the model), set by giving a gin/models file.
+  """
+  name = type(job).__name__
+  problems = []
+  for field, macro in type(job).REQUIRED.items():
+    if not is_unset(getattr(job, field)):
+      continue
+    if macro is None:
+      problems.append(f'jobs.{name}.{field} is required: the run file binds it to '
+                      f'@network.Transformer(), configured by a gin/models file '
+                      f'(--gin_file=gin/models/...)')
+    else:
+      problems.append(required_message(macro, [f'jobs.{name}.{field}']))
+  if problems:
+    raise ValueError('; '.join(problems) + '.')
 
 
 def call_configured(qualified_name: str, **kwargs):

@@ -1,7 +1,7 @@
 """Memory a run needs: XLA's figure per device for a compiled step, which `t5align.eval` and
 `t5align.calibrate` check before running it (`Compiled`, `check_compiled`); an analytic estimate
-per device, for planning without a compile (`estimate`); and the host's room for a checkpoint's
-arrays (`check_host_fits`).
+per device, for planning without a compile (`estimate`), both for one call of a program as its
+`Workload` states it; and the host's room for a checkpoint's arrays (`check_host_fits`).
 """
 from __future__ import annotations
 
@@ -167,6 +167,91 @@ def estimate(config: network.T5Config, *, length: int, batch_size: int, params_d
   cache = (2 * config.num_decoder_layers * examples * length * h * config.head_dim * itemsize
            if decoding else 0)
   return Estimate(params, attention, hidden, impl, cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """One call of a compiled program, each figure stated once: the memory check's refusal
+  (`settings_to_change`), the analytic `estimate` and the pre-flight's report (`settings`) all
+  read it.
+
+  Attributes:
+    config: the model as the program computes it (its dtype is the activation dtype; its
+      attention_impl, resolved at `width`, the encoder's attention).
+    length: encoder input tokens per example as the job sets them (eval: the longest input or
+      the pre-flight's --length, after TRUNCATE_INPUTS; calibration: a LENGTHS entry; training:
+      INPUT_LENGTH).
+    batch_size: examples per call as the job sets them (BATCH_SIZE; calibration: else
+      NUM_SAMPLES); the program rounds it up to the 'data' axis.
+    params_dtype: dtype the parameters are held in (PARAMS_DTYPE).
+    pad_to: the inputs are padded to a multiple of this many tokens (eval: 128).
+    model_shards, data_shards, tau_shards: the mesh's axis sizes.
+    model_setting: the setting that sizes the 'model' axis, for a refusal (eval's
+      NUM_PARTITIONS; calibration's third MESH_SHAPE entry).
+    mesh_shape: calibration's MESH_SHAPE as set (None: unset), for its report.
+    taus: candidate temperatures per call (calibration's tau batch); None: not a sweep.
+    decoding: the program runs the decoder over the encoder's output (eval), whose
+      cross-attention cache `estimate` counts.
+    decode_steps: greedy decoding's steps (eval); None: it scores.
+    target_length: decoder target tokens per example as compiled (eval's scoring, training);
+      0: none.
+    tasks: the tasks the program serves (eval), for its report.
+  """
+
+  config: network.T5Config
+  length: int
+  batch_size: int
+  params_dtype: str = 'float32'
+  pad_to: int = 1
+  model_shards: int = 1
+  data_shards: int = 1
+  tau_shards: int = 1
+  model_setting: str = 'NUM_PARTITIONS'
+  mesh_shape: Any = None
+  taus: int | None = None
+  decoding: bool = False
+  decode_steps: int | None = None
+  target_length: int = 0
+  tasks: tuple[str, ...] = ()
+
+  @property
+  def width(self) -> int:
+    """The encoder input width as compiled: `length` padded to a multiple of `pad_to`."""
+    return batching.round_up(max(self.length, 1), self.pad_to)
+
+  @property
+  def rows(self) -> int:
+    """Examples per call as compiled: `batch_size` rounded up to the 'data' axis."""
+    return batching.round_up(self.batch_size, self.data_shards)
+
+  def attention_impl(self, platform: str | None = None) -> str:
+    """The encoder's attention at `width` on `platform` (None: the target platform)."""
+    return network.encoder_attention_impl(self.config, self.width, platform)
+
+  def estimate(self, platform: str | None = None) -> Estimate:
+    """`estimate` for this call."""
+    return estimate(self.config, length=self.width, batch_size=self.batch_size,
+                    params_dtype=self.params_dtype, model_shards=self.model_shards,
+                    data_shards=self.data_shards, taus=self.taus or 1,
+                    tau_shards=self.tau_shards, decoding=self.decoding, platform=platform)
+
+  def settings_to_change(self) -> list[str]:
+    """`settings_to_change` for this call (its attention resolved on the target platform)."""
+    return settings_to_change(model_shards=self.model_shards, batch_size=self.batch_size,
+                              attention_impl=self.attention_impl(), length=self.width,
+                              taus=self.taus or 1, model_setting=self.model_setting)
+
+  def settings(self) -> dict[str, Any]:
+    """What the program depends on, as the pre-flight reports it ('settings' of its JSON)."""
+    out = {'length': self.length, 'batch_size': self.batch_size,
+           'params_dtype': self.params_dtype}
+    if self.decoding:
+      out.update(num_partitions=self.model_shards, max_decode_length=self.decode_steps,
+                 scored=self.decode_steps is None, target_length=self.target_length,
+                 tasks=list(self.tasks))
+    if self.taus is not None:
+      out.update(mesh_shape=self.mesh_shape, tau_batch=self.taus)
+    return out
 
 
 def device_memory(device: Any = None) -> tuple[int, str]:

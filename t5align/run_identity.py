@@ -284,12 +284,39 @@ def _checkpoint_note(before: Mapping[str, Any], now: Mapping[str, Any],
           f'{where(now)} now, {where(before)} then.')
 
 
+# The selectors the jobs' gin bindings were recorded under before they were registered under
+# their own names (2026-11-28): an identity recorded then compares under the new ones.
+OLD_GIN_SELECTORS = {'t5align.t5align_eval.evaluate': 't5align.jobs.EvalJob',
+                     't5align.calibrate.run': 't5align.jobs.CalibrationJob',
+                     't5align.train.train': 't5align.jobs.TrainJob'}
+
+
+def current_gin_names(config: Any) -> Any:
+  """A recorded 'gin' field ({'[scope/]selector.parameter': value}) with the jobs' old
+  selectors (`OLD_GIN_SELECTORS`) renamed to their own names; anything else as given."""
+  if not isinstance(config, Mapping):
+    return config
+  out = {}
+  for key, value in config.items():
+    scope, _, binding = str(key).rpartition('/')
+    for old, new in OLD_GIN_SELECTORS.items():
+      if binding.startswith(old + '.'):
+        key = (scope + '/' if scope else '') + new + binding[len(old):]
+    out[key] = value
+  return out
+
+
 def differences(before: Any, now: Any, *, ignore: Collection[str] = INFORMATIONAL,
                 prefix: str = '') -> dict[str, tuple[Any, Any]]:
   """{dotted field: (before, now)} of every field that differs; objects are compared key by
-  key (a missing key reads as None), everything else as a whole. `ignore`: top-level fields."""
+  key (a missing key reads as None), everything else as a whole. `ignore`: top-level fields.
+  The top-level 'gin' field compares with the jobs' old selectors renamed (`current_gin_names`),
+  so runs recorded before the jobs had their own gin names resume."""
   if not (isinstance(before, Mapping) and isinstance(now, Mapping)):
     return {} if before == now else {prefix or '(value)': (before, now)}
+  if not prefix and ('gin' in before or 'gin' in now):
+    before = {**before, 'gin': current_gin_names(before.get('gin'))} if 'gin' in before else before
+    now = {**now, 'gin': current_gin_names(now.get('gin'))} if 'gin' in now else now
   out = {}
   for key in sorted(set(before) | set(now), key=str):
     if not prefix and key in ignore:

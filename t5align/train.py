@@ -15,7 +15,8 @@ checkpoint on a seqio task or mixture (as t5x's finetune.gin), resumably.
 `--gin_bindings` and `--gin_search_paths` work as in t5x; the repository root is a search path.
 
 The job is `t5align.jobs.TrainJob` (what MODEL_DIR gets, and how a rerun resumes):
-gin/runs/train_retrieval.gin and gin/runs/finetune.gin bind its fields as `t5align.train.train`.
+gin/runs/train_retrieval.gin and gin/runs/finetune.gin bind its fields as `jobs.TrainJob.NAME`.
+Its old name `train.train` still works until the next release, with a FutureWarning.
 
 The small model trained this way ships in t5align/shipped/retrieval_t5/ (`assets.load_shipped`).
 """
@@ -27,11 +28,11 @@ import sys
 from typing import Any, Sequence
 
 from t5align import gin_cli
-from t5align import jobs
 
-# The name gin/runs/train_retrieval.gin, gin/runs/finetune.gin and
-# `--gin_bindings=train.train.X` bind: the job's settings.
-train = jobs.TrainJob
+
+def __getattr__(name: str):
+  """`train`: the old name of `jobs.TrainJob` (warns once; `gin_cli.deprecated_alias`)."""
+  return gin_cli.deprecated_alias('t5align.train', name)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   gin_cli.configure(argv, prog='python -m t5align.train', description=__doc__,
                     example_file='gin/runs/train_retrieval.gin (or gin/runs/finetune.gin) plus '
                     'gin/models/retrieval_small.gin')
-  job = gin_cli.call_configured('t5align.train.train')
+  job = gin_cli.call_configured('t5align.jobs.TrainJob')
   # training.json records the command line that produced the exported weights.
   return dataclasses.replace(job, command=shlex.join(
       ['python', '-m', 't5align.train', *argv])).run()

@@ -53,7 +53,7 @@ def _eval_path_stats(dtype: str, tokens: np.ndarray, taus) -> np.ndarray:
       [f"ACTIVATION_DTYPE = '{dtype}'"], finalize_config=False)
   model = gin.get_configurable(network.Transformer)()
   gin.clear_config()
-  # As t5align.eval.evaluate loads it (PARAMS_DTYPE float32, the model file's config).
+  # As jobs.EvalJob loads it (PARAMS_DTYPE float32, the model file's config).
   params, config = checkpoints.load_params(CKPT, model.config, dtype=jnp.float32)
   model = network.Transformer(config)
 
@@ -75,7 +75,7 @@ def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
   out = tmp_path / 'schedule.json'
   calibrate.main([
       '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
-      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
       "--gin.ACTIVATION_DTYPE='bfloat16'", f'--gin.CHECKPOINT_PATH={CKPT}',
       f'--gin.TEXT_FILE={text}', f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}',
       '--gin.LENGTHS=(128,)', '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2',
@@ -133,7 +133,7 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   out = tmp_path / 'schedule.json'
   calibrate.main([
       '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
-      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.JSONL_FILE={jsonl}',
       f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128,)',
       f'--gin.ANALYSIS_DIR={tmp_path / "analysis"}', '--gin.RELPOS_HEADS=(2, 0)',
@@ -188,12 +188,12 @@ def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
   out = tmp_path / 'schedule.json'
   calibrate.main([
       '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
-      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
       '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
       '--gin.SEQIO_SPLIT=test',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
       '--gin.SEQIO_TASK=t5align_passkey_5k', '--gin.LENGTHS=(640,)',
-      '--gin_bindings=calibrate.run.grid = (1.0, 0.8)',
+      '--gin_bindings=jobs.CalibrationJob.grid = (1.0, 0.8)',
       "--gin.REFERENCE_TASKS={'t5align_passkey_5k': 't5align_passkey_2k'}",
       '--gin.REFERENCE_LENGTH=600', '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
   loaded = schedule.load_schedule(str(out))
@@ -223,13 +223,13 @@ def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
   out = tmp_path / 'schedule.json'
   calibrate.main([
       '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
-      '--gin_bindings=calibrate.run.config = @network.T5Config()',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
       f'--gin.seqio_tasks.vocabulary_path.path={ASSET / "sentencepiece.model"}',
       '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
       '--gin.SEQIO_SPLIT=test',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
       '--gin.SEQIO_TASK=t5align_passkey_2k, t5align_passkey_5k', '--gin.LENGTHS=(512,)',
-      '--gin_bindings=calibrate.run.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
+      '--gin_bindings=jobs.CalibrationJob.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
       '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
   loaded = schedule.load_schedule(str(out))
   assert sorted(loaded.tasks) == ['t5align_passkey_2k', 't5align_passkey_5k']

@@ -113,7 +113,7 @@ def test_codet5_calibration_uses_the_bpe_tokenizer(codet5, tmp_path, monkeypatch
                   f'--gin.NUM_EMBEDDINGS={-(-vocab.vocab_size // 8) * 8}',
                   "--gin.ACTIVATION_DTYPE='float32'",
                   *[f'--gin_bindings=network.T5Config.{k} = {v}' for k, v in SIZES.items()],
-                  '--gin_bindings=calibrate.run.config = @network.T5Config()',
+                  '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
                   f'--gin.CHECKPOINT_PATH={ckpt}', f'--gin.JSONL_FILE={jsonl}',
                   f'--gin.VOCABULARY_PATH={folder}', f'--gin.OUTPUT_PATH={out}',
                   '--gin.LENGTHS=(24,)', f'--gin.REFERENCE_LENGTH={TRUNCATE}',

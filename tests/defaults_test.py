@@ -37,16 +37,16 @@ TRAIN_DIFFERENCES = {
 }
 
 CASES = {
-    'calibrate': ('t5align.calibrate', 't5align.calibrate.run', jobs.CalibrationJob,
+    'calibrate': ('t5align.calibrate', 't5align.jobs.CalibrationJob', jobs.CalibrationJob,
                   ['--gin_file=gin/calibrate.gin'],
                   {'CHECKPOINT_PATH': '/ckpt', 'OUTPUT_PATH': '/out/schedule.json',
                    'TEXT_FILE': '/corpus.txt', 'VOCABULARY_PATH': '/spm.model'},
                   CALIBRATION_DIFFERENCES),
-    'eval': ('t5align.eval', 't5align.eval.evaluate', jobs.EvalJob,
+    'eval': ('t5align.eval', 't5align.jobs.EvalJob', jobs.EvalJob,
              ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin'],
              {'CHECKPOINT_PATH': '/ckpt', 'MIXTURE_OR_TASK_NAME': 't5align_passkey_2k',
               'EVAL_OUTPUT_DIR': '/out'}, {}),
-    'train': ('t5align.train', 't5align.train.train', jobs.TrainJob,
+    'train': ('t5align.train', 't5align.jobs.TrainJob', jobs.TrainJob,
               ['--gin_file=gin/runs/train_retrieval.gin', '--gin_file=gin/models/tiny.gin'],
               {'MODEL_DIR': '/model'}, TRAIN_DIFFERENCES),
 }

@@ -87,7 +87,7 @@ def test_site_builds_strictly(tmp_path):
            '--gin_file=gin/models/retrieval_small.gin --gin.SCHEDULE_PAHT=/s.json',
      'no macro SCHEDULE_PAHT'),
     ('sh', 'python -m t5align.calibrate --gin_file=gin/calibrate.gin '
-           "--gin_bindings='calibrate.run.no_such = 1'", 'no_such'),
+           "--gin_bindings='jobs.CalibrationJob.no_such = 1'", 'no_such'),
     ('sh', 'python -m t5align.calibrate --gin_file=gin/no_such.gin', 'no_such.gin'),
     ('sh', 'python -m t5align.report /tmp/x --outptu r.md', 't5align.report defines no flag'),
     ('sh', 'python -m t5align.preflight --topology=v4-32 --length=32768 '

@@ -114,3 +114,138 @@ def test_command_lines_show_library_log_records_as_bare_lines(tmp_path):
                           text=True, check=True, cwd=REPO_ROOT)
     assert done.stderr == expected
     assert torn.read_bytes() == b'{"a": 1}\n'
+
+
+# ------------------------------------------- the jobs' gin names and their required settings
+
+# Each job's run files and the required macros they mark %gin.REQUIRED (written out: the macros
+# the gin files' headers document under "Required to be set").
+RUN_FILES = {
+    'EvalJob': (['gin/runs/eval.gin', 'gin/models/tiny.gin'],
+                ['CHECKPOINT_PATH', 'EVAL_OUTPUT_DIR', 'MIXTURE_OR_TASK_NAME']),
+    'CalibrationJob': (['gin/calibrate.gin'], ['CHECKPOINT_PATH', 'OUTPUT_PATH']),
+    'TrainJob': (['gin/runs/train_retrieval.gin', 'gin/models/tiny.gin'], ['MODEL_DIR']),
+}
+
+
+@pytest.mark.parametrize('job', sorted(RUN_FILES))
+def test_a_job_built_without_its_required_settings_names_their_macros(job, clean_gin):
+  """`check` names each required setting by the macro its run file defines (EvalJob's
+  output_dir is EVAL_OUTPUT_DIR, not OUTPUT_DIR), and every such macro is one the run file
+  marks %gin.REQUIRED; the command line, given none of them, names the same macros."""
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
+  cls = getattr(jobs, job)
+  files, required = RUN_FILES[job]
+  with pytest.raises(ValueError) as error:
+    cls().check()
+  message = str(error.value)
+  for field, macro in cls.REQUIRED.items():
+    if macro is None:  # The model: bound by the run file, configured by a gin/models file.
+      assert f'jobs.{job}.{field} is required: the run file binds it' in message
+    else:
+      assert f'{macro} (jobs.{job}.{field}) is required: pass --gin.{macro}=VALUE' in message
+  assert sorted(m for m in cls.REQUIRED.values() if m) == required
+  with pytest.raises(ValueError) as error:
+    gin_cli.configure([f'--gin_file={f}' for f in files], prog='t')
+  for macro in required:
+    assert f'{macro} (jobs.{job}.' in str(error.value)
+    assert f'is required: pass --gin.{macro}=VALUE' in str(error.value)
+  clean_gin.clear_config()
+  gin_cli.configure([f'--gin_file={f}' for f in files], prog='t', unset_required=True)
+  assert all(clean_gin.query_parameter(f'{m}/macro.value') is None for m in required)
+
+
+def test_finetune_names_every_macro_it_requires(clean_gin):
+  with pytest.raises(ValueError) as error:
+    gin_cli.configure(['--gin_file=gin/runs/finetune.gin', '--gin_file=gin/models/tiny.gin',
+                       '--gin.MODEL_DIR=/m'], prog='t')
+  expected = {'INITIAL_CHECKPOINT_PATH': 'initial_checkpoint_path', 'L_TR': 'input_length',
+              'MIXTURE_OR_TASK_NAME': 'mixture_or_task_name', 'NUM_STEPS': 'num_steps',
+              'TARGET_LENGTH': 'target_length'}
+  assert str(error.value) == '; '.join(
+      f'{m} (jobs.TrainJob.{f}) is required: pass --gin.{m}=VALUE'
+      for m, f in sorted(expected.items())) + '.'
+
+
+_EVAL = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin',
+         '--gin.CHECKPOINT_PATH=/c', '--gin.MIXTURE_OR_TASK_NAME=t', '--gin.EVAL_OUTPUT_DIR=/e']
+
+
+def test_jobs_are_bound_under_their_own_names(clean_gin):
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')  # The run files use no old name.
+    gin_cli.configure([*_EVAL, '--gin_bindings=jobs.EvalJob.temperature = 0.9'], prog='t')
+  job = gin_cli.call_configured('t5align.jobs.EvalJob')
+  assert type(job).__name__ == 'EvalJob' and job.temperature == 0.9 and job.output_dir == '/e'
+  assert clean_gin.query_parameter('t5align.jobs.EvalJob.temperature') == 0.9
+  with clean_gin.unlock_config(), pytest.raises(ValueError, match=r"no_such"):
+    clean_gin.parse_config('jobs.EvalJob.no_such = 1')
+
+
+@pytest.mark.parametrize('binding, job, module, name', [
+    ('t5align_eval.evaluate.temperature = 0.9', 'EvalJob', 't5align.eval', 'evaluate'),
+    ('evaluate.temperature = 0.9', 'EvalJob', 't5align.eval', 'evaluate'),
+])
+def test_old_eval_names_still_bind_and_warn_once(binding, job, module, name, clean_gin,
+                                                 monkeypatch):
+  """For one release the old selector binds the same job (its value recorded under the new
+  name) and warns, once per process, naming the new one."""
+  monkeypatch.setattr(gin_cli, '_WARNED', set())
+  with pytest.warns(FutureWarning, match=rf'is the old name of jobs\.{job}, .*bind '
+                                         rf'jobs\.{job}\.NAME'):
+    gin_cli.configure([*_EVAL, f'--gin_bindings={binding}'], prog='t')
+  assert gin_cli.call_configured(f't5align.jobs.{job}').temperature == 0.9
+  from t5align import run_identity  # pylint: disable=g-import-not-at-top
+  assert run_identity.gin_config()[f't5align.jobs.{job}.temperature'] == '0.9'
+  import importlib  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')  # Once per process.
+    from t5align import jobs  # pylint: disable=g-import-not-at-top
+    assert getattr(importlib.import_module(module), name) is getattr(jobs, job)
+
+
+@pytest.mark.parametrize('module, name, job, files, flags', [
+    ('t5align.calibrate', 'run', 'CalibrationJob', ['gin/calibrate.gin'],
+     ['--gin.CHECKPOINT_PATH=/c', '--gin.OUTPUT_PATH=/o']),
+    ('t5align.train', 'train', 'TrainJob', ['gin/runs/train_retrieval.gin', 'gin/models/tiny.gin'],
+     ['--gin.MODEL_DIR=/m']),
+])
+def test_old_calibrate_and_train_names_still_bind_and_warn(module, name, job, files, flags,
+                                                           clean_gin, monkeypatch, tmp_path):
+  """An old-style gin file (the run file as it was, `calibrate.run:` blocks) still binds."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(gin_cli, '_WARNED', set())
+  old = tmp_path / 'old.gin'
+  old.write_text(f'from __gin__ import dynamic_registration\nfrom t5align import '
+                 f'{module.split(".")[1]}\n\n{module.split(".")[1]}.{name}:\n  seed = 7\n')
+  with pytest.warns(FutureWarning, match=rf'old name of jobs\.{job}'):
+    gin_cli.configure([*[f'--gin_file={f}' for f in files], f'--gin_file={old}', *flags],
+                      prog='t')
+  assert gin_cli.call_configured(f't5align.jobs.{job}').seed == 7
+  assert getattr(importlib.import_module(module), name) is getattr(jobs, job)
+
+
+def test_a_run_recorded_under_the_old_gin_names_resumes(clean_gin):
+  """run.json written by 58d8be9 (the jobs' old gin names: `python -m t5align.eval` of
+  tests/testdata/old_gin_names/README) compares equal to the same command's configuration
+  now; under the recorded names alone it would not."""
+  import json  # pylint: disable=g-import-not-at-top
+  from t5align import run_identity  # pylint: disable=g-import-not-at-top
+  recorded = json.loads((REPO_ROOT / 'tests/testdata/old_gin_names/eval_run_58d8be9.json')
+                        .read_text())
+  gin_cli.configure([
+      '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin', '--gin.NUM_EMBEDDINGS=128',
+      '--gin_bindings=network.T5Config.emb_dim = 64',
+      '--gin_bindings=network.T5Config.head_dim = 16',
+      '--gin_bindings=network.T5Config.mlp_dim = 128', '--gin.CHECKPOINT_PATH=/c',
+      '--gin.EVAL_OUTPUT_DIR=/e', '--gin.MIXTURE_OR_TASK_NAME=t5align_lines_200',
+      '--gin.BATCH_SIZE=1', '--gin.MAX_DECODE_LENGTH=8',
+      '--gin_bindings=jobs.EvalJob.temperature = 0.9'], prog='t')
+  now = run_identity.gin_config()
+  assert any(k.startswith('t5align.t5align_eval.evaluate.') for k in recorded['gin'])
+  assert run_identity.differences({'gin': recorded['gin']}, {'gin': now}) == {}
+  assert len(recorded['gin']) == len(now) and set(recorded['gin']) != set(now)
+  assert run_identity.current_gin_names(recorded['gin']) == now

@@ -123,9 +123,10 @@ def test_commands_stand_on_the_library_and_nothing_imports_a_command():
 
 @pytest.mark.parametrize('command', ['eval', 'calibrate', 'train'])
 def test_run_commands_are_thin(command):
-  """The run commands hold flags/gin -> job -> run only: no definitions beyond `main` and the
-  gin name of their job (the job lives in `t5align.jobs`)."""
+  """The run commands hold flags/gin -> job -> run only: no definitions beyond `main` and,
+  until the next release, the module `__getattr__` that serves their job's old name (the job
+  lives in `t5align.jobs`)."""
   tree = ast.parse((REPO_ROOT / 't5align' / f'{command}.py').read_text())
   defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-  assert defined == {'main'}
+  assert defined == {'main', '__getattr__'}
   assert len((REPO_ROOT / 't5align' / f'{command}.py').read_text().splitlines()) <= 100

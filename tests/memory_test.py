@@ -56,6 +56,40 @@ def test_estimate_matches_a_hand_computation():
   assert calib.attention == 4 * (2 * 12 * 4 * 1024**2 + 4 * 1024**2)
 
 
+def test_a_workload_states_each_figure_once():
+  """`Workload`: an eval step's (inputs padded to 128, the batch over 'data') and a calibration
+  sweep's (taus over 'tau') report, refusal advice and estimate, written out by hand."""
+  ref = TINY.replace(attention_impl='reference')
+  step = memory.Workload(ref, 4000, 6, 'float32', pad_to=128, model_shards=2, data_shards=4,
+                         decoding=True, decode_steps=16, tasks=('t',))
+  assert (step.width, step.rows) == (4096, 8)
+  assert step.settings() == {'length': 4000, 'batch_size': 6, 'params_dtype': 'float32',
+                             'num_partitions': 2, 'max_decode_length': 16, 'scored': False,
+                             'target_length': 0, 'tasks': ['t']}
+  assert step.settings_to_change() == [
+      "NUM_PARTITIONS (devices on the 'model' axis, now 2) higher",
+      "ATTENTION_IMPL='blockwise' (now 'reference' at 4096 tokens)",
+      'BATCH_SIZE (now 6) lower']
+  est = step.estimate('cpu')
+  # 2 examples (6 over 4 'data' devices, rounded up) x 2 heads per device at 4096 tokens.
+  assert est.params == 214_016 * 4 // 2
+  assert est.attention == 4 * (2 * 2 * 2 * 4096**2 + 2 * 4096**2)
+  assert est.cache == 2 * 2 * 2 * 4096 * 2 * 16 * 4
+  sweep = memory.Workload(TINY.replace(attention_impl='blockwise'), 1024, 8, 'bfloat16',
+                          data_shards=2, tau_shards=4, taus=11, mesh_shape=(4, 2, 1),
+                          model_setting="MESH_SHAPE's third entry")
+  assert sweep.settings() == {'length': 1024, 'batch_size': 8, 'params_dtype': 'bfloat16',
+                              'mesh_shape': (4, 2, 1), 'tau_batch': 11}
+  assert sweep.settings_to_change() == [
+      "MESH_SHAPE's third entry (devices on the 'model' axis, now 1) higher",
+      'BATCH_SIZE (now 8) lower',
+      'the tau batch (TAU_BATCH_SIZE, now 11 candidates per call) lower']
+  # 4 examples x 3 of 11 taus per device, 4 heads: accumulators, outputs and 3 [512, 512] tiles.
+  est = sweep.estimate('tpu')
+  assert (est.params, est.cache) == (214_016 * 2, 0)
+  assert est.attention == 4 * 12 * 4 * (2 * 1024 * 16 + 3 * 512 * 512)
+
+
 def test_xxl_at_32k_with_reference_attention_is_estimated_by_hand():
   """Flan-T5-XXL at 32k tokens, 'reference' attention, one device: t5x's published parameter
   count in bfloat16, and three float32 `[h, L, L]` arrays per layer (768 GiB)."""

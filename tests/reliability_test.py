@@ -75,10 +75,9 @@ def test_non_float_dtype_is_refused_before_reading():
     ({'params_dtype': 'int8'}, "PARAMS_DTYPE='int8' is not a floating dtype"),
 ])
 def test_eval_run_settings_are_checked_first(settings, message, tmp_path):
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=message):
-    t5align_eval.evaluate(checkpoint_path='/no/such', mixture_or_task_name='t',
-                          output_dir=str(tmp_path / 'out'), **settings).run()
+    jobs.EvalJob(checkpoint_path='/no/such', mixture_or_task_name='t',
+                 output_dir=str(tmp_path / 'out'), **settings).run()
 
 
 def test_mean_row_stats_of_an_all_padding_batch_raises():
@@ -341,15 +340,14 @@ def test_second_run_into_a_folder_is_refused_and_a_dead_holder_taken_over(tmp_pa
 
 
 def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(tmp_path):
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
   out = tmp_path / 'out'
   log = records.RecordLog(out / 'task' / 'predictions.jsonl')
   with outputs.claim(out, 'EVAL_OUTPUT_DIR'):  # The first run, mid-way.
     log.append([{'index': 0, 'prediction': 'a'}])
     before = log.path and pathlib.Path(log.path).read_bytes()
     with pytest.raises(outputs.OutputLockedError, match='in use by another run'):
-      t5align_eval.evaluate(checkpoint_path='/no/such', mixture_or_task_name='t',
-                            output_dir=str(out)).run()
+      jobs.EvalJob(checkpoint_path='/no/such', mixture_or_task_name='t',
+                   output_dir=str(out)).run()
     log.append([{'index': 1, 'prediction': 'b'}])
   assert pathlib.Path(log.path).read_bytes() == before + b'{"index": 1, "prediction": "b"}\n'
   assert sorted(records.RecordLog(log.path).records) == [0, 1]

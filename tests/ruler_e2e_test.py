@@ -68,9 +68,9 @@ def test_offline_tasks_calibrated_evaluated_and_tabled(tmp_path, monkeypatch):
   tasks = sorted(_tasks().split(','))
   schedule_path = tmp_path / 'schedule.json'
   calibrate.main(['--gin_file=gin/calibrate.gin', *_common(),
-                  '--gin_bindings=calibrate.run.config = @network.T5Config()',
+                  '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
                   f'--gin.SEQIO_TASK={_tasks()}',
-                  "--gin_bindings=calibrate.run.seqio_split = 'test'",
+                  "--gin_bindings=jobs.CalibrationJob.seqio_split = 'test'",
                   '--gin.REFERENCE_LENGTH=256', f'--gin.LENGTHS={LENGTHS}', '--gin.NUM_SAMPLES=2',
                   "--gin.STRATEGIES=('pmax', 'log_length')", f'--gin.OUTPUT_PATH={schedule_path}'])
   per_task = json.loads(schedule_path.read_text())['tasks']

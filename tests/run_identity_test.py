@@ -311,12 +311,12 @@ def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkey
 
 def test_9_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean_gin):
   base = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin']
-  with pytest.raises(ValueError, match=r"--gin_bindings='t5align_eval.evaluate.temperature = "
+  with pytest.raises(ValueError, match=r"--gin_bindings='jobs.EvalJob.temperature = "
                                        r"0\.7' and --gin\.TEMPERATURE=0\.5 set TEMPERATURE "
-                                       r'differently \(.*evaluate\.temperature is bound to '
-                                       r'%TEMPERATURE in the gin files\)'):
+                                       r'differently \(t5align\.jobs\.EvalJob\.temperature is '
+                                       r'bound to %TEMPERATURE in the gin files\)'):
     gin_cli.configure([*base, '--gin.TEMPERATURE=0.5',
-                       '--gin_bindings=t5align_eval.evaluate.temperature = 0.7'], prog='t')
+                       '--gin_bindings=jobs.EvalJob.temperature = 0.7'], prog='t')
   gin.clear_config()
   with pytest.raises(ValueError, match=r"--gin_bindings='TEMPERATURE = 0\.6' and "
                                        r'--gin\.TEMPERATURE=0\.5 set TEMPERATURE differently;'):
@@ -326,7 +326,7 @@ def test_9_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean
   # The same value twice is no conflict.
   gin_cli.configure([*base, '--gin.TEMPERATURE=0.7', '--gin.CHECKPOINT_PATH=c',
                      '--gin.EVAL_OUTPUT_DIR=o', '--gin.MIXTURE_OR_TASK_NAME=t',
-                     '--gin_bindings=t5align_eval.evaluate.temperature = 0.7'], prog='t')
+                     '--gin_bindings=jobs.EvalJob.temperature = 0.7'], prog='t')
   assert gin.query_parameter('%TEMPERATURE') == 0.7
 
 
@@ -576,8 +576,8 @@ def test_18_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
 
 
 def test_19_eval_without_a_model_file_names_what_is_missing(clean_gin):
-  with pytest.raises(ValueError, match=r'@network\.Transformer\(\) \(called by '
-                                       r'.*evaluate\.model\) needs t5align\.network\.Transformer'
+  with pytest.raises(ValueError, match=r'@network\.Transformer\(\) \(called by t5align\.jobs'
+                                       r'\.EvalJob\.model\) needs t5align\.network\.Transformer'
                                        r'\.config, which no gin file or flag binds\. Give the '
                                        r'gin files the run needs: gin/runs/eval\.gin plus a '
                                        r'gin/models file\.'):

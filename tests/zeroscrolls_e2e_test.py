@@ -76,7 +76,7 @@ def _common() -> list[str]:
 def _eval_args(out: pathlib.Path, split: str, *extra: str) -> list[str]:
   return ['--gin_file=gin/runs/eval.gin', *_common(),
           f'--gin.MIXTURE_OR_TASK_NAME=t5align_zeroscrolls_{LENGTH}',
-          f"--gin_bindings=t5align_eval.evaluate.split = '{split}'",
+          f"--gin_bindings=jobs.EvalJob.split = '{split}'",
           '--gin.MAX_DECODE_LENGTH=4', '--gin.BATCH_SIZE=2', f'--gin.EVAL_OUTPUT_DIR={out}', *extra]
 
 
@@ -122,7 +122,7 @@ def test_download_to_table_and_csv_on_the_shipped_model(tmp_path, monkeypatch):
 
   schedule_path = tmp_path / 'schedule.json'
   calibrate.main(['--gin_file=gin/calibrate.gin', *_common(),
-                  '--gin_bindings=calibrate.run.config = @network.T5Config()',
+                  '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
                   f'--gin.SEQIO_TASK=t5align_zeroscrolls_{LENGTH}', '--gin.REFERENCE_LENGTH=256',
                   f"--gin.LENGTHS=({LENGTH},)", '--gin.NUM_SAMPLES=2', "--gin.STRATEGIES=('pmax',)",
                   f'--gin.OUTPUT_PATH={schedule_path}'])

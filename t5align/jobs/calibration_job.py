@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import os
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from absl import logging
 import jax
@@ -19,7 +19,9 @@ import numpy as np
 from t5align import calibration
 from t5align.calibration import samples
 from t5align.calibration import stats
+from t5align import gin_cli
 from t5align.jobs import common
+from t5align import memory
 from t5align import network
 from t5align import partitioning
 from t5align import run_identity
@@ -33,8 +35,8 @@ from t5align import schedule as schedule_lib
 @dataclasses.dataclass(frozen=True)
 class CalibrationJob:
   """`python -m t5align.calibrate`'s settings (gin/calibrate.gin binds its macros to these fields,
-  as `t5align.calibrate.run`) and its run: loads a checkpoint, samples inputs, calibrates, prints
-  the table and writes the schedule.
+  as `jobs.CalibrationJob`: `gin_cli.register_job`) and its run: loads a checkpoint, samples
+  inputs, calibrates, prints the table and writes the schedule.
 
   Attributes:
     checkpoint_path: any checkpoint `checkpoints.load_params` reads.
@@ -114,6 +116,11 @@ class CalibrationJob:
   check_finite: bool = True
   relpos_heads: Sequence[int] | None = None
 
+  # The settings a run needs, by their gin macro (`gin_cli.require`); the inputs are one of
+  # TEXT_FILE, SEQIO_TASK and JSONL_FILE (`check`).
+  REQUIRED: ClassVar[Mapping[str, str]] = {'checkpoint_path': 'CHECKPOINT_PATH',
+                                           'output_path': 'OUTPUT_PATH'}
+
   @functools.cached_property
   def checkpoint(self) -> common.Checkpoint:
     """One per job: its path resolved once (`common.Checkpoint`) for every read."""
@@ -127,9 +134,7 @@ class CalibrationJob:
   def check(self) -> None:
     """Every setting that needs no file, each error naming its macro and the form accepted;
     then ANALYSIS_DIR and RELPOS_HEADS (`_check_analysis`) and the activation dtype."""
-    if not isinstance(self.checkpoint_path, str) or not isinstance(self.output_path, str):
-      raise ValueError('set CHECKPOINT_PATH and OUTPUT_PATH '
-                       '(e.g. --gin.CHECKPOINT_PATH=/path/checkpoint_N).')
+    gin_cli.require(self)
     if sum(x is not None for x in (self.text_file, self.seqio_task, self.jsonl_file)) != 1:
       raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
                        'JSONL_FILE (with VOCABULARY_PATH).')
@@ -143,8 +148,8 @@ class CalibrationJob:
     validate.run_settings(num_samples=self.num_samples, batch_size=self.batch_size or 1,
                           tau_batch_size=self.tau_batch_size, seed=self.seed,
                           params_dtype=self.params_dtype)
-    validate.temperature_array(self.grid, 'calibrate.run.grid')
-    validate.number(self.tol, 'calibrate.run.tol', positive=True)
+    validate.temperature_array(self.grid, 'jobs.CalibrationJob.grid')
+    validate.number(self.tol, 'jobs.CalibrationJob.tol', positive=True)
     if self.mesh_shape is not None:
       validate.int_tuple(self.mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
       self._mesh_axes()
@@ -197,28 +202,21 @@ class CalibrationJob:
                length: int | None = None) -> list[common.Program]:
     """The sweep this job runs at its widest: BATCH_SIZE (else NUM_SAMPLES) samples of `length`
     tokens (default the longest of LENGTHS) at TAU_BATCH_SIZE (else the grid's) candidates."""
-    length = length or max(self.lengths)
-    batch_size = self.batch_size or self.num_samples
-    taus = self.tau_batch_size or len(self.grid)
+    shape = dict(mesh.shape) if mesh is not None else {}
+    workload = memory.Workload(
+        config, length or max(self.lengths), self.batch_size or self.num_samples,
+        self.params_dtype, model_shards=shape.get('model', 1), data_shards=shape.get('data', 1),
+        tau_shards=shape.get('tau', 1), model_setting="MESH_SHAPE's third entry",
+        mesh_shape=self.mesh_shape, taus=self.tau_batch_size or len(self.grid))
     # The tau chunk of the devices the mesh lays out (a TPU slice's in the pre-flight).
     platform = mesh.devices.flat[0].platform if mesh is not None else None
-    fn, args = stats.sweep_program(params, config, length=length, batch_size=batch_size,
-                                   taus=taus, mesh=mesh,
-                                   tau_chunk=stats.default_tau_chunk(platform))
-    shape = dict(mesh.shape) if mesh is not None else {}
-    model = shape.get('model', 1)
+    fn, args = stats.sweep_program(params, config, length=workload.length,
+                                   batch_size=workload.batch_size, taus=workload.taus,
+                                   mesh=mesh, tau_chunk=stats.default_tau_chunk(platform))
     return [common.Program(
         name='calibration', description='the calibration sweep', fn=fn, args=args,
         names=('inputs', 'taus'), units=args[1].shape[0] * args[2].shape[0],
-        unit='encoder pass (one sample at one tau)',
-        settings={'length': length, 'batch_size': batch_size, 'params_dtype': self.params_dtype,
-                  'mesh_shape': self.mesh_shape, 'tau_batch': taus},
-        hints=dict(model_shards=model, batch_size=batch_size, length=length, taus=taus,
-                   attention_impl=network.encoder_attention_impl(config, length),
-                   model_setting="MESH_SHAPE's third entry"),
-        estimate=dict(length=length, batch_size=batch_size, params_dtype=self.params_dtype,
-                      model_shards=model, data_shards=shape.get('data', 1), taus=taus,
-                      tau_shards=shape.get('tau', 1)))]
+        unit='encoder pass (one sample at one tau)', workload=workload)]
 
   def identity(self, data: Any) -> dict[str, Any]:
     """What the schedule depends on (the calibration log's header): the checkpoint's content,
@@ -369,6 +367,9 @@ class CalibrationJob:
     multihost.barrier('t5align.calibrate:analysis')
 
 
+gin_cli.register_job(CalibrationJob)
+
+
 def progress_path(output_path: str) -> str:
   """Where calibrate logs its finished calibrations until the schedule is written."""
   return f'{output_path}.partial.jsonl'
@@ -382,7 +383,7 @@ def activation_dtype(config: network.T5Config | None, dtype: str | None) -> str:
   dtype that disagree raise ValueError.
   """
   if config is not None and dtype is not None and jnp.dtype(config.dtype) != jnp.dtype(dtype):
-    raise ValueError(f'calibrate.run.dtype={dtype!r} but the model config computes in '
+    raise ValueError(f'jobs.CalibrationJob.dtype={dtype!r} but the model config computes in '
                      f'{jnp.dtype(config.dtype).name}: calibrate at the dtype evaluation uses '
                      '(set ACTIVATION_DTYPE once).')
   if dtype is None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -86,8 +86,8 @@ class Program:
   `fn` is the jitted function the run calls; `args` its abstract arguments as the run places them
   (`jax.ShapeDtypeStruct`s with shardings; `args[0]` the parameters); `names` name `args[1:]`.
   `units` is the work of one call (`unit`: an example, or an encoder pass at one tau);
-  `settings` what the program depends on, for reports; `hints` the keyword arguments of
-  `memory.settings_to_change` for a refusal; `estimate` those of `memory.estimate`.
+  `workload` what one call computes (lengths, batch, dtype, mesh), stated once: the refusal's
+  advice, the analytic estimate and the reports read it.
   """
 
   name: str
@@ -97,9 +97,12 @@ class Program:
   names: tuple[str, ...]
   units: int
   unit: str
-  settings: Mapping[str, Any]
-  hints: Mapping[str, Any]
-  estimate: Mapping[str, Any]
+  workload: memory.Workload
+
+  @property
+  def settings(self) -> dict[str, Any]:
+    """What the program depends on, for reports (`memory.Workload.settings`)."""
+    return self.workload.settings()
 
   def lower(self) -> Any:
     return self.fn.lower(*self.args)
@@ -129,4 +132,4 @@ class Program:
     """Compiles the program and refuses it if XLA's memory figure exceeds the device's
     (`memory.check_compiled`); the run then calls the same jitted function."""
     return memory.check_compiled(self.figures(self.lower().compile()), what=what,
-                                 hints=memory.settings_to_change(**self.hints))
+                                 hints=self.workload.settings_to_change())

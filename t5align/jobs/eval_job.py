@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from absl import logging
 import jax
@@ -26,6 +26,7 @@ from t5align.evaluation import scoring
 from t5align.evaluation import temperature as temperature_lib
 from t5align import gin_cli
 from t5align.jobs import common
+from t5align import memory
 from t5align import network
 from t5align import partitioning
 from t5align import run_identity
@@ -46,7 +47,7 @@ PREFLIGHT_EOS_ID = 1
 @dataclasses.dataclass(frozen=True)
 class EvalJob:
   """`python -m t5align.eval`'s settings (gin/runs/eval.gin binds its macros to these fields,
-  as `t5align_eval.evaluate`: it imports `t5align.eval` as `t5align_eval`) and its run.
+  as `jobs.EvalJob`: `gin_cli.register_job`) and its run.
 
   Attributes:
     model: the network (gin: @network.Transformer() from a gin/models file); its config is
@@ -93,6 +94,11 @@ class EvalJob:
   show_progress: bool = True
   check_finite: bool = True
 
+  # The settings a run needs, by their gin macro (`gin_cli.require`).
+  REQUIRED: ClassVar[Mapping[str, str]] = {
+      'checkpoint_path': 'CHECKPOINT_PATH', 'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME',
+      'output_dir': 'EVAL_OUTPUT_DIR'}
+
   @property
   def checkpoint(self) -> common.Checkpoint:
     return common.Checkpoint(str(self.checkpoint_path), self.params_dtype, self.check_finite)
@@ -106,8 +112,7 @@ class EvalJob:
 
   def check(self) -> None:
     """The settings that need no file, each error naming its macro."""
-    gin_cli.require('evaluate', checkpoint_path=self.checkpoint_path,
-                    mixture_or_task_name=self.mixture_or_task_name, output_dir=self.output_dir)
+    gin_cli.require(self)
     validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
                           num_examples=self.num_examples,
                           max_decode_length=self.max_decode_length,
@@ -146,15 +151,18 @@ class EvalJob:
     `(params, inputs, targets, taus) -> [b]` log-likelihoods for a scored task, else greedy
     decoding `(params, inputs, taus) -> [b, steps]` tokens; the taus shaped as `temp.taus`
     makes them (`[b, 1]`, `[b, layers]` or `[b, layers, heads]`)."""
-    batch = batching.round_up(self.batch_size, mesh.shape['data'])
-    width = batching.round_up(max(input_length, 1), INPUT_WIDTH_MULTIPLE)
     target_width = batching.round_up(max(target_length, 1), INPUT_WIDTH_MULTIPLE)
+    workload = memory.Workload(
+        model.config, input_length, self.batch_size, self.params_dtype,
+        pad_to=INPUT_WIDTH_MULTIPLE, model_shards=mesh.shape['model'],
+        data_shards=mesh.shape['data'], decoding=True, decode_steps=None if scored else steps,
+        target_length=target_width if scored else 0, tasks=tuple(tasks))
+    batch, width = workload.rows, workload.width
     rows = partitioning.batch_sharding(mesh, 2)
     tokens = jax.ShapeDtypeStruct((batch, width), jnp.int32, sharding=rows)
     # [1, width] -> [1, 1 | layers (, heads)]
     tau_shape = temp.taus(np.ones((1, width), np.int32)).shape[1:]
     taus = jax.ShapeDtypeStruct((batch, *tau_shape), jnp.float32, sharding=rows)
-    config = model.config
     if scored:
       fn = scoring.partitioned_score(model, mesh)
       targets = jax.ShapeDtypeStruct((batch, target_width), jnp.int32, sharding=rows)
@@ -166,16 +174,7 @@ class EvalJob:
       what = f'greedy decoding of {steps} steps'
     return common.Program(
         name='eval', description=what + (f' (tasks {", ".join(tasks)})' if tasks else ''),
-        fn=fn, args=args, names=names, units=batch, unit='example',
-        settings={'length': input_length, 'batch_size': self.batch_size,
-                  'params_dtype': self.params_dtype, 'num_partitions': self.num_partitions,
-                  'max_decode_length': None if scored else steps, 'scored': scored,
-                  'target_length': target_width if scored else 0, 'tasks': list(tasks)},
-        hints=dict(model_shards=mesh.shape['model'], batch_size=batch, length=width,
-                   attention_impl=network.encoder_attention_impl(config, width)),
-        estimate=dict(length=width, batch_size=self.batch_size, params_dtype=self.params_dtype,
-                      model_shards=mesh.shape['model'], data_shards=mesh.shape['data'],
-                      decoding=True))
+        fn=fn, args=args, names=names, units=batch, unit='example', workload=workload)
 
   def programs(self, config: network.T5Config, mesh: jax.sharding.Mesh, params: Any, *,
                length: int) -> list[common.Program]:
@@ -303,6 +302,9 @@ class EvalJob:
         results[task.name] = metrics
       multihost.barrier(f't5align.eval:{task.name}')
     return results
+
+
+gin_cli.register_job(EvalJob)
 
 
 @dataclasses.dataclass

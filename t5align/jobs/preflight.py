@@ -87,10 +87,10 @@ def programs(case: Case) -> list[tuple[Any, Any]]:
   return [(p, mesh) for p in case.job.programs(case.config, mesh, params, length=case.length)]
 
 
-def memory_estimate(case: Case, program: Any) -> Any:
-  """`memory.estimate`, the analytic figure, for a program (the report sets it beside XLA's)."""
-  from t5align import memory as memory_lib  # pylint: disable=g-import-not-at-top
-  return memory_lib.estimate(case.config, **program.estimate, platform=PLATFORM)
+def memory_estimate(program: Any) -> Any:
+  """`memory.estimate`, the analytic figure, for a program's workload on the target platform
+  (the report sets it beside XLA's)."""
+  return program.workload.estimate(PLATFORM)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,11 +150,10 @@ class Report:
 
   def settings_to_change(self) -> list[str]:
     """The settings that lower the memory per chip, for a refusal (empty when it fits)."""
-    from t5align import memory as memory_lib  # pylint: disable=g-import-not-at-top
     if self.fits:
       return []
-    hints = memory_lib.settings_to_change(**self.program.hints)
-    dtype = self.case.job.params_dtype
+    hints = self.program.workload.settings_to_change()
+    dtype = self.program.workload.params_dtype
     if self.memory.arguments > self.memory.temporaries and dtype != 'bfloat16':
       hints.insert(0, f"PARAMS_DTYPE='bfloat16' (now {dtype!r}: arguments take "
                       f'{self.memory.arguments / GiB:.2f} GiB per chip)')
@@ -162,18 +161,19 @@ class Report:
 
   def estimate_json(self) -> dict[str, Any]:
     """`memory.estimate`'s figure for the same run, and its ratio to XLA's total."""
-    est = memory_estimate(self.case, self.program)
+    est = memory_estimate(self.program)
     return {'params': est.params, 'attention': est.attention, 'hidden': est.hidden,
             'cache': est.cache, 'total': est.total,
             'ratio_to_xla': est.total / self.memory.total}
 
   def to_json(self) -> dict[str, Any]:
-    s, target, dtype = self.program.settings, self.case.target, self.case.config.dtype
+    target, dtype = self.case.target, self.program.workload.config.dtype
     return {
         'program': self.program.name, 'fits': self.fits, 'compile_error': self.compile_error,
         'target': {'topology': target.topology, 'type_name': target.type_name,
                    'chips': target.num_chips, 'chip': dataclasses.asdict(self.chip)},
-        'settings': {**s, 'activation_dtype': str(getattr(dtype, '__name__', dtype)),
+        'settings': {**self.program.settings,
+                     'activation_dtype': str(getattr(dtype, '__name__', dtype)),
                      'attention_impl': self.attention_impl},
         'compiled': self.program.description,
         'mesh': dict(self.mesh), 'shapes': {k: list(v) for k, v in self.shapes.items()},
@@ -198,7 +198,7 @@ class Report:
     lines = [
         f'{self.program.name}, {self.program.description}, on {name}: {target.num_chips} x '
         f'{chip.generation} chips, mesh '
-        f'{dict(self.mesh)}, {self.program.settings["length"]} tokens, attention '
+        f'{dict(self.mesh)}, {self.program.workload.length} tokens, attention '
         f'{self.attention_impl!r}, arguments '
         + ', '.join(f'{k} {list(v)}' for k, v in self.shapes.items())]
     if self.compile_error is not None:
@@ -250,7 +250,7 @@ def check_program(case: Case, program: Any, mesh: Any) -> Report:
   from t5align import network  # pylint: disable=g-import-not-at-top
   common = dict(case=case, program=program, mesh=dict(mesh.shape),
                 attention_impl=network.encoder_attention_impl(
-                    case.config, program.settings['length'], PLATFORM),
+                    case.config, program.workload.length, PLATFORM),
                 shapes=program.shapes, units_per_call=program.units, unit=program.unit)
   start = time.time()
   try:
@@ -282,9 +282,8 @@ def check_program(case: Case, program: Any, mesh: Any) -> Report:
 # Command line: the job t5align.eval's or t5align.calibrate's gin configuration makes.
 
 def _configured_job(program: str) -> Any:
-  """The job class of `program` when the gin files bind it (the run files bind the jobs under
-  their commands' names: gin/runs/eval.gin `t5align_eval.evaluate`, which is `jobs.EvalJob`;
-  gin/calibrate.gin `t5align.calibrate.run`, `jobs.CalibrationJob`), else None."""
+  """The job class of `program` when the gin files bind it (gin/runs/eval.gin binds
+  `jobs.EvalJob`, gin/calibrate.gin `jobs.CalibrationJob`), else None."""
   import gin  # pylint: disable=g-import-not-at-top
   from t5align import jobs  # pylint: disable=g-import-not-at-top
   job = jobs.EvalJob if program == 'eval' else jobs.CalibrationJob
@@ -314,7 +313,7 @@ def case_from_gin(target: tpu_chips.Target, length: int | None = None,
   make it, and its model.
 
   `program`: 'eval' or 'calibration'; None: the one the gin files configure (gin/runs/eval.gin
-  binds `t5align_eval.evaluate`, gin/calibrate.gin `t5align.calibrate.run`).
+  binds `jobs.EvalJob`, gin/calibrate.gin `jobs.CalibrationJob`).
   """
   import gin  # pylint: disable=g-import-not-at-top
   configured = [p for p in PROGRAMS if _configured_job(p) is not None]

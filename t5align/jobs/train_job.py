@@ -22,7 +22,7 @@ import functools
 import itertools
 import os
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,7 @@ import numpy as np
 from t5align import checkpoints
 from t5align import gin_cli
 from t5align.jobs import common
+from t5align import memory
 from t5align import network
 from t5align import run_identity
 from t5align.runtime import fileio
@@ -75,9 +76,9 @@ def _check_vocabulary_left(model_dir: str, vocab_path: str, settings: Mapping[st
 @dataclasses.dataclass(frozen=True)
 class TrainJob:
   """`python -m t5align.train`'s settings (gin/runs/train_retrieval.gin and gin/runs/finetune.gin
-  bind their macros to these fields, as `t5align.train.train`) and its run: trains `model` on the
-  retrieval mix, or fine-tunes it on a seqio task or mixture, resuming from MODEL_DIR's newest
-  checkpoint.
+  bind their macros to these fields, as `jobs.TrainJob`: `gin_cli.register_job`) and its run:
+  trains `model` on the retrieval mix, or fine-tunes it on a seqio task or mixture, resuming
+  from MODEL_DIR's newest checkpoint.
 
 
   Attributes:
@@ -148,6 +149,11 @@ class TrainJob:
   mixture_or_task_name: str | None = None
   initial_checkpoint_path: str | None = None
 
+  # The settings a run needs, by their gin macro (`gin_cli.require`; the model is bound by the
+  # run file, configured by a gin/models file). gin/runs/finetune.gin requires more
+  # (`gin_cli.check_required_macros`).
+  REQUIRED: ClassVar[Mapping[str, str | None]] = {'model': None, 'model_dir': 'MODEL_DIR'}
+
   @property
   def finetuning(self) -> bool:
     return self.mixture_or_task_name is not None
@@ -162,7 +168,7 @@ class TrainJob:
 
   def check(self) -> None:
     """Every setting, each error naming its macro, before any file is written."""
-    gin_cli.require('train', model=self.model, model_dir=self.model_dir)
+    gin_cli.require(self)
     validate.run_settings(
         seed=self.seed, num_steps=self.num_steps, batch_size=self.batch_size,
         learning_rate=self.learning_rate, warmup_steps=self.warmup_steps,
@@ -243,21 +249,19 @@ class TrainJob:
           'params']
     opt = self.optimizer_config()
     opt_state = jax.eval_shape(opt.make().init, params)
-    tokens = lambda width: jax.ShapeDtypeStruct((self.batch_size, width), jnp.int32)
-    batch = {'encoder_input_tokens': tokens(self.input_length),
-             'decoder_input_tokens': tokens(self.target_length),
-             'decoder_target_tokens': tokens(self.target_length)}
+    workload = memory.Workload(cfg, self.input_length, self.batch_size,
+                               target_length=self.target_length)
+    tokens = lambda width: jax.ShapeDtypeStruct((workload.rows, width), jnp.int32)
+    batch = {'encoder_input_tokens': tokens(workload.width),
+             'decoder_input_tokens': tokens(workload.target_length),
+             'decoder_target_tokens': tokens(workload.target_length)}
     rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
     fn = functools.partial(training.train_step, model=self.model, optimizer=opt,
                            per_example_loss=self.per_example_loss)
     return [common.Program(
         name='train', description='one optimizer step', fn=jax.jit(fn),
         args=(params, opt_state, batch, rng), names=('opt_state', 'batch', 'rng'),
-        units=self.batch_size, unit='example',
-        settings={'length': self.input_length, 'batch_size': self.batch_size},
-        hints=dict(model_shards=1, batch_size=self.batch_size, length=self.input_length,
-                   attention_impl=network.encoder_attention_impl(cfg, self.input_length)),
-        estimate={})]
+        units=workload.rows, unit='example', workload=workload)]
 
   def run(self) -> dict[str, Any]:
     """Trains, evaluates and exports.
@@ -411,3 +415,6 @@ class TrainJob:
               input_length=self.input_length, summary=summary, command=self.command),
           sort_keys=False)
     return summary
+
+
+gin_cli.register_job(TrainJob)
