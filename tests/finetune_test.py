@@ -289,7 +289,7 @@ def test_the_constant_schedule_is_t5x_fine_tuning_rate():
 @pytest.mark.cli
 @pytest.mark.tensorflow
 @pytest.mark.usefixtures('clean_gin')
-def test_cli_finetunes_with_the_run_file_and_exports(tmp_path, scrolls_rows):
+def test_cli_finetunes_with_the_run_file_and_exports(tmp_path, scrolls_rows, monkeypatch):
   """gin/runs/finetune.gin with the shipped model's file: 2 steps, then the export loads as
   the shipped model does, with the task's vocabulary."""
   from t5align import train  # pylint: disable=g-import-not-at-top
@@ -299,12 +299,8 @@ def test_cli_finetunes_with_the_run_file_and_exports(tmp_path, scrolls_rows):
           f'--gin.INITIAL_CHECKPOINT_PATH={CHECKPOINT}', f'--gin.MIXTURE_OR_TASK_NAME={TASK}',
           f'--gin.L_TR={L_IN}', f'--gin.TARGET_LENGTH={L_OUT}', '--gin.NUM_STEPS=2',
           '--gin.BATCH_SIZE=2', f'--gin.MODEL_DIR={model_dir}', f'--gin.EXPORT_DIR={export_dir}']
-  cwd = os.getcwd()
-  try:
-    os.chdir(REPO_ROOT)
-    summary = train.main(argv)
-  finally:
-    os.chdir(cwd)
+  monkeypatch.chdir(REPO_ROOT)
+  summary = train.main(argv)
   assert summary['step'] == 2 and np.isfinite(summary['loss'])
   params, config, vocab = assets.load_shipped(str(export_dir))
   assert config == assets.load_shipped()[1]

@@ -22,7 +22,7 @@ all overflow (a run that upstream would end later than that is refused too).
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 
 class Tokenizer(Protocol):
@@ -115,3 +115,11 @@ def sample(draw: Draw, tokenizer: Tokenizer, *, size: int, incremental: int, max
           f'is at least {shortest} tokens ({shortest - reserve} of input + {reserve} reserved) in '
           f'{MAX_REDRAWS} draws, so upstream\'s scripts would redraw it without end; use a larger '
           f'length{hint}.')
+
+
+def record(index: int, text: str, outputs: list[str], length: int, marker: str) -> dict[str, Any]:
+  """One record as upstream's scripts (all but niah.py) write it: the prompt cut before its
+  last `marker` (the answer prefix's start) into 'input' and 'answer_prefix'."""
+  cut = text.rfind(marker)
+  return {'index': index, 'input': text[:cut], 'outputs': outputs, 'length': length,
+          'length_w_model_temp': length, 'answer_prefix': text[cut:]}

@@ -112,7 +112,5 @@ def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
     text, answer, length = search.sample(with_example, tokenizer, size=size, incremental=step,
                                          max_seq_length=max_seq_length, reserve=reserve,
                                          task=task, unit='lines')
-    cut = text.rfind(marker)
-    records.append({'index': index, 'input': text[:cut], 'outputs': answer, 'length': length,
-                    'length_w_model_temp': length, 'answer_prefix': text[cut:]})
+    records.append(search.record(index, text, answer, length, marker))
   return records

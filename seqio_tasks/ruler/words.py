@@ -93,9 +93,7 @@ def generate_cwe(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer
     text, answer, length = search.sample(cwe.draw, tokenizer, size=size, incremental=step,
                                          max_seq_length=max_seq_length, reserve=reserve,
                                          task=task, unit='words')
-    cut = text.rfind(marker)
-    records.append({'index': index, 'input': text[:cut], 'outputs': answer, 'length': length,
-                    'length_w_model_temp': length, 'answer_prefix': text[cut:]})
+    records.append(search.record(index, text, answer, length, marker))
   return records
 
 
@@ -176,7 +174,5 @@ def generate_fwe(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer
   for index in range(num_samples):
     text, answer, _ = fwe.draw(budget, num_words=num_words)
     length = len(tokenizer.text_to_tokens(text)) + reserve
-    cut = text.rfind(marker)
-    records.append({'index': index, 'input': text[:cut], 'outputs': answer, 'length': length,
-                    'length_w_model_temp': length, 'answer_prefix': text[cut:]})
+    records.append(search.record(index, text, answer, length, marker))
   return records
