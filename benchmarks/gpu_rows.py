@@ -279,6 +279,7 @@ def _encoder_worker(plan: dict, rows: list[dict]) -> None:
 
 def _sweep_worker(plan: dict, rows: list[dict]) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from t5align import calibration  # pylint: disable=g-import-not-at-top
   from t5align.calibration import stats  # pylint: disable=g-import-not-at-top
   from t5align import jobs  # pylint: disable=g-import-not-at-top
   info = _jax_info()
@@ -295,8 +296,9 @@ def _sweep_worker(plan: dict, rows: list[dict]) -> None:
     def measure(row=row, config=config, params=params, tokens=tokens, got=got):
       start = time.perf_counter()
       # The program encoder_attention_stats runs, compiled (and kept) for XLA's figures.
-      (sweep,) = jobs.CalibrationJob(batch_size=1, tau_batch_size=len(taus)).programs(
-          config, None, params, length=row['length'])
+      search = calibration.SearchSettings(batch_size=1, tau_batch_size=len(taus))
+      (sweep,) = jobs.CalibrationJob(search=search).programs(config, None, params,
+                                                             length=row['length'])
       figures = sweep.check_memory('This calibration sweep')
       compile_s = time.perf_counter() - start
       before = harness.peak_memory_bytes('jax')

@@ -7,8 +7,9 @@ r"""Calibrates encoder temperatures for a checkpoint and writes a TemperatureSch
 Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_paths,
 --gin_bindings and --gin.NAME=VALUE, where VALUE is a gin literal or else taken as a string.
 The job is `t5align.jobs.CalibrationJob`: gin/calibrate.gin binds its fields as
-`jobs.CalibrationJob.NAME` (`--gin_bindings='jobs.CalibrationJob.grid = (1.0, 0.9)'`). Its old
-name `calibrate.run` still works until the next release, with a FutureWarning.
+`jobs.CalibrationJob.NAME` and builds the settings objects it takes, `jobs.Checkpoint` and
+`calibration.SearchSettings` (`--gin_bindings='calibration.SearchSettings.grid = (1.0, 0.9)'`).
+Its old name `calibrate.run` still works until the next release, with a FutureWarning.
 
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ from t5align.runtime import multihost
 
 def __getattr__(name: str):
   """`run`: the old name of `jobs.CalibrationJob` (warns once; `gin_cli.deprecated_alias`)."""
-  return gin_cli.deprecated_alias('t5align.calibrate', name)
+  from t5align import jobs  # pylint: disable=g-import-not-at-top  (lazy: no JAX at import)
+  return getattr(jobs, gin_cli.deprecated_alias('t5align.calibrate', name))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

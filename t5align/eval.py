@@ -39,7 +39,8 @@ from t5align.runtime import multihost
 
 def __getattr__(name: str):
   """`evaluate`: the old name of `jobs.EvalJob` (warns once; `gin_cli.deprecated_alias`)."""
-  return gin_cli.deprecated_alias('t5align.eval', name)
+  from t5align import jobs  # pylint: disable=g-import-not-at-top  (lazy: no JAX at import)
+  return getattr(jobs, gin_cli.deprecated_alias('t5align.eval', name))
 
 
 def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:

@@ -328,16 +328,16 @@ def _warn_old_name(module: str) -> None:
       f'use t5align.jobs.{job} in Python instead.', FutureWarning, stacklevel=4)
 
 
-def deprecated_alias(module: str, name: str):
-  """The job `module.name` stands for (`t5align.eval.evaluate` -> `jobs.EvalJob`, read by a
-  module's `__getattr__`, as gin's dynamic registration reads `t5align_eval.evaluate`), warning
-  once per process that the name is an alias that goes in the next release."""
+def deprecated_alias(module: str, name: str) -> str:
+  """The name in `t5align.jobs` of the job `module.name` stands for (`t5align.eval.evaluate` ->
+  'EvalJob', read by a command module's `__getattr__`, as gin's dynamic registration reads
+  `t5align_eval.evaluate`), warning once per process that the name is an alias that goes in the
+  next release. The command module imports the job: the commands stand above the jobs."""
   attribute, _, job = _ALIASES[module]
   if name != attribute:
     raise AttributeError(f'module {module!r} has no attribute {name!r}')
   _warn_old_name(module)
-  from t5align import jobs  # pylint: disable=g-import-not-at-top
-  return getattr(jobs, job)
+  return job
 
 
 # `[scope/]selector.parameter =` or `selector:` (a block) in a gin file or binding.
@@ -375,14 +375,18 @@ def require(job: object) -> None:
   """Raises a ValueError naming, by its gin macro, every required setting of `job` left unset.
 
   The one way to declare "required": a job lists its required settings as `REQUIRED = {field:
-  macro}`, and its run files bind the field to %MACRO and set `MACRO = %gin.REQUIRED` (a run
-  file may require more: `check_required_macros` names those). A macro None is a field the run
+  macro}` (a field of a settings object it holds as 'checkpoint.path'), and its run files bind
+  the field to %MACRO and set `MACRO = %gin.REQUIRED` (a run file may require more:
+  `check_required_macros` names those). A macro None is a field the run
   file binds to a configurable (the model), set by giving a gin/models file.
   """
   name = type(job).__name__
   problems = []
   for field, macro in type(job).REQUIRED.items():
-    if not is_unset(getattr(job, field)):
+    value = job
+    for part in field.split('.'):  # 'checkpoint.path': a settings object's field.
+      value = getattr(value, part, None)
+    if not is_unset(value):
       continue
     if macro is None:
       problems.append(f'jobs.{name}.{field} is required: the run file binds it to '

@@ -48,6 +48,8 @@ NOT_IDENTITY = (
     'CHECKPOINT_PATH', 'VOCABULARY_PATH', 'TEXT_FILE', 'JSONL_FILE', 'SCHEDULE_PATH',
     'EVAL_OUTPUT_DIR', 'OUTPUT_PATH', 'MODEL_DIR', 'EXPORT_DIR', 'ANALYSIS_DIR',
     'LABEL', 'MODEL_NAME', 'BATCH_SIZE', 'TAU_BATCH_SIZE', 'vocabulary_path.path',
+    # The inputs' fingerprint records what was read (split included).
+    'SEQIO_SPLIT', 'seqio_split',
 )
 
 
@@ -219,8 +221,10 @@ def gin_config(ignore: Collection[str] = NOT_IDENTITY) -> dict[str, str]:
 
 def make(*, checkpoint: str | None = None, vocabulary: Any = None,
          files: Mapping[str, str | None] | None = None, settings: Mapping[str, Any] | None = None,
-         gin: bool = True, resolved_checkpoint: str | None = None) -> dict[str, Any]:
-  """A run identity (JSON values only).
+         gin: bool | Mapping[str, str] = True, resolved_checkpoint: str | None = None,
+         fingerprint: bool = True) -> dict[str, Any]:
+  """A run identity (JSON values only): how every job's record is formed (eval's run.json,
+  calibrate's log header and schedule provenance, train's run.json), compared by `check_run`.
 
   Args:
     checkpoint: the checkpoint path: recorded as 'checkpoint' (`checkpoint_fingerprint` of the
@@ -229,22 +233,25 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
     vocabulary: anything `vocabulary_fingerprint` takes.
     files: {field: path (or None)} of data files, each recorded as its `file_fingerprint`.
     settings: any other JSON-able settings, recorded as given.
-    gin: record 'gin': `gin_config()`.
+    gin: record 'gin': `gin_config()`; or the configuration to record, as a mapping (a job's
+      `jobs.common.gin_record`).
     resolved_checkpoint: where the run reads `checkpoint` from (`jobs.common.Checkpoint.resolved`);
       None: `checkpoint` with its symlinks resolved now.
+    fingerprint: read the checkpoint's content for 'checkpoint' (False: None, for a process
+      that records nothing).
   """
   out: dict[str, Any] = {}
   if checkpoint is not None:
     resolved = resolved_checkpoint or resolved_path(checkpoint)
-    out['checkpoint'] = checkpoint_fingerprint(resolved)
+    out['checkpoint'] = checkpoint_fingerprint(resolved) if fingerprint else None
     out['checkpoint_path'] = os.fspath(checkpoint)
     out['checkpoint_resolved_path'] = resolved
   if vocabulary is not None:
     out['vocabulary'] = vocabulary_fingerprint(vocabulary)
   for field, path in (files or {}).items():
     out[field] = None if path is None else file_fingerprint(path)
-  if gin:
-    out['gin'] = gin_config()
+  if gin is not False:
+    out['gin'] = gin_config() if gin is True else dict(gin)
   # NOTE: recorded only when set, so identities written before the field existed still match.
   if (precision := matmul_precision()) is not None:
     out['jax_default_matmul_precision'] = precision

@@ -32,7 +32,8 @@ from t5align import gin_cli
 
 def __getattr__(name: str):
   """`train`: the old name of `jobs.TrainJob` (warns once; `gin_cli.deprecated_alias`)."""
-  return gin_cli.deprecated_alias('t5align.train', name)
+  from t5align import jobs  # pylint: disable=g-import-not-at-top  (lazy: no JAX at import)
+  return getattr(jobs, gin_cli.deprecated_alias('t5align.train', name))
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

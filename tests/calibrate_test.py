@@ -193,7 +193,7 @@ def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
       '--gin.SEQIO_SPLIT=test',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
       '--gin.SEQIO_TASK=t5align_passkey_5k', '--gin.LENGTHS=(640,)',
-      '--gin_bindings=jobs.CalibrationJob.grid = (1.0, 0.8)',
+      '--gin_bindings=calibration.SearchSettings.grid = (1.0, 0.8)',
       "--gin.REFERENCE_TASKS={'t5align_passkey_5k': 't5align_passkey_2k'}",
       '--gin.REFERENCE_LENGTH=600', '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
   loaded = schedule.load_schedule(str(out))
@@ -229,7 +229,7 @@ def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
       '--gin.SEQIO_SPLIT=test',
       f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
       '--gin.SEQIO_TASK=t5align_passkey_2k, t5align_passkey_5k', '--gin.LENGTHS=(512,)',
-      '--gin_bindings=jobs.CalibrationJob.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
+      '--gin_bindings=calibration.SearchSettings.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
       '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
   loaded = schedule.load_schedule(str(out))
   assert sorted(loaded.tasks) == ['t5align_passkey_2k', 't5align_passkey_5k']

@@ -4,8 +4,10 @@ which docs/python.md states ("Defaults: Python and the run files").
 
 Each job is built twice: by gin from its run file (and a model file where the run needs one)
 with only the required macros set, and by its class with the same required values. Every field
-is compared; a field that differs and is not listed below fails the test, as does a listed
-difference that no longer differs (so the list and the page stay true).
+is compared, and every field of the settings objects gin builds for it (`checkpoint.path`,
+`search.grid`, `optimizer.learning_rate`, ...); a field that differs and is not listed below
+fails the test, as does a listed difference that no longer differs (so the list and the page
+stay true).
 """
 from __future__ import annotations
 
@@ -26,12 +28,13 @@ CALIBRATION_DIFFERENCES = {
 # gin/runs/train_retrieval.gin is the shipped model's recipe; TrainJob()'s defaults are a
 # generic small run (AdamW, cosine schedule, equal task weights).
 TRAIN_DIFFERENCES = {
-    'num_steps': (5000, 1000), 'learning_rate': (0.01, 0.001), 'warmup_steps': (200, 100),
-    'optimizer': ('adafactor', 'adamw'), 'schedule': ('wsd', 'cosine'),
-    'per_example_loss': (True, False),
-    'mix': ({'passkey': 0.5, 'passkey_decoys': 0.5, 'lines': 3.0, 'lines_near': 2.0, 'kv': 1.5},
-            None),
-    'length_power': (2.0, 1.0), 'min_units': ({'lines': 2, 'lines_near': 2, 'kv': 2}, None),
+    'num_steps': (5000, 1000), 'optimizer.learning_rate': (0.01, 0.001),
+    'optimizer.warmup_steps': (200, 100), 'optimizer.name': ('adafactor', 'adamw'),
+    'optimizer.schedule': ('wsd', 'cosine'), 'per_example_loss': (True, False),
+    'mix.weights': ({'passkey': 0.5, 'passkey_decoys': 0.5, 'lines': 3.0, 'lines_near': 2.0,
+                     'kv': 1.5}, None),
+    'mix.length_power': (2.0, 1.0),
+    'mix.min_units': ({'lines': 2, 'lines_near': 2, 'kv': 2}, None),
     'target_length': (80, 40), 'eval_lengths': ((256, 1024, 4096), (256,)),
     'eval_examples': (50, 100), 'eval_batch_size': (8, 16),
 }
@@ -51,7 +54,7 @@ CASES = {
               {'MODEL_DIR': '/model'}, TRAIN_DIFFERENCES),
 }
 # Required macro -> the job field it sets.
-FIELDS = {'CHECKPOINT_PATH': 'checkpoint_path', 'OUTPUT_PATH': 'output_path',
+FIELDS = {'OUTPUT_PATH': 'output_path',
           'TEXT_FILE': 'text_file', 'VOCABULARY_PATH': 'vocabulary_path',
           'MIXTURE_OR_TASK_NAME': 'mixture_or_task_name', 'EVAL_OUTPUT_DIR': 'output_dir',
           'MODEL_DIR': 'model_dir'}
@@ -65,11 +68,23 @@ def test_python_defaults_are_the_run_files(command, clean_gin):
                     prog=f'python -m {module}')
   from_gin = gin_cli.call_configured(name)
   model = getattr(from_gin, 'model', None)
-  kwargs = {FIELDS[k]: v for k, v in required.items()}
+  kwargs = {FIELDS[k]: v for k, v in required.items() if k != 'CHECKPOINT_PATH'}
+  if 'CHECKPOINT_PATH' in required:
+    kwargs['checkpoint'] = jobs.Checkpoint(required['CHECKPOINT_PATH'])
   if isinstance(model, network.Transformer):  # The model file's: built by gin either way.
     kwargs['model'] = model
   from_python = cls(**kwargs)
-  differences = {f.name: (getattr(from_gin, f.name), getattr(from_python, f.name))
-                 for f in dataclasses.fields(cls)
-                 if getattr(from_gin, f.name) != getattr(from_python, f.name)}
-  assert differences == expected
+  assert _differences(from_gin, from_python) == expected
+
+
+def _differences(a, b, prefix=''):
+  """{field: (a's, b's)} of two dataclasses, a field that is a dataclass compared field by
+  field (as 'optimizer.learning_rate')."""
+  out = {}
+  for f in dataclasses.fields(a):
+    x, y = getattr(a, f.name), getattr(b, f.name)
+    if dataclasses.is_dataclass(x) and type(x) is type(y) and f.name != 'model':
+      out.update(_differences(x, y, f'{prefix}{f.name}.'))
+    elif x != y:
+      out[prefix + f.name] = (x, y)
+  return out

@@ -97,11 +97,14 @@ def _job(model_dir, config=None, **overrides) -> jobs.TrainJob:
   if config is None:
     config = _shipped_config()
   kwargs = dict(model=network.Transformer(config), model_dir=str(model_dir), seed=0,
-                num_steps=4, batch_size=BATCH, learning_rate=1e-3, warmup_steps=0,
-                optimizer='adafactor', schedule='constant', input_length=L_IN,
+                num_steps=4, batch_size=BATCH,
+                optimizer=training.OptimizerConfig(learning_rate=1e-3, warmup_steps=0,
+                                                   name='adafactor', schedule='constant'),
+                input_length=L_IN,
                 target_length=L_OUT, checkpoint_every=2, keep_checkpoints=5, log_every=1,
                 eval_lengths=(), mixture_or_task_name=TASK,
-                initial_checkpoint_path=str(CHECKPOINT))
+                initial_checkpoint=jobs.Checkpoint(str(CHECKPOINT),
+                                                   flag='INITIAL_CHECKPOINT_PATH'))
   return jobs.TrainJob(**{**kwargs, **overrides})
 
 

@@ -395,7 +395,7 @@ def test_a_nan_schedule_target_is_refused_before_the_checkpoint_loads(tmp_path, 
   monkeypatch.setattr(checkpoints, 'load_params', fail)
   with pytest.raises(ValueError, match=rf"temperature schedule {path}: calibrations\['pmax'\]"
                                        r"\[0\]\['target'\] holds nan"):
-    jobs.EvalJob(checkpoint_path=str(CKPT), mixture_or_task_name=TASK,
+    jobs.EvalJob(checkpoint=jobs.Checkpoint(str(CKPT)), mixture_or_task_name=TASK,
                  output_dir=str(tmp_path / 'out'), schedule_path=str(path), num_examples=2,
                  max_decode_length=4).run()
 

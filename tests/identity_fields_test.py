@@ -1,6 +1,7 @@
-"""Every job field is classified as part of the run's identity (what run.json or the calibration
-log records, so a resume with another value is refused) or not (with why), and the
-classification is what the jobs' identity methods do.
+"""Every job field, and every field of the settings objects a job holds (`checkpoint.path`,
+`search.grid`, `optimizer.learning_rate`, ...), is classified as part of the run's identity (what
+run.json or the calibration log records, so a resume with another value is refused) or not
+(with why), and the classification is what the jobs' identity methods do.
 
 A field added to a job without a line here fails `test_every_field_is_classified`: a new setting
 that changes results would otherwise resume silently into a folder made with another value. For
@@ -24,8 +25,15 @@ TESTDATA = pathlib.Path(__file__).resolve().parent / 'testdata' / 't5x'
 CKPT = TESTDATA / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
 IDENTITY = 'identity'
 
+# A settings object's fields, as the jobs hold them.
+CHECKPOINT = {
+    'checkpoint.path': 'identity: its content (checkpoint fingerprint)',
+    'checkpoint.params_dtype': IDENTITY,
+    'checkpoint.check_finite': 'a refusal of NaN or inf weights: refused runs have no results',
+    'checkpoint.flag': 'the setting errors name',
+}
 CALIBRATION = {
-    'checkpoint_path': 'identity: its content (checkpoint fingerprint)',
+    **CHECKPOINT,
     'output_path': 'where the schedule goes',
     'text_file': 'through the inputs: their fingerprint (samples.read_inputs, calibrate_test)',
     'vocabulary_path': 'through the inputs: their fingerprint (samples.read_inputs)',
@@ -37,18 +45,21 @@ CALIBRATION = {
     'seed': IDENTITY,
     'config': 'checked against the checkpoint; its dtype and attention enter as dtype and '
               'attention_impl',
-    'dtype': IDENTITY, 'params_dtype': IDENTITY, 'attention_impl': IDENTITY,
-    'mesh_shape': IDENTITY,
-    'batch_size': 'how many samples share an encoder call: statistics are sums, equal',
-    'tau_batch_size': 'how many temperatures share an encoder call: equal results',
-    'grid': IDENTITY, 'tol': IDENTITY,
+    'dtype': IDENTITY, 'attention_impl': IDENTITY, 'mesh_shape': IDENTITY,
+    'search.batch_size': 'how many samples share an encoder call: statistics are sums, equal',
+    'search.tau_batch_size': 'how many temperatures share an encoder call: equal results',
+    'search.grid': IDENTITY, 'search.tol': IDENTITY, 'search.bracket': IDENTITY,
+    'search.points': IDENTITY,
+    'search.mesh': 'set by the run from mesh_shape (identity)',
+    'search.eos_id': 'set by the run from the inputs\' vocabulary (their fingerprint)',
+    'search.chunk': 'how many queries share a call of the closed forms: equal values',
     'analysis_dir': 'figures written beside the schedule',
-    'check_finite': 'a refusal of NaN or inf weights: refused runs have no results',
     'relpos_heads': 'which heads the analysis figure draws',
 }
 EVAL = {
     'model': 'its config enters as config',
-    'checkpoint_path': 'identity: its content, through the run base (eval_test)',
+    **CHECKPOINT,
+    'checkpoint.path': 'identity: its content, through the run base (eval_test)',
     'mixture_or_task_name': 'one folder per task: the task name',
     'output_dir': 'where the results go',
     'temperature': 'through the temperature description (make_temperature, eval_test)',
@@ -60,15 +71,19 @@ EVAL = {
     'num_partitions': 'through the mesh (recorded as mesh)',
     'num_examples': 'through num_examples and examples_sha256',
     'split': IDENTITY, 'max_decode_length': 'through max_decode_length (the steps decoded)',
-    'params_dtype': IDENTITY, 'truncate_inputs': IDENTITY,
-    'show_progress': 'a progress bar', 'check_finite': 'a refusal: refused runs have no results',
+    'truncate_inputs': IDENTITY, 'show_progress': 'a progress bar',
 }
 TRAIN = {
     'model': 'its config enters as config', 'model_dir': 'where the run goes',
-    'seed': IDENTITY, 'num_steps': IDENTITY, 'batch_size': IDENTITY, 'learning_rate': IDENTITY,
-    'warmup_steps': IDENTITY, 'weight_decay': IDENTITY, 'optimizer': IDENTITY,
-    'schedule': IDENTITY, 'per_example_loss': IDENTITY, 'mix': IDENTITY,
-    'length_power': IDENTITY, 'min_units': IDENTITY, 'input_length': IDENTITY,
+    'seed': IDENTITY, 'num_steps': IDENTITY, 'batch_size': IDENTITY,
+    'optimizer.learning_rate': IDENTITY, 'optimizer.warmup_steps': IDENTITY,
+    'optimizer.weight_decay': IDENTITY, 'optimizer.name': IDENTITY,
+    'optimizer.schedule': IDENTITY, 'optimizer.clip_norm': IDENTITY,
+    'optimizer.decay_fraction': IDENTITY,
+    'optimizer.total_steps': 'checked equal to num_steps (identity)',
+    'per_example_loss': IDENTITY, 'mix.weights': IDENTITY, 'mix.length_power': IDENTITY,
+    'mix.min_units': IDENTITY, 'mix.min_length': IDENTITY,
+    'mix.max_length': 'checked equal to input_length (identity)', 'input_length': IDENTITY,
     'target_length': IDENTITY, 'vocab_size': IDENTITY,
     'checkpoint_every': 'when checkpoints are written', 'keep_checkpoints': 'how many are kept',
     'log_every': 'how often the log is written',
@@ -79,18 +94,21 @@ TRAIN = {
     'export_dir': 'where the final weights are copied', 'export_dtype': 'the copy\'s dtype',
     'command': 'recorded in training.json',
     'mixture_or_task_name': IDENTITY,
-    'initial_checkpoint_path': 'identity when fine-tuning: its content (finetune_test)',
+    'initial_checkpoint': 'identity when fine-tuning: its content (finetune_test)',
 }
 # A value other than the default, for each IDENTITY field.
 OTHER = {
+    'search.bracket': (0.1, 1.0), 'search.points': 3, 'optimizer.clip_norm': 0.5,
+    'optimizer.decay_fraction': 0.5, 'mix.min_length': 8,
+    'optimizer.learning_rate': 0.5, 'optimizer.warmup_steps': 3, 'optimizer.weight_decay': 0.1,
+    'optimizer.name': 'adafactor', 'optimizer.schedule': 'wsd', 'mix.weights': {'kv': 1.0},
+    'mix.length_power': 2.0, 'mix.min_units': {'kv': 3},
+    'checkpoint.params_dtype': 'bfloat16', 'search.grid': (1.0, 0.9), 'search.tol': 0.01,
     'per_task': False, 'reference_tasks': {'a': 'b'}, 'lengths': (4096,),
     'strategies': ('entropy',), 'reference_length': 256, 'num_samples': 3, 'seed': 5,
-    'dtype': 'bfloat16', 'params_dtype': 'bfloat16', 'attention_impl': 'reference',
-    'mesh_shape': (1, 1), 'grid': (1.0, 0.9), 'tol': 0.01, 'split': 'validation',
-    'truncate_inputs': 64, 'num_steps': 7, 'batch_size': 3, 'learning_rate': 0.5,
-    'warmup_steps': 3, 'weight_decay': 0.1, 'optimizer': 'adafactor', 'schedule': 'wsd',
-    'per_example_loss': True, 'mix': {'kv': 1.0}, 'length_power': 2.0,
-    'min_units': {'kv': 3}, 'input_length': 64, 'target_length': 9, 'vocab_size': 500,
+    'dtype': 'bfloat16', 'attention_impl': 'reference', 'mesh_shape': (1, 1),
+    'split': 'validation', 'truncate_inputs': 64, 'num_steps': 7, 'batch_size': 3,
+    'per_example_loss': True, 'input_length': 64, 'target_length': 9, 'vocab_size': 500,
     'mixture_or_task_name': 't5align_train_kv',
 }
 TINY = network.T5Config(vocab_size=128, emb_dim=16, num_heads=2, num_encoder_layers=1,
@@ -100,7 +118,7 @@ TINY = network.T5Config(vocab_size=128, emb_dim=16, num_heads=2, num_encoder_lay
 @pytest.mark.parametrize('cls, table', [(jobs.CalibrationJob, CALIBRATION),
                                         (jobs.EvalJob, EVAL), (jobs.TrainJob, TRAIN)])
 def test_every_field_is_classified(cls, table):
-  fields = [f.name for f in dataclasses.fields(cls)]
+  fields = _fields(cls())
   assert sorted(table) == sorted(fields), (
       f'{cls.__name__}: classify {sorted(set(fields) - set(table))} (drop '
       f'{sorted(set(table) - set(fields))}) in tests/identity_fields_test.py')
@@ -127,7 +145,8 @@ def _train_identity(job):
 
 @pytest.mark.parametrize('cls, table, identity, base', [
     (jobs.CalibrationJob, CALIBRATION, _calibration_identity,
-     dict(checkpoint_path=str(CKPT), output_path='/out/schedule.json', text_file='/t.txt')),
+     dict(checkpoint=jobs.Checkpoint(str(CKPT)), output_path='/out/schedule.json',
+          text_file='/t.txt')),
     (jobs.EvalJob, EVAL, _eval_identity, {}),
     (jobs.TrainJob, TRAIN, _train_identity,
      dict(model=network.Transformer(TINY), model_dir='/model')),
@@ -137,17 +156,40 @@ def test_identity_fields_change_the_identity_and_the_others_do_not(cls, table, i
   before = identity(job)
   for field, kind in table.items():
     if kind == IDENTITY:
-      changed = identity(dataclasses.replace(job, **{field: OTHER[field]}))
+      changed = identity(_replace(job, field, OTHER[field]))
       assert changed != before, f'{cls.__name__}.{field} is classified identity but is not'
     elif not kind.startswith(('identity', 'through', 'its config', 'one folder', 'checked')):
       value = _another(job, field)
-      assert identity(dataclasses.replace(job, **{field: value})) == before, (
+      assert identity(_replace(job, field, value)) == before, (
           f'{cls.__name__}.{field} changes the identity but is classified "{kind}"')
+
+
+def _fields(job):
+  """The job's fields, a settings object's (`job.SETTINGS`, when set) as 'checkpoint.path'."""
+  out = []
+  for f in dataclasses.fields(job):
+    value = getattr(job, f.name)
+    if f.name in type(job).SETTINGS and value is not None:
+      out += [f'{f.name}.{g.name}' for g in dataclasses.fields(value)]
+    else:
+      out.append(f.name)
+  return out
+
+
+def _replace(job, field, value):
+  """The job with `field` ('search.grid': a settings object's) set to `value`."""
+  if '.' not in field:
+    return dataclasses.replace(job, **{field: value})
+  owner, name = field.split('.')
+  return dataclasses.replace(job, **{owner: dataclasses.replace(getattr(job, owner),
+                                                                **{name: value})})
 
 
 def _another(job, field):
   """A value for a field outside the identity, other than the job's."""
-  value = getattr(job, field)
+  value = job
+  for part in field.split('.'):
+    value = getattr(value, part)
   if isinstance(value, bool):
     return not value
   if isinstance(value, int):
@@ -160,3 +202,19 @@ def _another(job, field):
 def test_the_classification_sees_jax_process_count():
   # The eval identity records the processes and devices; they are not job fields.
   assert _eval_identity(jobs.EvalJob())['process_count'] == jax.process_count()
+
+
+@pytest.mark.usefixtures('clean_gin')
+def test_every_job_records_jax_matmul_precision_when_set():
+  # One rule forms every identity (`run_identity.make`): eval's base too, which once left out
+  # the precision, so a run resumed with TF32 opted in would have mixed both in its records.
+  job = jobs.EvalJob(checkpoint=jobs.Checkpoint(str(CKPT)))
+  assert 'jax_default_matmul_precision' not in job.base_identity()
+  with jax.default_matmul_precision('tensorfloat32'):
+    assert job.base_identity()['jax_default_matmul_precision'] == 'tensorfloat32'
+    calibration = _calibration_identity(jobs.CalibrationJob(checkpoint=jobs.Checkpoint(str(CKPT))))
+    assert calibration['jax_default_matmul_precision'] == 'tensorfloat32'
+  model = network.Transformer(TINY)
+  with jax.default_matmul_precision('bfloat16'):
+    assert _train_identity(jobs.TrainJob(model=model, model_dir='/m'))[
+        'jax_default_matmul_precision'] == 'bfloat16'

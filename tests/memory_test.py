@@ -6,6 +6,7 @@ import pathlib
 import jax.numpy as jnp
 import pytest
 
+from t5align import calibration
 from t5align import memory
 from t5align import network
 from t5align.shipped import assets
@@ -138,8 +139,8 @@ def test_calibration_sweep_is_refused_on_xla_figure(load_t5x_fixture):
   config, params, _ = load_t5x_fixture('t5_1_1_tiny')
 
   def check(length, batch_size, taus):
-    (sweep,) = jobs.CalibrationJob(batch_size=batch_size, tau_batch_size=taus).programs(
-        config, None, params, length=length)
+    search = calibration.SearchSettings(batch_size=batch_size, tau_batch_size=taus)
+    (sweep,) = jobs.CalibrationJob(search=search).programs(config, None, params, length=length)
     return sweep.check_memory('This calibration sweep')
 
   with pytest.raises(memory.DoesNotFitError, match=r'This calibration sweep needs .* as XLA '

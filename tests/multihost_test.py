@@ -178,7 +178,7 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
           "--gin.STRATEGIES=('pmax',)",
           # float32: the 1e-6 comparison below is for the mesh, not bf16's reduction order.
           "--gin.ACTIVATION_DTYPE='float32'",
-          '--gin_bindings=jobs.CalibrationJob.grid = (1.0, 0.95, 0.9, 0.85)']
+          '--gin_bindings=calibration.SearchSettings.grid = (1.0, 0.95, 0.9, 0.85)']
   from t5align import calibrate  # pylint: disable=g-import-not-at-top
   from t5align import schedule  # pylint: disable=g-import-not-at-top
   one_path = tmp_path / 'one' / 'schedule.json'

@@ -377,4 +377,4 @@ def test_eval_settings_come_from_the_eval_gin_files():
   assert isinstance(job, jobs.EvalJob) and case.config.num_heads == 64 and case.length == 32768
   assert (job.truncate_inputs, job.batch_size, job.num_partitions) == (4000, 2, 8)
   assert job.temperature == (0.9,) * 24 and job.max_decode_length is None
-  assert job.params_dtype == 'bfloat16' and case.config.attention_impl == 'auto'
+  assert job.checkpoint.params_dtype == 'bfloat16' and case.config.attention_impl == 'auto'

@@ -72,12 +72,13 @@ def test_non_float_dtype_is_refused_before_reading():
     ({'batch_size': -1}, 'BATCH_SIZE must be a positive integer; got -1'),
     ({'max_decode_length': -3}, 'MAX_DECODE_LENGTH must be a positive integer; got -3'),
     ({'max_decode_length': 0}, 'MAX_DECODE_LENGTH must be a positive integer; got 0'),
-    ({'params_dtype': 'int8'}, "PARAMS_DTYPE='int8' is not a floating dtype"),
+    ({'checkpoint': jobs.Checkpoint('/no/such', params_dtype='int8')},
+     "PARAMS_DTYPE='int8' is not a floating dtype"),
 ])
 def test_eval_run_settings_are_checked_first(settings, message, tmp_path):
   with pytest.raises(ValueError, match=message):
-    jobs.EvalJob(checkpoint_path='/no/such', mixture_or_task_name='t',
-                 output_dir=str(tmp_path / 'out'), **settings).run()
+    jobs.EvalJob(**{'checkpoint': jobs.Checkpoint('/no/such'), 'mixture_or_task_name': 't',
+                    'output_dir': str(tmp_path / 'out'), **settings}).run()
 
 
 def test_mean_row_stats_of_an_all_padding_batch_raises():
@@ -346,7 +347,7 @@ def test_concurrent_eval_into_one_folder_is_refused_and_the_first_results_stay(t
     log.append([{'index': 0, 'prediction': 'a'}])
     before = log.path and pathlib.Path(log.path).read_bytes()
     with pytest.raises(outputs.OutputLockedError, match='in use by another run'):
-      jobs.EvalJob(checkpoint_path='/no/such', mixture_or_task_name='t',
+      jobs.EvalJob(checkpoint=jobs.Checkpoint('/no/such'), mixture_or_task_name='t',
                    output_dir=str(out)).run()
     log.append([{'index': 1, 'prediction': 'b'}])
   assert pathlib.Path(log.path).read_bytes() == before + b'{"index": 1, "prediction": "b"}\n'
@@ -357,7 +358,8 @@ def test_calibrate_refuses_a_directory_output_path_before_any_work(tmp_path):
   (tmp_path / 'schedule.json').mkdir()
   with pytest.raises(IsADirectoryError, match=rf'OUTPUT_PATH {tmp_path / "schedule.json"} is a '
                                               'directory'):
-    jobs.CalibrationJob('/no/such/checkpoint', str(tmp_path / 'schedule.json'),
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint('/no/such/checkpoint'),
+                        output_path=str(tmp_path / 'schedule.json'),
                         text_file='x').run()
 
 
@@ -525,7 +527,8 @@ def test_calibrate_refuses_bad_relpos_heads_before_any_work(heads, config, messa
   _no_work(monkeypatch)
   out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
   with pytest.raises(ValueError, match=message):
-    jobs.CalibrationJob('/no/such/checkpoint', str(out), text_file='corpus.txt',
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint('/no/such/checkpoint'), output_path=str(out),
+                        text_file='corpus.txt',
                         vocabulary_path='v.model', config=config, analysis_dir=str(analysis_dir),
                         relpos_heads=heads).run()
   assert not analysis_dir.exists() and not out.exists()
@@ -544,7 +547,8 @@ def test_calibrate_checks_relpos_heads_once_the_weights_tell_the_heads(tmp_path,
   vocabularies.train_sentencepiece([text.read_text()] * 4, str(vocab), 40)
   out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
   with pytest.raises(ValueError, match=r'RELPOS_HEADS=\(99,\): .*heads, 0\.\.'):
-    jobs.CalibrationJob(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(out), text_file=str(text),
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint(str(TESTDATA / 'legacy' / 'checkpoint_0')),
+                        output_path=str(out), text_file=str(text),
                         vocabulary_path=str(vocab), analysis_dir=str(analysis_dir),
                         relpos_heads=(99,), reference_length=16, lengths=(32,)).run()
   assert not analysis_dir.exists() and not out.exists()
@@ -554,7 +558,8 @@ def test_calibrate_refuses_a_file_as_analysis_dir_before_any_work(tmp_path, monk
   _no_work(monkeypatch)
   (tmp_path / 'analysis').write_text('x')
   with pytest.raises(NotADirectoryError, match=rf'ANALYSIS_DIR {tmp_path / "analysis"} is a file'):
-    jobs.CalibrationJob(str(TESTDATA / 'legacy' / 'checkpoint_0'), str(tmp_path / 'schedule.json'),
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint(str(TESTDATA / 'legacy' / 'checkpoint_0')),
+                        output_path=str(tmp_path / 'schedule.json'),
                         text_file='corpus.txt', vocabulary_path='v.model',
                         analysis_dir=str(tmp_path / 'analysis')).run()
 

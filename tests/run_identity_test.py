@@ -297,16 +297,19 @@ def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkey
   monkeypatch.setattr(train_job.vocabularies, 'train_sentencepiece', stop)  # Just after the checks.
   model = network.Transformer(network.T5Config(vocab_size=1024))
   with pytest.raises(Started):
-    jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=1e-3).run()
+    jobs.TrainJob(model=model, model_dir=str(tmp_path),
+                  optimizer=training.OptimizerConfig(learning_rate=1e-3)).run()
   assert json.loads((tmp_path / 'run.json').read_text())['learning_rate'] == 1e-3
   (tmp_path / 'checkpoint_2').mkdir()  # What checkpoint_steps counts as a result.
   (tmp_path / 'checkpoint_2' / 'checkpoint').write_bytes(b'')
   pathlib.Path(training.train_state_path(str(tmp_path), 2)).write_bytes(b'')
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'differing fields \(before -> now\): learning_rate: 0\.001 -> 0\.002'):
-    jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=2e-3).run()
+    jobs.TrainJob(model=model, model_dir=str(tmp_path),
+                  optimizer=training.OptimizerConfig(learning_rate=2e-3)).run()
   with pytest.raises(Started):  # The same settings resume.
-    jobs.TrainJob(model=model, model_dir=str(tmp_path), learning_rate=1e-3).run()
+    jobs.TrainJob(model=model, model_dir=str(tmp_path),
+                  optimizer=training.OptimizerConfig(learning_rate=1e-3)).run()
 
 
 def test_9_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean_gin):
@@ -334,11 +337,11 @@ def test_9_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean
 
 
 def _calibrate_args(tmp_path: pathlib.Path) -> dict:
-  return dict(checkpoint_path=str(CKPT), output_path=str(tmp_path / 'schedule.json'),
+  return dict(checkpoint=jobs.Checkpoint(str(CKPT)), output_path=str(tmp_path / 'schedule.json'),
               text_file=str(REPO_ROOT / 'README.md'), vocabulary_path=str(VOCAB),
               lengths=(384, 512), strategies=('pmax', 'entropy'), reference_length=256,
               num_samples=1, dtype='float32', attention_impl='reference',
-              grid=(1.0, 0.9, 0.8), batch_size=1)
+              search=calibration.SearchSettings(grid=(1.0, 0.9, 0.8), batch_size=1))
 
 
 @pytest.mark.slow
@@ -600,7 +603,7 @@ def test_19_eval_without_a_model_file_names_what_is_missing(clean_gin):
 def test_20_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_load, setting,
                                                                  message):
   with pytest.raises(ValueError, match=message):
-    jobs.CalibrationJob(**{**_calibrate_args(tmp_path), 'checkpoint_path': '/no/such',
+    jobs.CalibrationJob(**{**_calibrate_args(tmp_path), 'checkpoint': jobs.Checkpoint('/no/such'),
                         **setting}).run()
 
 

@@ -203,7 +203,7 @@ def test_cli_module_entry_point_and_flag_errors(tmp_path):
       [sys.executable, '-m', 't5align.calibrate', f'--gin_file={REPO_ROOT}/gin/calibrate.gin'],
       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode != 0
-  assert ('CHECKPOINT_PATH (jobs.CalibrationJob.checkpoint_path) is required: pass '
+  assert ('CHECKPOINT_PATH (jobs.Checkpoint.path) is required: pass '
           '--gin.CHECKPOINT_PATH=VALUE') in proc.stderr, proc.stderr[-2000:]
   with pytest.raises(ValueError, match='has 5 tokens'):
     samples.sample_windows(np.arange(5), 2, 64, eos_id=1)

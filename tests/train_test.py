@@ -98,7 +98,9 @@ def _tiny_run(model_dir, vocab_path, **overrides):
   if not os.path.exists(os.path.join(model_dir, assets.VOCAB_FILE)):
     shutil.copyfile(vocab_path, os.path.join(model_dir, assets.VOCAB_FILE))
   kwargs = dict(model=network.Transformer(TINY), model_dir=str(model_dir), seed=3, num_steps=4,
-                batch_size=2, learning_rate=1e-3, warmup_steps=1, mix={'passkey': 1.0},
+                batch_size=2,
+                optimizer=training.OptimizerConfig(learning_rate=1e-3, warmup_steps=1),
+                mix=train_data.Mix({'passkey': 1.0}),
                 input_length=128, target_length=8, checkpoint_every=2, keep_checkpoints=5,
                 log_every=2, eval_lengths=())
   return jobs.TrainJob(**{**kwargs, **overrides}).run()

@@ -61,6 +61,9 @@ class SearchSettings:
     tau_batch_size: candidate taus per call (None: all at once).
     eos_id: id that ends a row cut to L_tr (None: leave cut rows as they are).
     chunk: query chunk of the layer-0 sorted-logit computation (closed forms).
+
+  gin builds it for `jobs.CalibrationJob.search` (gin/calibrate.gin: BATCH_SIZE,
+  TAU_BATCH_SIZE); the job sets `mesh` (MESH_SHAPE) and `eos_id` (the inputs' vocabulary).
   """
 
   grid: tuple[float, ...] = search_lib.PAPER_GRID

@@ -6,7 +6,6 @@ resumes; with several processes every process computes the same schedule and pro
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 from typing import Any, ClassVar, Mapping, Sequence
@@ -39,7 +38,11 @@ class CalibrationJob:
   inputs, calibrates, prints the table and writes the schedule.
 
   Attributes:
-    checkpoint_path: any checkpoint `checkpoints.load_params` reads.
+    checkpoint: the checkpoint (`jobs.Checkpoint`: CHECKPOINT_PATH, any checkpoint
+      `checkpoints.load_params` reads; PARAMS_DTYPE, the dtype the parameters are loaded in, as
+      `t5align.eval`'s (both default to float32): the layer-norm scales and the
+      relative-position table are used unrounded, so bfloat16 parameters change the statistics
+      even at the same `dtype`; whether NaN or inf is refused).
     output_path: schedule JSON to write.
     text_file: plain text to sample from (with `vocabulary_path`).
     vocabulary_path: tokenizer of `text_file` / `jsonl_file`: a SentencePiece model, a HF
@@ -68,26 +71,25 @@ class CalibrationJob:
       computes in: gin/calibrate.gin binds it to ACTIVATION_DTYPE, the macro every gin/models
       file binds `network.T5Config.dtype` to. None: `config`'s dtype, else float32. Softmax and
       statistics stay float32 either way.
-    params_dtype: dtype the parameters are loaded in, as `t5align.eval`'s PARAMS_DTYPE (both
-      default to float32): the layer-norm scales and the relative-position table are used
-      unrounded, so bfloat16 parameters change the statistics even at the same `dtype`.
     attention_impl: encoder attention implementation ('blockwise', the default, keeps long
       inputs in memory); the config's if None.
     mesh_shape: (tau, data, model) device mesh, e.g. (4, 2, 1); (tau, data) means model = 1.
       None: one device, or with several processes every device along 'data'. Parameters
       shard over 'model', candidate taus over 'tau', samples over 'data'.
-    batch_size: examples per encoder call (1); None: NUM_SAMPLES.
-    tau_batch_size: candidate temperatures per encoder call.
-    grid: Algorithm 1's grid.
-    tol: tolerance of the continuous searches.
+    search: how the calibrations search and compute (`calibration.SearchSettings`: Algorithm
+      1's grid; the continuous searches' bracket, tol and points; examples per encoder call,
+      BATCH_SIZE (1), None: NUM_SAMPLES; candidate temperatures per call, TAU_BATCH_SIZE). Its
+      mesh and eos_id are set by the run (MESH_SHAPE, the vocabulary).
     analysis_dir: if set, also write the analysis figures and numbers there (Tables 1 and 7,
       per task too when calibrated per task).
-    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
     relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
 
+  The keywords `checkpoint_path`, `params_dtype`, `check_finite`, `batch_size`,
+  `tau_batch_size`, `grid` and `tol` (the fields of before) set `checkpoint`'s and `search`'s,
+  with a FutureWarning, until the next release (`common.move_settings`).
   """
 
-  checkpoint_path: str | None = None
+  checkpoint: common.Checkpoint = dataclasses.field(default_factory=common.Checkpoint)
   output_path: str | None = None
   text_file: str | None = None
   vocabulary_path: str | None = None
@@ -105,26 +107,41 @@ class CalibrationJob:
   seed: int = 0
   config: Any = None
   dtype: str | None = None
-  params_dtype: str = 'float32'
+  # gin/calibrate.gin's ATTENTION_IMPL and BATCH_SIZE (tests/defaults_test.py).
   attention_impl: str | None = 'blockwise'
   mesh_shape: tuple[int, ...] | None = None
-  batch_size: int | None = 1
-  tau_batch_size: int | None = None
-  grid: Sequence[float] = calibration.PAPER_GRID
-  tol: float = 1e-3
+  search: calibration.SearchSettings = dataclasses.field(
+      default_factory=lambda: calibration.SearchSettings(batch_size=1))
   analysis_dir: str | None = None
-  check_finite: bool = True
   relpos_heads: Sequence[int] | None = None
+  checkpoint_path: dataclasses.InitVar[Any] = common.UNSET
+  params_dtype: dataclasses.InitVar[Any] = common.UNSET
+  check_finite: dataclasses.InitVar[Any] = common.UNSET
+  batch_size: dataclasses.InitVar[Any] = common.UNSET
+  tau_batch_size: dataclasses.InitVar[Any] = common.UNSET
+  grid: dataclasses.InitVar[Any] = common.UNSET
+  tol: dataclasses.InitVar[Any] = common.UNSET
 
   # The settings a run needs, by their gin macro (`gin_cli.require`); the inputs are one of
   # TEXT_FILE, SEQIO_TASK and JSONL_FILE (`check`).
-  REQUIRED: ClassVar[Mapping[str, str]] = {'checkpoint_path': 'CHECKPOINT_PATH',
+  REQUIRED: ClassVar[Mapping[str, str]] = {'checkpoint.path': 'CHECKPOINT_PATH',
                                            'output_path': 'OUTPUT_PATH'}
+  # The settings objects gin builds for it, and where the fields of before went.
+  SETTINGS: ClassVar[Mapping[str, tuple[type, str]]] = {
+      'checkpoint': (common.Checkpoint, 'jobs.Checkpoint'),
+      'search': (calibration.SearchSettings, 'calibration.SearchSettings')}
+  MOVED: ClassVar[Mapping[str, tuple[str, str]]] = {
+      'checkpoint_path': ('checkpoint', 'path'), 'params_dtype': ('checkpoint', 'params_dtype'),
+      'check_finite': ('checkpoint', 'check_finite'), 'batch_size': ('search', 'batch_size'),
+      'tau_batch_size': ('search', 'tau_batch_size'), 'grid': ('search', 'grid'),
+      'tol': ('search', 'tol')}
 
-  @functools.cached_property
-  def checkpoint(self) -> common.Checkpoint:
-    """One per job: its path resolved once (`common.Checkpoint`) for every read."""
-    return common.Checkpoint(str(self.checkpoint_path), self.params_dtype, self.check_finite)
+  def __post_init__(self, checkpoint_path, params_dtype, check_finite, batch_size,
+                    tau_batch_size, grid, tol):
+    common.move_settings(self, {
+        'checkpoint_path': checkpoint_path, 'params_dtype': params_dtype,
+        'check_finite': check_finite, 'batch_size': batch_size,
+        'tau_batch_size': tau_batch_size, 'grid': grid, 'tol': tol})
 
   @property
   def activation_dtype(self) -> str:
@@ -145,11 +162,12 @@ class CalibrationJob:
                            'longer inputs to it',
                        example=f'({2 * reference}, {4 * reference})')
     validate.strategy_names(self.strategies, 'STRATEGIES', calibration.STRATEGIES)
-    validate.run_settings(num_samples=self.num_samples, batch_size=self.batch_size or 1,
-                          tau_batch_size=self.tau_batch_size, seed=self.seed,
-                          params_dtype=self.params_dtype)
-    validate.temperature_array(self.grid, 'jobs.CalibrationJob.grid')
-    validate.number(self.tol, 'jobs.CalibrationJob.tol', positive=True)
+    search = self.search
+    validate.run_settings(num_samples=self.num_samples, batch_size=search.batch_size or 1,
+                          tau_batch_size=search.tau_batch_size, seed=self.seed,
+                          params_dtype=self.checkpoint.params_dtype)
+    validate.temperature_array(search.grid, 'calibration.SearchSettings.grid')
+    validate.number(search.tol, 'calibration.SearchSettings.tol', positive=True)
     if self.mesh_shape is not None:
       validate.int_tuple(self.mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
       self._mesh_axes()
@@ -204,10 +222,11 @@ class CalibrationJob:
     tokens (default the longest of LENGTHS) at TAU_BATCH_SIZE (else the grid's) candidates."""
     shape = dict(mesh.shape) if mesh is not None else {}
     workload = memory.Workload(
-        config, length or max(self.lengths), self.batch_size or self.num_samples,
-        self.params_dtype, model_shards=shape.get('model', 1), data_shards=shape.get('data', 1),
+        config, length or max(self.lengths), self.search.batch_size or self.num_samples,
+        self.checkpoint.params_dtype, model_shards=shape.get('model', 1),
+        data_shards=shape.get('data', 1),
         tau_shards=shape.get('tau', 1), model_setting="MESH_SHAPE's third entry",
-        mesh_shape=self.mesh_shape, taus=self.tau_batch_size or len(self.grid))
+        mesh_shape=self.mesh_shape, taus=self.search.tau_batch_size or len(self.search.grid))
     # The tau chunk of the devices the mesh lays out (a TPU slice's in the pre-flight).
     platform = mesh.devices.flat[0].platform if mesh is not None else None
     fn, args = stats.sweep_program(params, config, length=workload.length,
@@ -221,16 +240,22 @@ class CalibrationJob:
   def identity(self, data: Any) -> dict[str, Any]:
     """What the schedule depends on (the calibration log's header): the checkpoint's content,
     the inputs and every setting of the search."""
-    return run_identity.make(checkpoint=self.checkpoint_path,
+    search = self.search
+    return run_identity.make(checkpoint=self.checkpoint.path, gin=common.gin_record(type(self)),
                              resolved_checkpoint=self.checkpoint.resolved, settings={
         **data.identity, 'lengths': sorted(set(self.lengths)),
         'strategies': list(self.strategies), 'reference_length': self.reference_length,
         'num_samples': self.num_samples, 'seed': self.seed, 'dtype': self.activation_dtype,
-        'params_dtype': jnp.dtype(self.params_dtype).name,
+        'params_dtype': jnp.dtype(self.checkpoint.params_dtype).name,
         'attention_impl': self.attention_impl or (
             self.config or network.T5Config).attention_impl,
         'per_task': bool(self.per_task), 'reference_tasks': self.reference_tasks,
-        'grid': list(self.grid), 'tol': self.tol, 'mesh_shape': self.mesh_shape})
+        'grid': list(search.grid), 'tol': search.tol, 'mesh_shape': self.mesh_shape,
+        # Settable since the search settings are gin's: recorded only when not the default,
+        # so a calibration log of before reads as the same run.
+        **{k: list(v) if isinstance(v, tuple) else v
+           for k, v in (('bracket', search.bracket), ('points', search.points))
+           if v != getattr(_SEARCH_DEFAULTS, k)}})
 
   def run(self) -> schedule_lib.TemperatureSchedule:
     """Calibrates and writes OUTPUT_PATH (and ANALYSIS_DIR); returns the schedule."""
@@ -255,7 +280,7 @@ class CalibrationJob:
     """The inputs, read, tokenized and checked against the model before any weight is read:
     the sample source, and per task (PER_TASK) its inputs and its reference at L_tr."""
     from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
-    assets.check_reference_length(self.checkpoint_path, self.reference_length,
+    assets.check_reference_length(self.checkpoint.path, self.reference_length,
                                   'REFERENCE_LENGTH')
     data = samples.read_inputs(text_file=self.text_file, vocabulary_path=self.vocabulary_path,
                                seqio_task=self.seqio_task, seqio_split=self.seqio_split,
@@ -299,7 +324,7 @@ class CalibrationJob:
     def record(task, c):
       multihost.on_writer(lambda: log.add(task, c), f'writing {log_path}')
 
-    logging.info('loading %s (%s activations)', self.checkpoint_path, dtype)
+    logging.info('loading %s (%s activations)', self.checkpoint.path, dtype)
     mesh = self.mesh()
     params, config = self.checkpoint.load(self.config, mesh)
     config = self.model_config(config)
@@ -317,14 +342,12 @@ class CalibrationJob:
                  max(lengths), len(data.stream), len(lengths), len(self.strategies))
     memo = calibration.Memo()  # The analysis reuses the calibration's sweeps.
     progress = (lambda d, t, c: _progress(d, t, c, start)) if multihost.is_writer() else None
-    search = calibration.SearchSettings(
-        grid=tuple(self.grid), tol=self.tol, mesh=mesh, batch_size=self.batch_size,
-        tau_batch_size=self.tau_batch_size, eos_id=eos_id)
+    search = dataclasses.replace(self.search, mesh=mesh, eos_id=eos_id)
     schedule = calibration.build_schedule(
         params, config, tokens, lengths, self.strategies,
         reference_length=self.reference_length,
-        provenance={'checkpoint': self.checkpoint_path, 'seed': self.seed, 'dtype': dtype,
-                    'params_dtype': self.params_dtype,
+        provenance={'checkpoint': self.checkpoint.path, 'seed': self.seed, 'dtype': dtype,
+                    'params_dtype': self.checkpoint.params_dtype,
                     'attention_impl': config.attention_impl, **data.source,
                     'process_count': jax.process_count(), 'device_count': jax.device_count(),
                     'created_unix': int(time.time()), 'identity': identity},
@@ -354,11 +377,12 @@ class CalibrationJob:
     from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
     numbers = analysis.collect(
         params, config, tokens, sorted(set(self.lengths)),
-        reference_length=self.reference_length, grid=self.grid, eos_id=eos_id, mesh=mesh,
-        batch_size=self.batch_size, tau_batch_size=self.tau_batch_size, memo=memo)
+        reference_length=self.reference_length, grid=self.search.grid, eos_id=eos_id,
+        mesh=mesh, batch_size=self.search.batch_size,
+        tau_batch_size=self.search.tau_batch_size, memo=memo)
     tasks = analysis.task_statistics(params, config, inputs, memo=memo, mesh=mesh,
-                                     batch_size=self.batch_size,
-                                     tau_batch_size=self.tau_batch_size)
+                                     batch_size=self.search.batch_size,
+                                     tau_batch_size=self.search.tau_batch_size)
     multihost.on_writer(lambda: analysis.write_analysis(numbers, self.analysis_dir, schedule,
                                                         tasks=tasks, heads=self.relpos_heads),
                         f'writing {self.analysis_dir}')
@@ -368,6 +392,7 @@ class CalibrationJob:
 
 
 gin_cli.register_job(CalibrationJob)
+_SEARCH_DEFAULTS = calibration.SearchSettings()
 
 
 def progress_path(output_path: str) -> str:

@@ -1,14 +1,18 @@
-"""What every job shares: the checkpoint it reads and the programs it compiles."""
+"""What every job shares: the checkpoint it reads, the programs it compiles, and the keywords
+of its settings' old places."""
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+import os
+from typing import Any, Callable, Mapping
+import warnings
 
 import jax
 import jax.numpy as jnp
 
 from t5align import checkpoints
+from t5align import gin_cli
 from t5align.checkpoints import store
 from t5align import memory
 from t5align import run_identity
@@ -28,12 +32,21 @@ class Checkpoint:
   symlink re-pointed while the job runs changes nothing it reads; a folder replaced there is
   refused after the load (`CheckpointChangedError`). `flag` is the setting errors name
   (CHECKPOINT_PATH; the fine-tuning start's INITIAL_CHECKPOINT_PATH).
+
+  gin builds it for the jobs (`jobs.EvalJob.checkpoint = @jobs.Checkpoint()`, its `path` bound
+  to %CHECKPOINT_PATH), as t5x's run files build `utils.RestoreCheckpointConfig`.
   """
 
-  path: str
+  path: str | None = None
   params_dtype: str = 'float32'
   check_finite: bool = True
   flag: str = 'CHECKPOINT_PATH'
+
+  def __post_init__(self):
+    # Unset (None, %gin.REQUIRED): the job's check names it.
+    if not (gin_cli.is_unset(self.path) or isinstance(self.path, (str, os.PathLike))):
+      raise ValueError(f'{self.flag}={self.path!r}: expected the path of a checkpoint (a '
+                       'string).')
 
   @property
   def name(self) -> str:
@@ -77,6 +90,81 @@ class Checkpoint:
   def fingerprint(self) -> Any:
     """The content's identity for run.json (`run_identity.checkpoint_fingerprint`)."""
     return run_identity.checkpoint_fingerprint(self.resolved)
+
+
+class _Unset:
+  """The default of a keyword that names a setting's old place: not given. Read from a job
+  (`job.params_dtype`), it is this default, not the setting: read the object's
+  (`job.checkpoint.params_dtype`)."""
+
+  def __repr__(self) -> str:
+    return 'UNSET'
+
+
+UNSET = _Unset()
+_WARNED: set[str] = set()
+
+
+def gin_record(job: type) -> dict[str, str]:
+  """gin's configuration as a run of `job` records it (`run_identity.gin_config`), with its
+  settings objects' bindings under the job's fields of before (`jobs.Checkpoint.path = ...` as
+  `jobs.EvalJob.checkpoint_path = ...`, `job.MOVED`) and the job's bindings of the objects
+  themselves (`jobs.EvalJob.checkpoint = @jobs.Checkpoint()`) left out: a run recorded before
+  gin built these objects reads as the same run, and a new one records what it did."""
+  selector = f't5align.jobs.{job.__name__}'
+  built = {field: f'@{gin_name}()' for field, (_, gin_name) in job.SETTINGS.items()}
+  owners = {f't5align.{gin_name}': field for field, (_, gin_name) in job.SETTINGS.items()}
+  old = {place: name for name, place in job.MOVED.items()}
+  out = {}
+  for key, value in run_identity.gin_config().items():
+    scope, _, binding = key.rpartition('/')
+    owner, _, attribute = binding.rpartition('.')
+    prefix = f'{scope}/' if scope else ''
+    if owner == selector and built.get(attribute) == value:
+      continue  # `jobs.EvalJob.checkpoint = @jobs.Checkpoint()`
+    if (owners.get(owner), attribute) in old:
+      key = f'{prefix}{selector}.{old[owners[owner], attribute]}'
+    out[key] = value
+  return dict(sorted(out.items()))
+
+
+def _warn_moved(job: Any, old: str) -> None:
+  """The FutureWarning, once per process per name, that `job`'s `old` field moved."""
+  field, attribute = job.MOVED[old]
+  _, gin_name = job.SETTINGS[field]
+  name = f'jobs.{type(job).__name__}'
+  if f'{name}.{old}' in _WARNED:
+    return
+  _WARNED.add(f'{name}.{old}')
+  warnings.warn(
+      f'{name}.{old} is the old place of {gin_name}.{attribute} ({name}.{field}), kept '
+      f'until the next release: bind {gin_name}.{attribute} in gin, or pass '
+      f'{field}={gin_name.rsplit(".", 1)[-1]}({attribute}=...) in Python.', FutureWarning,
+      stacklevel=4)
+
+
+def move_settings(job: Any, given: Mapping[str, Any]) -> None:
+  """Puts each keyword of `given` that names a setting's old place (a job's flat field of
+  before, e.g. `jobs.CalibrationJob.grid`) where the setting lives now (`job.MOVED`: old name ->
+  (field, attribute), e.g. ('search', 'grid')), warning once per process per name
+  (FutureWarning: the old keywords go in the next release). A field still None gets its
+  defaults first (`job.SETTINGS`: field -> (what makes them, the class's gin name)); a settings
+  field holding anything but its class is refused (TypeError naming both). For the
+  `__post_init__` of a frozen job."""
+  for old, value in given.items():
+    if value is UNSET:
+      continue
+    field, attribute = job.MOVED[old]
+    _warn_moved(job, old)
+    current = getattr(job, field)
+    current = job.SETTINGS[field][0]() if current is None else current
+    object.__setattr__(job, field, dataclasses.replace(current, **{attribute: value}))
+  for field, (make, gin_name) in job.SETTINGS.items():
+    value = getattr(job, field)
+    if value is not None and not isinstance(value, getattr(make, 'func', make)):
+      raise TypeError(f'jobs.{type(job).__name__}.{field}={value!r}: expected a {gin_name} '
+                      f'(in gin: {field} = @{gin_name}(), its fields bound as '
+                      f'{gin_name}.NAME).')
 
 
 @dataclasses.dataclass(frozen=True)

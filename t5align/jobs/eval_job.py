@@ -52,7 +52,9 @@ class EvalJob:
   Attributes:
     model: the network (gin: @network.Transformer() from a gin/models file); its config is
       checked against the checkpoint. None infers the config from the checkpoint.
-    checkpoint_path: any format `checkpoints.load_params` reads.
+    checkpoint: the checkpoint (`jobs.Checkpoint`: CHECKPOINT_PATH, any format
+      `checkpoints.load_params` reads; PARAMS_DTYPE, the dtype the parameters are cast to,
+      'float32' or 'bfloat16'; whether NaN or inf is refused).
     mixture_or_task_name: a registered seqio task or mixture (e.g. 't5align_passkey'), or several
       separated by commas.
     output_dir: results folder; one subfolder per task.
@@ -67,16 +69,17 @@ class EvalJob:
     num_examples: evaluate only the first n examples of each task.
     split: dataset split.
     max_decode_length: decoding steps; default: the task's (t5align tasks) or 64.
-    params_dtype: dtype the parameters are cast to ('float32' or 'bfloat16').
     truncate_inputs: keep only each input's last `truncate_inputs` tokens (the paper's
       'truncation' baseline at L_tr, Table 6; label 'w/ truncation' by default). Records keep
       the full input length, so length buckets are the untruncated inputs'.
     show_progress: draw a progress bar per task.
-    check_finite: refuse a checkpoint holding NaN or inf (`checkpoints.load_params`).
+
+  The keywords `checkpoint_path`, `params_dtype` and `check_finite` (the fields of before) set
+  `checkpoint`'s, with a FutureWarning, until the next release (`common.move_settings`).
   """
 
   model: network.Transformer | None = None
-  checkpoint_path: str | None = None
+  checkpoint: common.Checkpoint = dataclasses.field(default_factory=common.Checkpoint)
   mixture_or_task_name: str | None = None
   output_dir: str | None = None
   temperature: Any = None
@@ -89,19 +92,26 @@ class EvalJob:
   num_examples: int | None = None
   split: str = 'test'
   max_decode_length: int | None = None
-  params_dtype: str = 'float32'
   truncate_inputs: int | None = None
   show_progress: bool = True
-  check_finite: bool = True
+  checkpoint_path: dataclasses.InitVar[Any] = common.UNSET
+  params_dtype: dataclasses.InitVar[Any] = common.UNSET
+  check_finite: dataclasses.InitVar[Any] = common.UNSET
 
   # The settings a run needs, by their gin macro (`gin_cli.require`).
   REQUIRED: ClassVar[Mapping[str, str]] = {
-      'checkpoint_path': 'CHECKPOINT_PATH', 'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME',
+      'checkpoint.path': 'CHECKPOINT_PATH', 'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME',
       'output_dir': 'EVAL_OUTPUT_DIR'}
+  # The settings objects gin builds for it, and where the fields of before went.
+  SETTINGS: ClassVar[Mapping[str, tuple[type, str]]] = {
+      'checkpoint': (common.Checkpoint, 'jobs.Checkpoint')}
+  MOVED: ClassVar[Mapping[str, tuple[str, str]]] = {
+      'checkpoint_path': ('checkpoint', 'path'), 'params_dtype': ('checkpoint', 'params_dtype'),
+      'check_finite': ('checkpoint', 'check_finite')}
 
-  @property
-  def checkpoint(self) -> common.Checkpoint:
-    return common.Checkpoint(str(self.checkpoint_path), self.params_dtype, self.check_finite)
+  def __post_init__(self, checkpoint_path, params_dtype, check_finite):
+    common.move_settings(self, {'checkpoint_path': checkpoint_path, 'params_dtype': params_dtype,
+                                'check_finite': check_finite})
 
   @property
   def row_label(self) -> str | None:
@@ -116,7 +126,8 @@ class EvalJob:
     validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
                           num_examples=self.num_examples,
                           max_decode_length=self.max_decode_length,
-                          params_dtype=self.params_dtype, truncate_inputs=self.truncate_inputs)
+                          params_dtype=self.checkpoint.params_dtype,
+                          truncate_inputs=self.truncate_inputs)
 
   def mesh(self) -> jax.sharding.Mesh:
     """The ('data', 'model') mesh over every device, NUM_PARTITIONS along 'model'."""
@@ -153,7 +164,7 @@ class EvalJob:
     makes them (`[b, 1]`, `[b, layers]` or `[b, layers, heads]`)."""
     target_width = batching.round_up(max(target_length, 1), INPUT_WIDTH_MULTIPLE)
     workload = memory.Workload(
-        model.config, input_length, self.batch_size, self.params_dtype,
+        model.config, input_length, self.batch_size, self.checkpoint.params_dtype,
         pad_to=INPUT_WIDTH_MULTIPLE, model_shards=mesh.shape['model'],
         data_shards=mesh.shape['data'], decoding=True, decode_steps=None if scored else steps,
         target_length=target_width if scored else 0, tasks=tuple(tasks))
@@ -231,11 +242,21 @@ class EvalJob:
   # -------------------------------------------------------------------------------------------
   # The run.
 
+  def base_identity(self) -> dict[str, Any]:
+    """What every task's records depend on (`run_identity.make`): the checkpoint's content (read
+    by the process that writes; its path informational), gin's configuration, the task options
+    and jax's matmul precision when set."""
+    from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
+    return run_identity.make(
+        checkpoint=self.checkpoint.path, resolved_checkpoint=self.checkpoint.resolved,
+        fingerprint=multihost.is_writer(), gin=common.gin_record(type(self)),
+        settings={'task_options': catalog.recorded_options()})
+
   def identity(self, task: Any, config: network.T5Config, mesh: jax.sharding.Mesh,
                temp: temperature_lib.Temperature, *, base: Mapping[str, Any],
                vocabulary: Any, examples_sha256: str, total: int, scored: bool,
                steps: int) -> dict[str, Any]:
-    """What a task's records depend on (its run.json): the checkpoint's content, the data, the
+    """What a task's records depend on (its run.json): `base` (`base_identity`), the data, the
     program and the temperature."""
     # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
     # support; a folder written before then reads as a different run (start a new folder).
@@ -243,7 +264,8 @@ class EvalJob:
         **base, 'task': task.name, 'split': self.split, 'vocabulary': vocabulary,
         'examples_sha256': examples_sha256, 'num_examples': total,
         'mode': 'score' if scored else 'greedy',
-        'max_decode_length': None if scored else steps, 'params_dtype': self.params_dtype,
+        'max_decode_length': None if scored else steps,
+        'params_dtype': self.checkpoint.params_dtype,
         **({'truncate_inputs': self.truncate_inputs}
            if self.truncate_inputs is not None else {}),
         'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
@@ -286,11 +308,7 @@ class EvalJob:
     temp = None if self.model is None else self.temperature_of(self.model.config)
     if temp is None and self.schedule_path:  # The file itself, before any weight is read.
       schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
-    # What the records depend on (run.json): the checkpoint's content, not its path.
-    base = {'checkpoint': checkpoint.fingerprint() if multihost.is_writer() else None,
-            'checkpoint_path': checkpoint.path, 'checkpoint_resolved_path': checkpoint.resolved,
-            'gin': run_identity.gin_config(),
-            'task_options': options}
+    base = self.base_identity()
     mesh = self.mesh()
     params, config = checkpoint.load(None if self.model is None else self.model.config, mesh)
     run = _Run(self, network.Transformer(config), mesh, params,
@@ -322,7 +340,7 @@ class _Run:
   def __post_init__(self):
     job = self.job
     self.batch_size = batching.round_up(job.batch_size, self.mesh.shape['data'])
-    self.model_name = job.model_name or metrics_lib.model_name(job.checkpoint_path)
+    self.model_name = job.model_name or metrics_lib.model_name(job.checkpoint.path)
     self.rows_sharding = partitioning.batch_sharding(self.mesh, 2)
     self.my_rows = multihost.process_rows(self.rows_sharding, self.batch_size)
     # Processes feeding the same rows form a group; each group reads only its share of the
@@ -382,7 +400,7 @@ class _Run:
     return multihost.on_writer(
         lambda: metrics_lib.write_metrics(task, spec, total, log.log, folder, scored,
                                model_name=self.model_name, temp=temp,
-                               checkpoint_path=job.checkpoint_path),
+                               checkpoint_path=job.checkpoint.path),
         f'writing {folder}/metrics.json')
 
   def _batch(self, batch: Sequence[Mapping[str, Any]], *, task: Any, spec: Any, vocab: Any,

@@ -80,7 +80,7 @@ def programs(case: Case) -> list[tuple[Any, Any]]:
   with partitioning.target_devices(devices):
     # Calibration without MESH_SHAPE on one host runs on one device: a mesh of that one here.
     mesh = case.job.mesh() or partitioning.calibration_mesh(1, 1, 1)
-  dtype = np.dtype(jnp.dtype(case.job.params_dtype)).name
+  dtype = np.dtype(jnp.dtype(case.job.checkpoint.params_dtype)).name
   params = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, dtype, sharding=sh),
                         network.param_shapes(case.config),
                         partitioning.param_shardings(case.config, mesh))

@@ -47,7 +47,7 @@ from t5align import vocabularies
 # The settings a vocabulary trained by `train` is made from (`vocabulary_corpus(seed)`).
 _VOCABULARY_SETTINGS = ('vocab_size', 'seed')
 # Settings of the synthetic data only (not in a fine-tuning run's identity).
-_SYNTHETIC_ONLY = ('mix', 'length_power', 'min_units', 'vocab_size')
+_SYNTHETIC_ONLY = ('mix', 'length_power', 'min_units', 'vocab_size', 'min_length')
 
 
 def _recorded_run(model_dir: str) -> Any:
@@ -87,14 +87,15 @@ class TrainJob:
     seed: parameter init, data stream (example i of the run is `train_data.train_example(...,
       seed, i)`) and dropout.
     num_steps: total optimizer steps.
-    batch_size, learning_rate, warmup_steps, weight_decay, optimizer, schedule: see
-      `training.OptimizerConfig` ('adamw' or 'adafactor'; 'cosine' or 'wsd').
+    batch_size: examples per step.
+    optimizer: `training.OptimizerConfig` (LEARNING_RATE, WARMUP_STEPS, weight decay,
+      OPTIMIZER 'adamw' or 'adafactor', SCHEDULE 'cosine', 'wsd' or 'constant'); its
+      total_steps None is NUM_STEPS.
     per_example_loss: weigh examples equally in the loss (see `training.cross_entropy`).
-    mix: task weights, e.g. {'passkey': 1, 'lines': 1, 'kv': 1}; None: equal.
-    length_power: input budgets are `low + u**length_power * (input_length - low)` (see
-      `train_data.Mix`); 2 favours short inputs.
-    min_units: per task, the fewest units an example has (`train_data.Mix.min_units`), e.g.
-      {'lines': 3}; None: each task's own minimum.
+    mix: the synthetic tasks' mixture, `train_data.Mix` (MIX: task weights, e.g. {'passkey': 1,
+      'lines': 1, 'kv': 1}, None: equal; LENGTH_POWER: input budgets are `low + u**length_power
+      * (input_length - low)`, 2 favours short inputs; MIN_UNITS: per task, the fewest units
+      an example has, e.g. {'lines': 3}, None: each task's own); its max_length None is L_TR.
     input_length: L_tr; inputs (with EOS) have at most input_length tokens.
     target_length: decoder length (longest target with EOS).
     vocab_size: SentencePiece pieces, trained on the tasks' prompts on first run.
@@ -111,12 +112,18 @@ class TrainJob:
       'targets_trimmed' / 'examples_trimmed' and the summary's 'trimmed'), tokenized with the
       task's vocabulary (`vocab_size`, `mix`, `length_power` and `min_units` are unused;
       MODEL_DIR gets no vocabulary: the export copies the task's).
-    initial_checkpoint_path: with `mixture_or_task_name`, the weights the first segment starts
-      from (any checkpoint `checkpoints.load_params` reads, checked strictly against `model`'s
-      config); None: initialized from `seed`. A resumed run continues MODEL_DIR's checkpoint.
+    initial_checkpoint: with `mixture_or_task_name`, the weights the first segment starts
+      from (`jobs.Checkpoint` with flag INITIAL_CHECKPOINT_PATH: any checkpoint
+      `checkpoints.load_params` reads, checked strictly against `model`'s config); None:
+      initialized from `seed`. A resumed run continues MODEL_DIR's checkpoint.
 
   run.json records `mixture_or_task_name`, the initial checkpoint's content fingerprint and the
   task vocabulary's only when fine-tuning, so a synthetic run's record is what it was.
+
+  The keywords of before (`learning_rate`, `warmup_steps`, `weight_decay`, `schedule`,
+  `optimizer` as a name, `mix` as weights, `length_power`, `min_units`,
+  `initial_checkpoint_path`) set `optimizer`'s, `mix`'s and `initial_checkpoint`'s, with a
+  FutureWarning, until the next release (`common.move_settings`).
   """
 
   model: network.Transformer | None = None
@@ -124,15 +131,10 @@ class TrainJob:
   seed: int = 0
   num_steps: int = 1000
   batch_size: int = 32
-  learning_rate: float = 1e-3
-  warmup_steps: int = 100
-  weight_decay: float = 0.0
-  optimizer: str = 'adamw'
-  schedule: str = 'cosine'
+  optimizer: training.OptimizerConfig = dataclasses.field(
+      default_factory=training.OptimizerConfig)
   per_example_loss: bool = False
-  mix: Mapping[str, float] | None = None
-  length_power: float = 1.0
-  min_units: Mapping[str, int] | None = None
+  mix: train_data.Mix = dataclasses.field(default_factory=train_data.Mix)
   input_length: int = 256
   target_length: int = 40
   vocab_size: int = 1000
@@ -147,32 +149,63 @@ class TrainJob:
   export_dtype: str = 'float32'
   command: str | None = None
   mixture_or_task_name: str | None = None
-  initial_checkpoint_path: str | None = None
+  initial_checkpoint: common.Checkpoint | None = None
+  learning_rate: dataclasses.InitVar[Any] = common.UNSET
+  warmup_steps: dataclasses.InitVar[Any] = common.UNSET
+  weight_decay: dataclasses.InitVar[Any] = common.UNSET
+  schedule: dataclasses.InitVar[Any] = common.UNSET
+  length_power: dataclasses.InitVar[Any] = common.UNSET
+  min_units: dataclasses.InitVar[Any] = common.UNSET
+  initial_checkpoint_path: dataclasses.InitVar[Any] = common.UNSET
 
   # The settings a run needs, by their gin macro (`gin_cli.require`; the model is bound by the
   # run file, configured by a gin/models file). gin/runs/finetune.gin requires more
   # (`gin_cli.check_required_macros`).
   REQUIRED: ClassVar[Mapping[str, str | None]] = {'model': None, 'model_dir': 'MODEL_DIR'}
+  # The settings objects gin builds for it, and where the fields of before went.
+  SETTINGS: ClassVar[Mapping[str, tuple[Any, str]]] = {
+      'optimizer': (training.OptimizerConfig, 'training.OptimizerConfig'),
+      'mix': (train_data.Mix, 'train_data.Mix'),
+      'initial_checkpoint': (functools.partial(common.Checkpoint,
+                                               flag='INITIAL_CHECKPOINT_PATH'),
+                             'jobs.Checkpoint')}
+  MOVED: ClassVar[Mapping[str, tuple[str, str]]] = {
+      'learning_rate': ('optimizer', 'learning_rate'),
+      'warmup_steps': ('optimizer', 'warmup_steps'),
+      'weight_decay': ('optimizer', 'weight_decay'), 'schedule': ('optimizer', 'schedule'),
+      'optimizer': ('optimizer', 'name'), 'mix': ('mix', 'weights'),
+      'length_power': ('mix', 'length_power'), 'min_units': ('mix', 'min_units'),
+      'initial_checkpoint_path': ('initial_checkpoint', 'path')}
+
+  def __post_init__(self, learning_rate, warmup_steps, weight_decay, schedule, length_power,
+                    min_units, initial_checkpoint_path):
+    given = {}
+    # The fields of before with today's names: a name for `optimizer`, weights for `mix`.
+    for field, old in (('optimizer', str), ('mix', (Mapping, type(None)))):
+      value = getattr(self, field)
+      if isinstance(value, old) and not isinstance(value, (training.OptimizerConfig,
+                                                           train_data.Mix)):
+        object.__setattr__(self, field, None)
+        given[field] = value
+    common.move_settings(self, {
+        **given, 'learning_rate': learning_rate, 'warmup_steps': warmup_steps,
+        'weight_decay': weight_decay, 'schedule': schedule, 'length_power': length_power,
+        'min_units': min_units, 'initial_checkpoint_path': initial_checkpoint_path})
+    if initial_checkpoint_path is None:  # The old keyword's None: no initial checkpoint.
+      object.__setattr__(self, 'initial_checkpoint', None)
 
   @property
   def finetuning(self) -> bool:
     return self.mixture_or_task_name is not None
 
-  @functools.cached_property
-  def initial_checkpoint(self) -> common.Checkpoint | None:
-    """INITIAL_CHECKPOINT_PATH, resolved once (`common.Checkpoint`): its fingerprint and its
-    weights come from one place. None without it."""
-    if self.initial_checkpoint_path is None:
-      return None
-    return common.Checkpoint(self.initial_checkpoint_path, flag='INITIAL_CHECKPOINT_PATH')
-
   def check(self) -> None:
     """Every setting, each error naming its macro, before any file is written."""
     gin_cli.require(self)
+    opt, mix = self.optimizer, self.mix
     validate.run_settings(
         seed=self.seed, num_steps=self.num_steps, batch_size=self.batch_size,
-        learning_rate=self.learning_rate, warmup_steps=self.warmup_steps,
-        weight_decay=self.weight_decay, length_power=self.length_power,
+        learning_rate=opt.learning_rate, warmup_steps=opt.warmup_steps,
+        weight_decay=opt.weight_decay, length_power=mix.length_power,
         input_length=self.input_length, target_length=self.target_length,
         vocab_size=self.vocab_size, checkpoint_every=self.checkpoint_every,
         keep_checkpoints=self.keep_checkpoints, log_every=self.log_every,
@@ -180,14 +213,21 @@ class TrainJob:
         eval_batch_size=self.eval_batch_size, export_dtype=self.export_dtype)
     if self.eval_lengths:
       validate.int_tuple(self.eval_lengths, 'EVAL_LENGTHS', minimum=2, example='(256, 1024)')
-    for flag, value, known in (('OPTIMIZER', self.optimizer, training.OPTIMIZERS),
-                               ('SCHEDULE', self.schedule, training.LEARNING_RATE_SCHEDULES)):
+    for flag, value, known in (('OPTIMIZER', opt.name, training.OPTIMIZERS),
+                               ('SCHEDULE', opt.schedule, training.LEARNING_RATE_SCHEDULES)):
       if value not in known:
         raise ValueError(f'{flag}={value!r}; expected one of {", ".join(map(repr, known))}.')
+    # The two settings the objects hold again, for a job built in Python: one value each.
+    for flag, field, value, own in (
+        ('NUM_STEPS', 'training.OptimizerConfig.total_steps', opt.total_steps, self.num_steps),
+        ('L_TR', 'train_data.Mix.max_length', mix.max_length, self.input_length)):
+      if value is not None and value != own:
+        raise ValueError(f'{field}={value!r} but {flag} (jobs.TrainJob) is {own!r}: leave '
+                         f'{field} None (it is then {flag}) or give it the same value.')
     cfg = self.model.config
-    if self.initial_checkpoint_path is not None and not self.finetuning:
+    if self.initial_checkpoint is not None and not self.finetuning:
       raise ValueError(
-          f'INITIAL_CHECKPOINT_PATH={self.initial_checkpoint_path} needs MIXTURE_OR_TASK_NAME: '
+          f'INITIAL_CHECKPOINT_PATH={self.initial_checkpoint.path} needs MIXTURE_OR_TASK_NAME: '
           'the synthetic mix trains its own vocabulary from scratch. Fine-tune on it through '
           "its seqio tasks, e.g. MIXTURE_OR_TASK_NAME='t5align_train_retrieval'.")
     if self.finetuning:
@@ -204,23 +244,31 @@ class TrainJob:
                          'folder (copy the exported model to a bucket afterwards).')
 
   def optimizer_config(self) -> training.OptimizerConfig:
-    return training.OptimizerConfig(
-        learning_rate=self.learning_rate, total_steps=self.num_steps,
-        warmup_steps=self.warmup_steps, weight_decay=self.weight_decay, name=self.optimizer,
-        schedule=self.schedule)
+    """OPTIMIZER's settings over NUM_STEPS."""
+    return dataclasses.replace(self.optimizer, total_steps=self.num_steps)
+
+  def task_mix(self) -> train_data.Mix:
+    """The synthetic mixture, its inputs at most L_TR tokens."""
+    return dataclasses.replace(self.mix, max_length=self.input_length)
 
   def settings(self) -> dict[str, Any]:
-    """What determines the weights (run.json's settings)."""
-    cfg = self.model.config
+    """What determines the weights (run.json's settings). The settings gin could not set
+    before (clip_norm, decay_fraction, min_length) only when not their defaults, so a run of
+    before reads as the same run."""
+    cfg, opt, mix = self.model.config, self.optimizer, self.mix
     return {
         'seed': self.seed, 'num_steps': self.num_steps, 'batch_size': self.batch_size,
-        'learning_rate': self.learning_rate, 'warmup_steps': self.warmup_steps,
-        'weight_decay': self.weight_decay, 'optimizer': self.optimizer,
-        'schedule': self.schedule, 'per_example_loss': self.per_example_loss, 'mix': self.mix,
-        'length_power': self.length_power, 'min_units': self.min_units,
+        'learning_rate': opt.learning_rate, 'warmup_steps': opt.warmup_steps,
+        'weight_decay': opt.weight_decay, 'optimizer': opt.name,
+        'schedule': opt.schedule, 'per_example_loss': self.per_example_loss,
+        'mix': mix.weights, 'length_power': mix.length_power, 'min_units': mix.min_units,
         'input_length': self.input_length, 'target_length': self.target_length,
         'vocab_size': self.vocab_size,
-        'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}}
+        'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)},
+        **{k: v for k, v, default in (
+            ('clip_norm', opt.clip_norm, _OPTIMIZER_DEFAULTS.clip_norm),
+            ('decay_fraction', opt.decay_fraction, _OPTIMIZER_DEFAULTS.decay_fraction),
+            ('min_length', mix.min_length, _MIX_DEFAULTS.min_length)) if v != default}}
 
   def identity(self, vocab_path: str | None = None, vocabulary: Any = None) -> dict[str, Any]:
     """run.json: the settings, and the vocabulary's content once `vocab_path` exists.
@@ -233,7 +281,7 @@ class TrainJob:
       files = {'vocabulary': vocab_path} if vocab_path and os.path.exists(vocab_path) else {}
       return run_identity.make(gin=False, settings=settings, files=files)
     for key in _SYNTHETIC_ONLY:
-      del settings[key]
+      settings.pop(key, None)
     settings['mixture_or_task_name'] = self.mixture_or_task_name
     start = self.initial_checkpoint
     return run_identity.make(gin=False, settings=settings, vocabulary=vocabulary,
@@ -305,9 +353,7 @@ class TrainJob:
     validate.vocabulary_fits(vocab.vocab_size, cfg.vocab_size,
                              vocabulary=f'vocabulary {vocab_path}',
                              model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
-    task_mix = train_data.Mix(weights=dict(self.mix or {t: 1.0 for t in train_data.TASKS}),
-                              max_length=self.input_length, length_power=self.length_power,
-                              min_units=dict(self.min_units or {}))
+    task_mix = self.task_mix()
     batches = lambda step: train_data.train_batches(
         vocab, task_mix, seed=self.seed, batch_size=self.batch_size,
         target_length=self.target_length, start_step=step)
@@ -327,13 +373,13 @@ class TrainJob:
         model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
     resuming = bool(training.checkpoint_steps(self.model_dir))
     initial = None
-    if self.initial_checkpoint_path is not None and not resuming:
+    if self.initial_checkpoint is not None and not resuming:
       try:
         initial, _ = self.initial_checkpoint.load(cfg, None)
       except checkpoints.CheckpointMismatchError as e:
         raise checkpoints.CheckpointMismatchError(
             e.missing, e.unexpected, e.mismatched,
-            source=f'INITIAL_CHECKPOINT_PATH={self.initial_checkpoint_path} (for the model '
+            source=f'INITIAL_CHECKPOINT_PATH={self.initial_checkpoint.path} (for the model '
                    'file\'s network.T5Config)') from e
     fileio.makedirs(self.model_dir)
     run_identity.check_run(self.model_dir, self.identity(vocabulary=data.vocabulary),
@@ -418,3 +464,5 @@ class TrainJob:
 
 
 gin_cli.register_job(TrainJob)
+_OPTIMIZER_DEFAULTS = training.OptimizerConfig()
+_MIX_DEFAULTS = train_data.Mix()

@@ -251,24 +251,38 @@ class Mix:
 
   `min_units` raises a task's smallest example to that many units (`Draft`: lines for 'lines',
   key-value pairs for 'kv', filler characters for the passkey tasks), e.g. {'lines': 3} so that
-  no line-retrieval example can be answered by copying its only number.
+  no line-retrieval example can be answered by copying its only number; None: each task's own.
+
+  `weights` None weighs the evaluated tasks (`TASKS`) equally. gin builds it for
+  `jobs.TrainJob.mix` (gin/runs/train_retrieval.gin: MIX, LENGTH_POWER, MIN_UNITS); there
+  `max_length` None is the job's input length (L_TR).
   """
 
-  weights: Mapping[str, float]
-  max_length: int = 256
+  weights: Mapping[str, float] | None = None
+  max_length: int | None = None
   min_length: int = 0
   length_power: float = 1.0
-  min_units: Mapping[str, int] = dataclasses.field(default_factory=dict)
+  min_units: Mapping[str, int] | None = None
 
   def probabilities(self) -> np.ndarray:
-    w = np.array([float(self.weights.get(t, 0.0)) for t in TRAIN_TASKS])
-    unknown = set(self.weights) - set(TRAIN_TASKS)
+    weights = self.task_weights
+    w = np.array([float(weights.get(t, 0.0)) for t in TRAIN_TASKS])
+    unknown = set(weights) - set(TRAIN_TASKS)
     if unknown or (w < 0).any() or w.sum() <= 0:
-      raise ValueError(f'bad mixture weights {dict(self.weights)}; tasks are {TRAIN_TASKS}.')
+      raise ValueError(f'bad mixture weights {dict(weights)}; tasks are {TRAIN_TASKS}.')
     return w / w.sum()
 
+  @property
+  def task_weights(self) -> Mapping[str, float]:
+    """`weights`, or 1 for each of `TASKS`."""
+    return dict.fromkeys(TASKS, 1.0) if self.weights is None else self.weights
+
+  @property
+  def task_min_units(self) -> Mapping[str, int]:
+    return self.min_units or {}
+
   def __post_init__(self):
-    for task, units in self.min_units.items():
+    for task, units in self.task_min_units.items():
       if task not in TRAIN_TASKS:
         raise ValueError(f'min_units names unknown task {task!r}; tasks are {TRAIN_TASKS}.')
       if isinstance(units, bool) or not isinstance(units, int) or units < 1:
@@ -280,8 +294,10 @@ def train_example(vocab: vocabularies.Vocabulary, mix: Mix, seed: int, index: in
   `Mix`)."""
   rng = data.rng_for(seed, index)
   task = TRAIN_TASKS[int(rng.choice(len(TRAIN_TASKS), p=mix.probabilities()))]
+  if mix.max_length is None:
+    raise ValueError('train_data.Mix.max_length is None: give the input budget (L_TR).')
   d = draft(task, rng, mix.max_length)
-  d = dataclasses.replace(d, min_units=max(d.min_units, mix.min_units.get(task, 0)))
+  d = dataclasses.replace(d, min_units=max(d.min_units, mix.task_min_units.get(task, 0)))
   smallest = len(_tokenize(vocab, d.build(d.min_units)[0]))
   low = max(mix.min_length, smallest)
   if low > mix.max_length:

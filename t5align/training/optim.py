@@ -20,11 +20,14 @@ class OptimizerConfig:
   gradient norm at `clip_norm`; Adafactor is T5's (factored second moments, updates scaled by each
   parameter's RMS, update clipping at 1.0). Hashable, so the jitted `train_step` takes it as a
   static argument and reuses compilations.
+
+  gin builds it for `jobs.TrainJob.optimizer` (gin/runs/*.gin: LEARNING_RATE, WARMUP_STEPS,
+  OPTIMIZER, SCHEDULE); there `total_steps` None is the job's NUM_STEPS.
   """
 
-  learning_rate: float
-  total_steps: int
-  warmup_steps: int
+  learning_rate: float = 1e-3
+  total_steps: int | None = None
+  warmup_steps: int = 100
   weight_decay: float = 0.0
   clip_norm: float = 1.0
   name: str = 'adamw'
@@ -32,6 +35,9 @@ class OptimizerConfig:
   decay_fraction: float = 0.2
 
   def learning_rate_schedule(self) -> optax.Schedule:
+    if self.total_steps is None:
+      raise ValueError('training.OptimizerConfig.total_steps is None: give the steps the '
+                       'schedule spans (NUM_STEPS).')
     peak, end = self.learning_rate, 0.1 * self.learning_rate
     total = max(self.total_steps, self.warmup_steps + 1)
     if self.schedule == 'cosine':
