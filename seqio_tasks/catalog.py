@@ -191,13 +191,17 @@ def _specs() -> list[TaskSpec]:
                      options()['lm_examples'], tok.encode,
                      continuation=options()['lm_continuation'], eos_id=tok.eos_id),
                  tokenized=True))
-  for n in zeroscrolls.LENGTHS:
-    for task in zeroscrolls.TASKS:
-      add(TaskSpec(f'zeroscrolls_{task}_{n}', zeroscrolls.FAMILIES[task], 'zeroscrolls', str(n),
-                   zeroscrolls.COLUMNS[task], zeroscrolls.MAX_DECODE_LENGTH,
-                   lambda tok, split, task=task, n=n: zeroscrolls.examples(
-                       task, split, n, tok.encode, tok.eos_id),
-                   tokenized=True, splits=zeroscrolls.SPLITS))
+  # The suites read from files with splits, each example built by `suite.examples(task, split,
+  # L, encode, eos_id)`.
+  for table, suite, splits in (('zeroscrolls', zeroscrolls, zeroscrolls.SPLITS),
+                               ('scrolls', scrolls, scrolls.EVAL_SPLITS)):
+    for n in suite.LENGTHS:
+      for task in suite.TASKS:
+        add(TaskSpec(f'{table}_{task}_{n}', suite.FAMILIES[task], table, str(n),
+                     suite.COLUMNS[task], suite.MAX_DECODE_LENGTH,
+                     lambda tok, split, suite=suite, task=task, n=n: suite.examples(
+                         task, split, n, tok.encode, tok.eos_id),
+                     tokenized=True, splits=splits))
   for n in ruler.LENGTHS:
     for task in ruler.TASKS:
       add(TaskSpec(f'ruler_{task}_{n}', ruler.FAMILIES[task], 'ruler', str(n), task,
@@ -206,13 +210,6 @@ def _specs() -> list[TaskSpec]:
                        task, n, tok.encode, seed=options()['seed'],
                        num_samples=options()['ruler_examples'], budget=options()['ruler_budget'],
                        files=options())))
-  for n in scrolls.LENGTHS:
-    for config in scrolls.TASKS:
-      add(TaskSpec(f'scrolls_{config}_{n}', scrolls.FAMILIES[config], 'scrolls', str(n),
-                   scrolls.COLUMNS[config], scrolls.MAX_DECODE_LENGTH,
-                   lambda tok, split, config=config, n=n: scrolls.examples(
-                       config, split, n, tok.encode, tok.eos_id),
-                   tokenized=True, splits=scrolls.EVAL_SPLITS))
   return specs
 
 
@@ -233,13 +230,12 @@ def _mixtures() -> dict[str, tuple[str, ...]]:
   }
   for n in KV_KEYS:
     out[f'kv_{n}keys'] = [t for t in names if t.startswith(f'{PREFIX}kv_{n}keys_')]
-  for n in zeroscrolls.LENGTHS:
-    out[f'zeroscrolls_{n}'] = [f'{PREFIX}zeroscrolls_{task}_{n}' for task in zeroscrolls.TASKS]
+  for table, suite in (('zeroscrolls', zeroscrolls), ('scrolls', scrolls)):
+    for n in suite.LENGTHS:
+      out[f'{table}_{n}'] = [f'{PREFIX}{table}_{task}_{n}' for task in suite.TASKS]
   for n in ruler.LENGTHS:
     out[f'ruler_{n}'] = [f'{PREFIX}ruler_{task}_{n}' for task in ruler.TASKS]
     out[f'ruler_offline_{n}'] = [f'{PREFIX}ruler_{task}_{n}' for task in ruler.OFFLINE_TASKS]
-  for n in scrolls.LENGTHS:
-    out[f'scrolls_{n}'] = [f'{PREFIX}scrolls_{config}_{n}' for config in scrolls.TASKS]
   for variant in ('mdqa', 'mdqa_oracle'):
     for n in qa.GOLD_POSITIONS:
       out[f'{variant}_{n}docs'] = [t for t in names if t.startswith(f'{PREFIX}{variant}_{n}docs_')]

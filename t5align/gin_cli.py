@@ -15,6 +15,8 @@ from absl import flags
 from absl import logging
 import gin
 
+from t5align import run_identity
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -298,7 +300,6 @@ def register_job(cls: type) -> type:
   the arguments given. At import, config locked or not, so every name gin reaches the class by
   finds this registration; the job's old selector (`run_identity.OLD_GIN_SELECTORS`) stays a
   second name of the same registration until the next release (`warn_old_names`)."""
-  from t5align import run_identity  # pylint: disable=g-import-not-at-top
   with gin.unlock_config():
     gin.external_configurable(cls, module='t5align.jobs')
   registry = gin.config._REGISTRY  # pylint: disable=protected-access  (no public alias API)
@@ -308,17 +309,12 @@ def register_job(cls: type) -> type:
   return cls
 
 
-# The jobs' old names, kept until the next release: {module: (its attribute, the gin selector
-# the run files bound, the job)}.
-_ALIASES = {'t5align.eval': ('evaluate', 't5align_eval.evaluate', 'EvalJob'),
-            't5align.calibrate': ('run', 'calibrate.run', 'CalibrationJob'),
-            't5align.train': ('train', 'train.train', 'TrainJob')}
 _WARNED: set[str] = set()
 
 
 def _warn_old_name(module: str) -> None:
   """Warns once per process (FutureWarning) that a job's old name is in use."""
-  attribute, bound_as, job = _ALIASES[module]
+  attribute, bound_as, job = run_identity.OLD_JOB_NAMES[module]
   if job in _WARNED:
     return
   _WARNED.add(job)
@@ -333,7 +329,7 @@ def deprecated_alias(module: str, name: str) -> str:
   'EvalJob', read by a command module's `__getattr__`, as gin's dynamic registration reads
   `t5align_eval.evaluate`), warning once per process that the name is an alias that goes in the
   next release. The command module imports the job: the commands stand above the jobs."""
-  attribute, _, job = _ALIASES[module]
+  attribute, _, job = run_identity.OLD_JOB_NAMES[module]
   if name != attribute:
     raise AttributeError(f'module {module!r} has no attribute {name!r}')
   _warn_old_name(module)
@@ -347,7 +343,8 @@ _BOUND_SELECTOR = re.compile(r'^\s*(?:[\w.]+/)*([A-Za-z_][\w.]*)(?:\.\w+\s*=|\s*
 def warn_old_names(texts: Sequence[str]) -> None:
   """Warns (`deprecated_alias`) for each job a gin text binds under its old selector, written
   whole (`calibrate.run.grid`) or shortened as gin allows (`run.grid`)."""
-  old_selectors = {f't5align.{bound}': module for module, (_, bound, _) in _ALIASES.items()}
+  old_selectors = {f't5align.{bound}': module
+                   for module, (_, bound, _) in run_identity.OLD_JOB_NAMES.items()}
   for text in texts:
     text = re.sub(r'#.*', '', text)
     for selector in _BOUND_SELECTOR.findall(text):

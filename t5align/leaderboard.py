@@ -122,11 +122,6 @@ def task_sources(paths: Sequence[str], length: int | None = None) -> dict[str, S
   return out
 
 
-def task_folders(folders: Sequence[str], length: int | None = None) -> dict[str, str]:
-  """{ZeroSCROLLS task: its folder} (`task_sources`'s folder of each task)."""
-  return {task: source.folder for task, source in task_sources(folders, length).items()}
-
-
 def _unfinished(message: str, allow_incomplete: bool) -> None:
   if not allow_incomplete:
     raise ValueError(message)

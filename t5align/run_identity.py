@@ -23,6 +23,7 @@ resolved, the place the run reads it from, recorded beside the path as given (bo
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -259,6 +260,14 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
   return json.loads(json.dumps(out, sort_keys=True))
 
 
+def set_fields(settings: Any, names: Iterable[str]) -> dict[str, Any]:
+  """The fields `names` of the dataclass `settings` that are not their declared defaults: what
+  a run records of settings that could not be set when runs were first recorded, so that those
+  records still match (`make` turns tuples into lists)."""
+  defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+  return {n: getattr(settings, n) for n in names if getattr(settings, n) != defaults[n]}
+
+
 def matmul_precision() -> str | None:
   """jax's `jax_default_matmul_precision`: the one opt-out of float32 dots at full precision
   (attention/reference.py `dot_precision`); None when unset or jax is not loaded."""
@@ -291,11 +300,15 @@ def _checkpoint_note(before: Mapping[str, Any], now: Mapping[str, Any],
           f'{where(now)} now, {where(before)} then.')
 
 
+# The jobs' old names, kept until the next release (`gin_cli.deprecated_alias`): {command
+# module: (its attribute, the gin selector the run files bound, the job in t5align.jobs)}.
+OLD_JOB_NAMES = {'t5align.eval': ('evaluate', 't5align_eval.evaluate', 'EvalJob'),
+                 't5align.calibrate': ('run', 'calibrate.run', 'CalibrationJob'),
+                 't5align.train': ('train', 'train.train', 'TrainJob')}
 # The selectors the jobs' gin bindings were recorded under before they were registered under
 # their own names (2026-11-28): an identity recorded then compares under the new ones.
-OLD_GIN_SELECTORS = {'t5align.t5align_eval.evaluate': 't5align.jobs.EvalJob',
-                     't5align.calibrate.run': 't5align.jobs.CalibrationJob',
-                     't5align.train.train': 't5align.jobs.TrainJob'}
+OLD_GIN_SELECTORS = {f't5align.{bound}': f't5align.jobs.{job}'
+                     for _, bound, job in OLD_JOB_NAMES.values()}
 
 
 def current_gin_names(config: Any) -> Any:

@@ -75,6 +75,18 @@ def pytest_collection_modifyitems(items):
       item._id = nodeid.NodeId.parse(grouped)  # pylint: disable=protected-access
 
 
+def run_eval(*args: str):
+  """`python -m t5align.eval ARGS` in this process (its `main`), gin's configuration cleared
+  before and after."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    return t5align_eval.main(list(args))
+  finally:
+    gin.clear_config()
+
+
 @pytest.fixture
 def clean_gin():
   """gin's config cleared before the test and after it; yields the gin module. Not autouse: a

@@ -27,6 +27,8 @@ import time
 import numpy as np
 import pytest
 
+import conftest
+
 from t5align import checkpoints
 from t5align import run_identity
 from t5align import schedule
@@ -151,16 +153,6 @@ def _eval_args(out: pathlib.Path, checkpoint: str) -> list[str]:
           '--gin.MAX_DECODE_LENGTH=4', '--gin.MODEL_NAME=m']
 
 
-def _run_eval(*args: str):
-  import gin  # pylint: disable=g-import-not-at-top
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  try:
-    return t5align_eval.main(list(args))
-  finally:
-    gin.clear_config()
-
-
 @pytest.mark.cli
 @pytest.mark.tensorflow
 def test_eval_through_a_repointed_link_uses_one_checkpoint_and_a_resume_is_refused(
@@ -179,13 +171,13 @@ def test_eval_through_a_repointed_link_uses_one_checkpoint_and_a_resume_is_refus
 
   # The reference: the same eval of checkpoint_8 and of checkpoint_12, by their own paths.
   for name, path in (('ref8', eight), ('ref12', twelve)):
-    _run_eval(*_eval_args(tmp_path / name, path))
+    conftest.run_eval(*_eval_args(tmp_path / name, path))
   reference = {n: (tmp_path / n / TASK / 'predictions.jsonl').read_bytes()
                for n in ('ref8', 'ref12')}
   assert reference['ref8'] != reference['ref12']  # The two models' records differ.
   with monkeypatch.context() as m:
     m.setattr(run_identity, 'checkpoint_fingerprint', fingerprint_then_repoint)
-    _run_eval(*_eval_args(tmp_path / 'out', str(link)))
+    conftest.run_eval(*_eval_args(tmp_path / 'out', str(link)))
   folder = tmp_path / 'out' / TASK
   assert (folder / 'predictions.jsonl').read_bytes() == reference['ref8']
   recorded = json.loads((folder / 'run.json').read_text())
@@ -199,7 +191,7 @@ def test_eval_through_a_repointed_link_uses_one_checkpoint_and_a_resume_is_refus
                            rf'CHECKPOINT_PATH reads another checkpoint than the one these '
                            rf'results were made from: {link} -> {twelve} now, {link} -> '
                            rf'{os.path.realpath(eight)} then\.'):
-    _run_eval(*_eval_args(tmp_path / 'out', str(link)))
+    conftest.run_eval(*_eval_args(tmp_path / 'out', str(link)))
   assert (folder / 'predictions.jsonl').read_bytes() == reference['ref8']
 
 

@@ -24,6 +24,8 @@ import gin
 import numpy as np
 import pytest
 
+import conftest
+
 from t5align import calibration
 from t5align import checkpoints
 from t5align.evaluation import temperature as temperature_lib
@@ -88,15 +90,6 @@ def _eval_args(out: pathlib.Path, checkpoint: pathlib.Path, *extra: str,
           '--gin.BATCH_SIZE=2', '--gin.MAX_DECODE_LENGTH=4', *extra]
 
 
-def _run_eval(*args: str):
-  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  try:
-    return t5align_eval.main(list(args))
-  finally:
-    gin.clear_config()
-
-
 # Its tests share one xdist worker: it runs once (~15 s), and they rerun into it in order.
 @pytest.fixture(scope='module')
 def finished_eval(tmp_path_factory):
@@ -107,7 +100,7 @@ def finished_eval(tmp_path_factory):
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv('T5ALIGN_VOCABULARY', str(VOCAB))
     mp.chdir(REPO_ROOT)
-    _run_eval(*_eval_args(root / 'out', checkpoint))
+    conftest.run_eval(*_eval_args(root / 'out', checkpoint))
   folder = root / 'out' / TASK
   assert sorted(p.name for p in folder.iterdir()) == ['metrics.json', 'predictions.jsonl',
                                                       'run.json']
@@ -132,7 +125,7 @@ def test_1_vocabulary_larger_than_the_embedding_is_refused_before_work(tmp_path,
   monkeypatch.setenv('T5ALIGN_VOCABULARY', big)
   with pytest.raises(ValueError, match=rf'vocabulary {big} \(task {TASK}\) has 3000 pieces but '
                                        rf'checkpoint {CKPT} embeds 1024 ids: ids 1024\.\.2999'):
-    _run_eval(*_eval_args(tmp_path / 'out', CKPT))
+    conftest.run_eval(*_eval_args(tmp_path / 'out', CKPT))
   assert not (tmp_path / 'out' / TASK / 'predictions.jsonl').exists()
   # Ids out of range are refused wherever tokens meet the model.
   with pytest.raises(ValueError, match=r"inputs: token ids \[1024\] are outside the model's "
@@ -169,7 +162,7 @@ def test_2_a_replaced_checkpoint_at_the_same_path_is_another_run(finished_eval, 
                        match=r'holds results of a different run; differing fields \(before -> '
                              r"now\): checkpoint\.bytes: .*checkpoint\.sha256: '[0-9a-f]{64}' -> "
                              r"'[0-9a-f]{64}'\. Use another output folder"):
-      _run_eval(*_eval_args(out, checkpoint))
+      conftest.run_eval(*_eval_args(out, checkpoint))
   finally:
     shutil.rmtree(checkpoint)
     moved.rename(checkpoint)
@@ -177,7 +170,7 @@ def test_2_a_replaced_checkpoint_at_the_same_path_is_another_run(finished_eval, 
   copy = tmp_path / 'elsewhere' / 'checkpoint_5000'
   shutil.copytree(checkpoint, copy)
   before = (out / TASK / 'predictions.jsonl').read_bytes()
-  _run_eval(*_eval_args(out, copy))
+  conftest.run_eval(*_eval_args(out, copy))
   assert (out / TASK / 'predictions.jsonl').read_bytes() == before
 
 
@@ -190,7 +183,7 @@ def test_3_another_vocabulary_file_is_another_run(finished_eval, tmp_path, clean
   monkeypatch.setenv('T5ALIGN_VOCABULARY', _vocabulary(tmp_path / 'other.model', rescore=True))
   with pytest.raises(run_identity.RunMismatchError,
                      match=r'differing fields \(before -> now\): .*vocabulary\.sha256'):
-    _run_eval(*_eval_args(out, checkpoint))
+    conftest.run_eval(*_eval_args(out, checkpoint))
 
 
 @pytest.mark.cli
@@ -202,7 +195,7 @@ def test_4_another_task_seed_is_another_run(finished_eval, clean_gin, monkeypatc
   with pytest.raises(run_identity.RunMismatchError,
                      match=r"gin\.seqio_tasks\.options\.seed: null -> '7'.*"
                            r'task_options\.seed: 0 -> 7'):
-    _run_eval(*_eval_args(out, checkpoint, '--gin_bindings=seqio_tasks.options.seed = 7'))
+    conftest.run_eval(*_eval_args(out, checkpoint, '--gin_bindings=seqio_tasks.options.seed = 7'))
 
 
 @pytest.mark.tensorflow
@@ -223,7 +216,7 @@ def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_g
   monkeypatch.setattr(eval_job.run_identity, 'check_same_processes', capture)
   for tau in ('1.0', '0.5'):
     with pytest.raises(Stop):
-      _run_eval(*_eval_args(pathlib.Path('/tmp/unused'), CKPT, f'--gin.TEMPERATURE={tau}'))
+      conftest.run_eval(*_eval_args(pathlib.Path('/tmp/unused'), CKPT, f'--gin.TEMPERATURE={tau}'))
   monkeypatch.undo()
   monkeypatch.setattr(multihost.jax, 'process_count', lambda: 2)
   monkeypatch.setattr(multihost, 'gather_json', lambda values: values + [seen[1]])
@@ -265,7 +258,7 @@ def test_7_records_without_run_json_are_refused_and_metrics_state_the_records_ta
   try:
     with pytest.raises(run_identity.RunMismatchError,
                        match=rf'{folder} holds results but no record of the run that made them'):
-      _run_eval(*_eval_args(out, checkpoint, '--gin.TEMPERATURE=0.5'))
+      conftest.run_eval(*_eval_args(out, checkpoint, '--gin.TEMPERATURE=0.5'))
     # A run.json edited to say 0.5: metrics come from the records, which say 1.0.
     edited = json.loads(run_json)
     edited['temperature'], edited['label'] = 0.5, 'tau = 0.5'
@@ -273,7 +266,7 @@ def test_7_records_without_run_json_are_refused_and_metrics_state_the_records_ta
     (folder / 'run.json').write_text(json.dumps(edited))
     with pytest.raises(ValueError, match=r'records were made at temperatures \[\(1\.0,\)\], not '
                                          r"this run's 0\.5"):
-      _run_eval(*_eval_args(out, checkpoint, '--gin.TEMPERATURE=0.5'))
+      conftest.run_eval(*_eval_args(out, checkpoint, '--gin.TEMPERATURE=0.5'))
   finally:
     (folder / 'run.json').write_text(run_json)
   assert json.loads((folder / 'metrics.json').read_text())['temperature'] == 1.0

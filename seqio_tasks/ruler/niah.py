@@ -143,18 +143,11 @@ def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
     text, answers, length = search.sample(niah.draw, tokenizer, size=size, incremental=step,
                                           max_seq_length=max_seq_length, reserve=reserve,
                                           task=task, unit=unit)
-    cut = text.rfind(marker)
-    text, answer_prefix = text[:cut], text[cut:]
+    record = search.record(0, text, answers, length, marker)
     # Upstream reuses the name `index` for the first answer's character offset, so the record's
-    # 'index' is that offset, not the sample's number.
-    offset = text.find(answers[0])
-    records.append({
-        'index': offset,
-        'input': text,
-        'outputs': answers,
-        'length': length,
-        'length_w_model_temp': length,
-        'answer_prefix': answer_prefix,
-        'token_position_answer': len(tokenizer.text_to_tokens(text[:offset])),
-    })
+    # 'index' is that offset, not the sample's number; niah.py adds the answer's token position.
+    offset = record['input'].find(answers[0])
+    record['index'] = offset
+    record['token_position_answer'] = len(tokenizer.text_to_tokens(record['input'][:offset]))
+    records.append(record)
   return records

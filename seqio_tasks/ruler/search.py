@@ -118,8 +118,9 @@ def sample(draw: Draw, tokenizer: Tokenizer, *, size: int, incremental: int, max
 
 
 def record(index: int, text: str, outputs: list[str], length: int, marker: str) -> dict[str, Any]:
-  """One record as upstream's scripts (all but niah.py) write it: the prompt cut before its
-  last `marker` (the answer prefix's start) into 'input' and 'answer_prefix'."""
+  """One record as upstream's scripts write it: the prompt cut before its last `marker` (the
+  answer prefix's start) into 'input' and 'answer_prefix' (niah.py's then sets 'index' and adds
+  'token_position_answer')."""
   cut = text.rfind(marker)
   return {'index': index, 'input': text[:cut], 'outputs': outputs, 'length': length,
           'length_w_model_temp': length, 'answer_prefix': text[cut:]}

@@ -127,7 +127,6 @@ def find_file(what: str, settings: Mapping[str, str | None]) -> pathlib.Path:
     FileNotFoundError: a file named by a setting or variable that does not exist, or none at
       the default places; naming the setting, the variable, the places and what to download.
   """
-  from seqio_tasks import data  # pylint: disable=g-import-not-at-top
   option, env, places, get = FILES[what]
   how = f'the gin binding seqio_tasks.options.{option} or ${env}'
   given = settings.get(option) or os.environ.get(env)

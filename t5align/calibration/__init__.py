@@ -19,6 +19,7 @@ from t5align.calibration.build import build_schedule
 from t5align.calibration.build import calibrate_tasks
 from t5align.calibration.build import calibration_key
 from t5align.calibration.build import CalibrationLog
+from t5align.calibration.build import remove_log
 from t5align.calibration.build import resumed_calibrations
 from t5align.calibration.closed_form import clamp_tau
 from t5align.calibration.closed_form import closed_form_tau
@@ -68,7 +69,8 @@ __all__ = [
     'closed_form_tau', 'cut_at_boundary', 'cut_to_length', 'encoder_attention_stats', 'grid_search',
     'grid_steps', 'layer0_sorted_logits', 'length_groups', 'log_length_tau', 'LogitSummary', 'Memo',
     'PAPER_GRID', 'parse_strategy', 'prop1_tau', 'prop2_tau', 'reference_pmax',
-    'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'SearchSettings', 'STATISTICS',
+    'remove_log', 'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'SearchSettings',
+    'STATISTICS',
     'STRATEGIES',
     'summarize_logit_vector', 'T5_EOS_ID', 'Tau',
     'formula_tau', 'FORMULAS', 'infoscale_tau', 'llama4_length_tau', 'yarn_mscale_tau',

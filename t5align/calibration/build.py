@@ -226,10 +226,15 @@ class CalibrationLog:
 
   def remove(self) -> None:
     """Deletes the log (the run's schedule is written)."""
-    if fileio.is_remote(self.path):
-      fileio.write_atomic(self.path, b'')  # Object stores: an empty log holds nothing.
-    elif os.path.exists(self.path):
-      os.remove(self.path)
+    remove_log(self.path)
+
+
+def remove_log(path: str) -> None:
+  """Deletes a calibration log (on an object store, empties it: an empty log holds nothing)."""
+  if fileio.is_remote(path):
+    fileio.write_atomic(path, b'')
+  elif os.path.exists(path):
+    os.remove(path)
 
 
 def resumed_calibrations(done: Mapping[str, Mapping[str, Any]], source: str

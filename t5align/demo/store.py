@@ -146,8 +146,5 @@ def calibration_progress(path: str, identity: Mapping[str, Any], log: Callable[[
   except run_identity.RunMismatchError as e:
     fields = ', '.join(e.fields) or 'no run identity recorded'
     log(f'calibration progress {path} is of another calibration ({fields}); calibrating anew.')
-  if fileio.is_remote(path):
-    fileio.write_atomic(path, b'')  # As `CalibrationLog.remove`: an empty log holds nothing.
-  else:
-    os.remove(path)
+  calibration.remove_log(path)
   return calibration.CalibrationLog(path, identity)

@@ -554,12 +554,6 @@ def suite_table(table: str, results: Sequence[Mapping[str, Any]],
   return text
 
 
-def zeroscrolls_table(results: Sequence[Mapping[str, Any]],
-                      published: Mapping[str, Any] | None = None) -> str:
-  """The ZeroSCROLLS table (`suite_table`): the 10 tasks' scores, then Avg."""
-  return suite_table('zeroscrolls', results, published)
-
-
 # ---------------------------------------------------------------------------------------------
 # RULER.
 
@@ -651,9 +645,3 @@ SUITES['scrolls'] = SuiteLayout(
     'SCROLLS', SCROLLS_COLUMNS, parts=dict.fromkeys(SCROLLS_COLUMNS[:3], _ROUGE_PARTS),
     published_parts={**dict.fromkeys(SCROLLS_COLUMNS[:3], 3), 'QALT': 2}, average_first=True,
     unscored=" (the test split's gold is private: SCROLLS' leaderboard scores its predictions)")
-
-
-def scrolls_table(results: Sequence[Mapping[str, Any]],
-                  published: Mapping[str, Any] | None = None) -> str:
-  """The SCROLLS table (`suite_table`): Avg, then the 7 tasks as its leaderboard shows them."""
-  return suite_table('scrolls', results, published)

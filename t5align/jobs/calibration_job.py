@@ -136,12 +136,8 @@ class CalibrationJob:
       'tau_batch_size': ('search', 'tau_batch_size'), 'grid': ('search', 'grid'),
       'tol': ('search', 'tol')}
 
-  def __post_init__(self, checkpoint_path, params_dtype, check_finite, batch_size,
-                    tau_batch_size, grid, tol):
-    common.move_settings(self, {
-        'checkpoint_path': checkpoint_path, 'params_dtype': params_dtype,
-        'check_finite': check_finite, 'batch_size': batch_size,
-        'tau_batch_size': tau_batch_size, 'grid': grid, 'tol': tol})
+  def __post_init__(self, *old):
+    common.move_settings(self, old)
 
   @property
   def activation_dtype(self) -> str:
@@ -251,11 +247,8 @@ class CalibrationJob:
             self.config or network.T5Config).attention_impl,
         'per_task': bool(self.per_task), 'reference_tasks': self.reference_tasks,
         'grid': list(search.grid), 'tol': search.tol, 'mesh_shape': self.mesh_shape,
-        # Settable since the search settings are gin's: recorded only when not the default,
-        # so a calibration log of before reads as the same run.
-        **{k: list(v) if isinstance(v, tuple) else v
-           for k, v in (('bracket', search.bracket), ('points', search.points))
-           if v != getattr(_SEARCH_DEFAULTS, k)}})
+        # Settable since the search settings are gin's.
+        **run_identity.set_fields(search, ('bracket', 'points'))})
 
   def run(self) -> schedule_lib.TemperatureSchedule:
     """Calibrates and writes OUTPUT_PATH (and ANALYSIS_DIR); returns the schedule."""
@@ -392,7 +385,6 @@ class CalibrationJob:
 
 
 gin_cli.register_job(CalibrationJob)
-_SEARCH_DEFAULTS = calibration.SearchSettings()
 
 
 def progress_path(output_path: str) -> str:

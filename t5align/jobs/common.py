@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Sequence
 import warnings
 
 import jax
@@ -143,21 +144,33 @@ def _warn_moved(job: Any, old: str) -> None:
       stacklevel=4)
 
 
-def move_settings(job: Any, given: Mapping[str, Any]) -> None:
-  """Puts each keyword of `given` that names a setting's old place (a job's flat field of
-  before, e.g. `jobs.CalibrationJob.grid`) where the setting lives now (`job.MOVED`: old name ->
-  (field, attribute), e.g. ('search', 'grid')), warning once per process per name
-  (FutureWarning: the old keywords go in the next release). A field still None gets its
-  defaults first (`job.SETTINGS`: field -> (what makes them, the class's gin name)); a settings
-  field holding anything but its class is refused (TypeError naming both). For the
-  `__post_init__` of a frozen job."""
-  for old, value in given.items():
+def move_settings(job: Any, old: Sequence[Any], **renamed: Any) -> None:
+  """Puts each keyword that names a setting's old place (a job's flat field of before, e.g.
+  `jobs.CalibrationJob.grid`) where the setting lives now (`job.MOVED`: old name -> (field,
+  attribute), e.g. ('search', 'grid')), warning once per process per name (FutureWarning: the
+  old keywords go in the next release). For the `__post_init__(self, *old)` of a frozen job.
+
+  Args:
+    job: the job.
+    old: its `dataclasses.InitVar`s' values (default `UNSET`: not given), in declaration order.
+    renamed: fields of before that kept their name, their old value (TrainJob's `optimizer` as
+      a name, `mix` as weights).
+
+  A field still None gets its defaults first (`job.SETTINGS`: field -> (what makes them, the
+  class's gin name)), unless the value is None too (`initial_checkpoint_path=None`: none, as
+  before); a settings field holding anything but its class is refused (TypeError naming both).
+  """
+  names = [n for n, p in inspect.signature(type(job)).parameters.items() if p.default is UNSET]
+  for name, value in [*renamed.items(), *zip(names, old, strict=True)]:
     if value is UNSET:
       continue
-    field, attribute = job.MOVED[old]
-    _warn_moved(job, old)
+    field, attribute = job.MOVED[name]
+    _warn_moved(job, name)
     current = getattr(job, field)
-    current = job.SETTINGS[field][0]() if current is None else current
+    if current is None:
+      if value is None:
+        continue
+      current = job.SETTINGS[field][0]()
     object.__setattr__(job, field, dataclasses.replace(current, **{attribute: value}))
   for field, (make, gin_name) in job.SETTINGS.items():
     value = getattr(job, field)

@@ -109,9 +109,8 @@ class EvalJob:
       'checkpoint_path': ('checkpoint', 'path'), 'params_dtype': ('checkpoint', 'params_dtype'),
       'check_finite': ('checkpoint', 'check_finite')}
 
-  def __post_init__(self, checkpoint_path, params_dtype, check_finite):
-    common.move_settings(self, {'checkpoint_path': checkpoint_path, 'params_dtype': params_dtype,
-                                'check_finite': check_finite})
+  def __post_init__(self, *old):
+    common.move_settings(self, old)
 
   @property
   def row_label(self) -> str | None:

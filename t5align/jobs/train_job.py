@@ -177,22 +177,15 @@ class TrainJob:
       'length_power': ('mix', 'length_power'), 'min_units': ('mix', 'min_units'),
       'initial_checkpoint_path': ('initial_checkpoint', 'path')}
 
-  def __post_init__(self, learning_rate, warmup_steps, weight_decay, schedule, length_power,
-                    min_units, initial_checkpoint_path):
-    given = {}
+  def __post_init__(self, *old):
+    renamed = {}
     # The fields of before with today's names: a name for `optimizer`, weights for `mix`.
-    for field, old in (('optimizer', str), ('mix', (Mapping, type(None)))):
+    for field, kind in (('optimizer', str), ('mix', (Mapping, type(None)))):
       value = getattr(self, field)
-      if isinstance(value, old) and not isinstance(value, (training.OptimizerConfig,
-                                                           train_data.Mix)):
-        object.__setattr__(self, field, None)
-        given[field] = value
-    common.move_settings(self, {
-        **given, 'learning_rate': learning_rate, 'warmup_steps': warmup_steps,
-        'weight_decay': weight_decay, 'schedule': schedule, 'length_power': length_power,
-        'min_units': min_units, 'initial_checkpoint_path': initial_checkpoint_path})
-    if initial_checkpoint_path is None:  # The old keyword's None: no initial checkpoint.
-      object.__setattr__(self, 'initial_checkpoint', None)
+      if isinstance(value, kind):
+        object.__setattr__(self, field, self.SETTINGS[field][0]())
+        renamed[field] = value
+    common.move_settings(self, old, **renamed)
 
   @property
   def finetuning(self) -> bool:
@@ -265,10 +258,8 @@ class TrainJob:
         'input_length': self.input_length, 'target_length': self.target_length,
         'vocab_size': self.vocab_size,
         'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)},
-        **{k: v for k, v, default in (
-            ('clip_norm', opt.clip_norm, _OPTIMIZER_DEFAULTS.clip_norm),
-            ('decay_fraction', opt.decay_fraction, _OPTIMIZER_DEFAULTS.decay_fraction),
-            ('min_length', mix.min_length, _MIX_DEFAULTS.min_length)) if v != default}}
+        **run_identity.set_fields(opt, ('clip_norm', 'decay_fraction')),
+        **run_identity.set_fields(mix, ('min_length',))}
 
   def identity(self, vocab_path: str | None = None, vocabulary: Any = None) -> dict[str, Any]:
     """run.json: the settings, and the vocabulary's content once `vocab_path` exists.
@@ -464,5 +455,3 @@ class TrainJob:
 
 
 gin_cli.register_job(TrainJob)
-_OPTIMIZER_DEFAULTS = training.OptimizerConfig()
-_MIX_DEFAULTS = train_data.Mix()
