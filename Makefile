@@ -15,9 +15,10 @@
 #                   too, so `make test` fails where this does
 #   make test-newest-jax
 #                   .venv-newest-jax: Python 3.12 (what Colab and a GPU image run) with the newest
-#                   jax/jaxlib the package index serves, then the tests marked newest_jax (the
-#                   model, attention, calibration, checkpoints and schedules; .ci/run runs it);
-#                   those that need torch or TensorFlow skip there
+#                   jax/jaxlib the package index serves and the lm_eval extra, then the tests
+#                   marked newest_jax (the model, attention, calibration, checkpoints, schedules
+#                   and the lm-eval model; .ci/run runs it); those that need torch or TensorFlow
+#                   skip there
 PYTHON ?= python3
 VENV := .venv
 DEMO_VENV := .venv-demo
@@ -53,7 +54,7 @@ $(NEWEST_VENV)/.installed: setup.cfg
 	  'or under pyenv); set PYTHON312=/path/to/python3.12' >&2; exit 1; }
 	$(PYTHON312) -m venv $(NEWEST_VENV)
 	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade pip
-	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade -e . jax jaxlib 'jax[tpu]' \
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade -e '.[lm_eval]' jax jaxlib 'jax[tpu]' \
 	  'pytest>=8' 'pytest-xdist>=3.5'
 	touch $@
 

@@ -213,7 +213,29 @@ def cpu_decode_table(doc: dict) -> str:
                 for r in rows])
 
 
-def cpu_page(doc: dict) -> str:
+LM_EVAL_KINDS = {'mc': '4-way multiple choice', 'gen': 'generation, at most 16 tokens'}
+
+
+def lm_eval_table(doc: dict) -> str:
+  """lm_eval_bench's rows: per task and length, each backend's requests per second (seconds
+  inside its request methods), t5align's speedup, whether both answered alike, and the programs
+  t5align compiled."""
+  rows = doc['rows']
+  out = []
+  for ours in (r for r in rows if r['impl'] == 't5align'):
+    hf = next(r for r in rows if r['impl'] == 'hf' and r['kind'] == ours['kind']
+              and r['length'] == ours['length'])
+    out.append([LM_EVAL_KINDS[ours['kind']], kilo(ours['length']), ours['requests'],
+                f"{ours['requests_per_s']:.3g} ({seconds(ours['seconds'])} s; first call "
+                f"{seconds(ours['first_s'])} s)",
+                f"{hf['requests_per_s']:.3g} ({seconds(hf['seconds'])} s)",
+                f"{ours['speedup']:.3g}x", 'yes' if ours['same_responses_as_hf'] else 'no',
+                ours['programs']])
+  return table(['task', 'context', 'requests', 't5align: requests/s (seconds)',
+                'hf: requests/s (seconds)', 't5align / hf', 'same answers', 'programs'], out)
+
+
+def cpu_page(doc: dict, lm_eval: dict) -> str:
   peaks = [r for r in doc['rows'] if r['kind'] == 'peak']
   size = peaks[0]['peak_size']
   timed = next(r for r in doc['rows'] if 'baseline_rss_bytes' in r)
@@ -224,8 +246,9 @@ def cpu_page(doc: dict) -> str:
 {GENERATED}
 
 What t5align's encoder costs on a CPU, beside HuggingFace's PyTorch T5 doing the same work in the
-same run. The tables are read from `benchmarks/results/encoder_cpu.json`; the [GPU](gpu.md) and
-[TPU](tpu.md) pages are written the same way.
+same run, and what its lm-eval model answers per second beside lm-eval's own hf backend. The
+tables are read from `benchmarks/results/encoder_cpu.json` and `lm_eval_cpu.json`; the
+[GPU](gpu.md) and [TPU](tpu.md) pages are written the same way.
 
 ## How it was measured
 
@@ -286,6 +309,21 @@ cached projections).
 The blockwise tile is 256 queries x 512 keys on a CPU and 512 x 512 elsewhere
 (`blockwise.default_blocks`; `T5Config.attention_options=(blockwise.Options(block_q=...,
 block_k=...),)` overrides it).
+
+## The lm-eval model
+
+{provenance('lm_eval_cpu.json', lm_eval['provenance'])} `python -m benchmarks.lm_eval_bench` runs
+lm-eval tasks through `lm_eval.simple_evaluate` with t5align's model and with lm-eval's own hf
+backend (seq2seq) on the same checkpoint: the shipped retrieval T5 exported to a HuggingFace
+folder, float32, batch size 1, its passkey prompts filled to each length. A multiple-choice
+question is 4 loglikelihood requests. Seconds are those spent inside the backends' request
+methods; t5align's are its second run's (its first compiles). The hf rows disable the model's
+`tie_weights` (in transformers 5 it would tie the shipped model's own output head to its
+embedding; see [lm-evaluation-harness](../lm_eval.md)) and bound generation to 16 new tokens (lm-eval's
+seq2seq path would let the decoder run to the context's length plus 16). "Same answers": the
+responses' hashes are equal (log-likelihoods rounded to 3 decimals).
+
+{lm_eval_table(lm_eval)}
 """
 
 
@@ -824,7 +862,7 @@ and multi-host runs on a real pod.
 
 def pages(results: pathlib.Path = RESULTS) -> dict[str, str]:
   """{file name under docs/performance: its text}, from the results files in `results`."""
-  return {'cpu.md': reflow(cpu_page(load('encoder_cpu', results))),
+  return {'cpu.md': reflow(cpu_page(load('encoder_cpu', results), load('lm_eval_cpu', results))),
           'gpu.md': reflow(gpu_page(load('gpu_h200', results))),
           'tpu.md': reflow(tpu_page(load('tpu_kernel_v5e', results),
                                     load('preflight_table', results)))}

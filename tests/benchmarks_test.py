@@ -202,3 +202,23 @@ def test_preflight_table_markdown_sets_implementations_side_by_side():
   assert table[3] == ('| XXL | 32k | v5litepod-16 | eval | 6.34 ° | 811.2 | 6.495e+04 | 4.96 | '
                       '6.31 | 793.6 | 5611 | 0.428 |')
   assert any(line.startswith('°: measured with older code') for line in lines)
+
+
+@pytest.mark.bench
+@pytest.mark.torch
+def test_lm_eval_bench_smoke_rows_answer_as_hf_does(capsys):
+  """The smoke run (384 tokens, 4 prompts): every t5align row gave the hf row's answers, on
+  the same exported checkpoint, with its speedup and its program count."""
+  pytest.importorskip('lm_eval')
+  pytest.importorskip('torch')
+  from benchmarks import lm_eval_bench  # pylint: disable=g-import-not-at-top
+  document = lm_eval_bench.main(['--smoke'])
+  rows = document['rows']
+  assert [(r['impl'], r['kind']) for r in rows] == [
+      ('t5align', 'mc'), ('hf', 'mc'), ('t5align', 'gen'), ('hf', 'gen')]
+  assert all('error' not in r for r in rows), rows
+  for row in rows:
+    assert row['requests'] == (16 if row['kind'] == 'mc' else 4)
+    if row['impl'] == 't5align':
+      assert row['same_responses_as_hf'] and row['speedup'] > 0 and row['programs'] >= 1, row
+  assert json.loads(capsys.readouterr().out)['benchmark'] == 'lm_eval'

@@ -88,6 +88,22 @@ def run_eval(*args: str):
 
 
 @pytest.fixture
+def processes(tmp_path):
+  """`processes(args, logs, **kwargs) -> processes.Processes`: two local processes of `python -m
+  ARGS` (tests/processes.py), started now and all killed after the test."""
+  from processes import Processes  # pylint: disable=g-import-not-at-top
+  started = []
+
+  def start(args, logs, **kwargs):
+    started.append(Processes(args, logs, tmp_path / 'jax_cache', **kwargs))
+    return started[-1]
+
+  yield start
+  for p in started:  # Whatever happened, nothing outlives the test.
+    p.kill()
+
+
+@pytest.fixture
 def clean_gin():
   """gin's config cleared before the test and after it; yields the gin module. Not autouse: a
   test that binds or parses gin asks for it (a parameter, or

@@ -13,7 +13,8 @@ checked instead:
   command is checked: `python -m MODULE` exists; t5align's gin CLIs parse their flags, gin files,
   macros and bindings as the real run would (`gin_cli.configure`), and nothing else; the demo's
   argparse flags parse; t5x's have files that exist, macros their files (or t5x's run files)
-  define and values gin can parse;
+  define and values gin can parse; `python -m t5align.lm_eval`'s arguments parse with lm-eval's
+  own parser, its model arguments as the model checks them, its tasks are lm-eval's;
   other modules' `--flags` appear in their source; `python -c` code is checked as Python above;
   `gcloud ... --command=CMD` checks CMD the same way; `make` targets exist in the Makefile;
   `pip install -e '.[extra]'` extras exist in setup.cfg; `jupyter execute` notebooks exist.
@@ -24,6 +25,7 @@ import ast
 import builtins
 import configparser
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -326,6 +328,9 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
   if name in GIN_CLIS:
     check_gin_cli(name, args, where)
     return
+  if name == 't5align.lm_eval':
+    check_lm_eval(args, where)
+    return
   if name in ARGPARSE_CLIS:
     try:
       importlib.import_module(ARGPARSE_CLIS[name]).flag_parser().parse_args(args)
@@ -348,6 +353,34 @@ def _check_module_command(name: str, args: list[str], where: str) -> None:
     flag = arg.split('=', 1)[0]
     if flag.startswith('--') and f"'{flag}'" not in source:
       raise AssertionError(f'{where}: {name} defines no flag {flag}.')
+
+
+@functools.cache
+def _lm_eval_task_names() -> frozenset[str]:
+  from lm_eval import tasks  # pylint: disable=g-import-not-at-top
+  return frozenset(tasks.TaskManager().all_tasks)
+
+
+def check_lm_eval(args: list[str], where: str) -> None:
+  """`python -m t5align.lm_eval ARGS`: lm-eval's own parser takes ARGS; with `--model t5align`
+  its model arguments are `ModelArgs`' (checked as the model checks them before loading); the
+  tasks are lm-eval's own, unless a folder of other tasks is included (`--include_path`)."""
+  from lm_eval._cli.harness import HarnessCLI  # pylint: disable=g-import-not-at-top
+  from t5align.lm_eval import settings  # pylint: disable=g-import-not-at-top
+  try:
+    parsed = HarnessCLI()._parser.parse_args(['run', *args])  # pylint: disable=protected-access
+  except SystemExit as e:
+    raise AssertionError(f'{where}: lm-eval refuses these arguments (exit {e.code}).') from e
+  if parsed.model == 't5align':
+    try:
+      settings.ModelArgs.from_kwargs(parsed.model_args or {})
+    except ValueError as e:
+      raise AssertionError(f'{where}: --model_args: {e}') from e
+  if parsed.include_path is None:
+    unknown = sorted(set(parsed.tasks or ()) - _lm_eval_task_names())
+    if unknown:
+      raise AssertionError(f'{where}: lm-eval {__import__("lm_eval").__version__} has no tasks '
+                           f'{unknown}.')
 
 
 def check_gin_cli(name: str, args: list[str], where: str, modules: Sequence[str] = (),

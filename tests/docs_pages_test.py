@@ -93,3 +93,16 @@ def test_each_h200_orientation_figure_names_one_row():
   sources = {row['source'] for rows in document.values() if isinstance(rows, list)
              for row in rows}
   assert sources <= set(document['sources']) == set(docs_pages.SOURCE_NAMES)
+
+
+def test_lm_eval_table_from_a_small_results_file():
+  """lm_eval_bench's rows become one line per task and length: each backend's requests per
+  second with its seconds, t5align's speedup, whether they answered alike, its programs."""
+  rows = [dict(impl='t5align', kind='mc', length=8192, requests=16, seconds=11.287,
+               first_s=13.368, requests_per_s=1.418, speedup=15.709, same_responses_as_hf=True,
+               programs=2),
+          dict(impl='hf', kind='mc', length=8192, requests=16, seconds=177.31, first_s=177.31,
+               requests_per_s=0.09)]
+  assert docs_pages.lm_eval_table({'rows': rows}).splitlines()[2] == (
+      '| 4-way multiple choice | 8k | 16 | 1.42 (11.3 s; first call 13.4 s) | 0.09 (177.3 s) | '
+      '15.7x | yes | 2 |')

@@ -95,6 +95,12 @@ def test_site_builds_strictly(tmp_path):
     ('sh', 'make demoo', "no target 'demoo'"),
     ('sh', 'python -m t5align.demo --contrls', 't5align.demo refuses these flags'),
     ('sh', "pip install -e '.[seqoi]'", "setup.cfg has no extras \\['seqoi'\\]"),
+    # lm-eval's own parser, the model's arguments, lm-eval's task names.
+    ('sh', 'python -m t5align.lm_eval --model t5align --model_args pretrained=/c,tempreature=0.8 '
+           '--tasks longbench_e', "unknown model argument 'tempreature'"),
+    ('sh', 'python -m t5align.lm_eval --model t5align --model_args pretrained=/c '
+           '--tasks longbench_ee', r"has no tasks \['longbench_ee'\]"),
+    ('sh', 'python -m t5align.lm_eval --model t5align --taks x', 'lm-eval refuses these arguments'),
     ('sh', 'gcloud compute tpus tpu-vm ssh t --command="cd t5align && python -m t5align.eval '
            '--gin_file=gin/runs/eval.gin --gin.NUM_PARTITON=8"', 'no macro NUM_PARTITON'),
 ])

@@ -2,7 +2,7 @@
 
 Checkpoints are written by transformers itself and loaded through t5align's HF path. The
 temperature is checked against HF's eager attention with its encoder self-attention softmax
-divided by tau (a patched reference written here, independent of t5align's code).
+divided by tau (`hf_reference.tempered_encoder`, independent of t5align's code).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
-modeling_t5 = pytest.importorskip('transformers.models.t5.modeling_t5')
 
+import hf_reference  # noqa: E402  # pylint: disable=g-import-not-at-top
 from t5align import checkpoints  # pylint: disable=g-import-not-at-top
 from t5align import decoding
 from t5align import network
@@ -72,24 +72,9 @@ def _inputs():
 
 def _hf_encode(hf, tokens, tau=1.0):
   """HF encoder; encoder self-attention computes softmax((q.k + bias + mask) / tau)."""
-  original = modeling_t5.eager_attention_forward
-
-  def tempered(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-               position_bias=None, **kwargs):
-    if not module.is_decoder:
-      scaling = scaling / tau
-      position_bias = position_bias / tau
-      attention_mask = None if attention_mask is None else attention_mask / tau
-    return original(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                    position_bias=position_bias, **kwargs)
-
-  modeling_t5.eager_attention_forward = tempered
-  try:
-    with torch.no_grad():
-      out = hf.encoder(input_ids=torch.tensor(tokens, dtype=torch.long),
-                       attention_mask=torch.tensor(tokens > 0)).last_hidden_state
-  finally:
-    modeling_t5.eager_attention_forward = original
+  with hf_reference.tempered_encoder(tau), torch.no_grad():
+    out = hf.encoder(input_ids=torch.tensor(tokens, dtype=torch.long),
+                     attention_mask=torch.tensor(tokens > 0)).last_hidden_state
   return out.numpy()
 
 
@@ -109,8 +94,8 @@ def test_encoder_matches_hf(models, tau):
                              _non_pad(_hf_encode(hf, tokens, tau), tokens), rtol=1e-4, atol=1e-4)
 
 
-def test_logits_match_hf(models):
-  hf, params, config = models
+def _assert_logits_match(hf, params, config):
+  """Teacher-forced logits of random targets over `_inputs()`: ours equal HF's (1e-4)."""
   tokens = _inputs()
   targets = np.random.default_rng(1).integers(2, VOCAB, size=(2, 7)).astype(np.int32)
   decoder_inputs = np.concatenate([np.zeros((2, 1), np.int32), targets[:, :-1]], axis=1)
@@ -121,6 +106,10 @@ def test_logits_match_hf(models):
                 attention_mask=torch.tensor(tokens > 0),
                 decoder_input_ids=torch.tensor(decoder_inputs, dtype=torch.long)).logits.numpy()
   np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_logits_match_hf(models):
+  _assert_logits_match(*models)
 
 
 def test_greedy_matches_hf(models):
@@ -136,3 +125,25 @@ def test_greedy_matches_hf(models):
   # HF pads finished rows with pad_token_id 0, as t5align does; align the lengths.
   theirs = np.pad(theirs, ((0, 0), (0, 8 - theirs.shape[1])))
   np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize('activations, tied', [(('gelu', 'linear'), False), (('relu',), True)])
+def test_saved_hf_checkpoint_is_read_by_transformers_and_back(tmp_path, activations, tied):
+  """`checkpoints.save_hf_checkpoint` writes what transformers reads (its logits equal ours) and
+  what `load_params` reads back (every array equal)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  config = network.T5Config(vocab_size=VOCAB, emb_dim=32, num_heads=4, num_encoder_layers=2,
+                            num_decoder_layers=3, head_dim=8, mlp_dim=48,
+                            mlp_activations=activations, dropout_rate=0.0,
+                            logits_via_embedding=tied)
+  params = jax.tree.map(np.asarray, network.init_variables(config, jax.random.PRNGKey(0))['params'])
+  checkpoints.save_hf_checkpoint(str(tmp_path), params, config)
+  back, read_config = checkpoints.load_params(str(tmp_path))
+  assert read_config.logits_via_embedding == tied
+  assert read_config.mlp_activations == activations
+  want, got = checkpoints.flatten_params(params), checkpoints.flatten_params(back)
+  assert want.keys() == got.keys()
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+  hf = transformers.T5ForConditionalGeneration.from_pretrained(str(tmp_path)).eval()
+  _assert_logits_match(hf, params, config)

@@ -98,7 +98,8 @@ def test_attention_modules_depend_one_way():
 
 
 COMMANDS = {'t5align.eval', 't5align.calibrate', 't5align.train', 't5align.preflight',
-            't5align.report', 't5align.demo.command', 't5align.demo.__main__'}
+            't5align.report', 't5align.demo.command', 't5align.demo.__main__',
+            't5align.lm_eval.__main__'}
 
 
 def _module(path: pathlib.Path) -> str:
@@ -119,6 +120,21 @@ def test_commands_stand_on_the_library_and_nothing_imports_a_command():
   found = {_module(p): _imported_commands(p) - {_module(p)} for p in paths}
   found['t5align.demo.__main__'] -= {'t5align.demo.command'}
   assert {m: c for m, c in found.items() if c} == {}
+
+
+def test_lm_eval_stays_an_extra():
+  """lm-evaluation-harness (the `lm_eval` extra) is imported by t5align/lm_eval's model, facade
+  and command only, and nothing else of t5align imports that package: the core install runs
+  without lm-eval."""
+  root = REPO_ROOT / 't5align'
+  importers = {_module(p) for p in sorted(root.rglob('*.py'))
+               if any(m == 'lm_eval' or m.startswith('lm_eval.') for m in _imports(p))}
+  assert importers == {'t5align.lm_eval.__init__', 't5align.lm_eval.model',
+                       't5align.lm_eval.__main__'}
+  users = {_module(p) for p in sorted(root.rglob('*.py'))
+           if not _module(p).startswith('t5align.lm_eval')
+           and any(m.startswith('t5align.lm_eval') for m in _imports(p))}
+  assert users == set()
 
 
 @pytest.mark.parametrize('command', ['eval', 'calibrate', 'train'])

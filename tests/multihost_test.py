@@ -7,14 +7,9 @@ Every subprocess runs in its own process group under a deadline and is killed on
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -31,74 +26,6 @@ MODEL_DIR = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
 CHECKPOINT = pathlib.Path(assets.checkpoint_dir(str(MODEL_DIR)))
 VOCABULARY = MODEL_DIR / 'sentencepiece.model'
 NUM_EXAMPLES = 12  # 3 global batches of 4 (data axis 4 = 2 rows per process).
-DEADLINE_S = 240
-
-
-def _free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
-class Processes:
-  """Two processes of one `python -m ...` command, each in its own process group."""
-
-  def __init__(self, args: list[str], logs: pathlib.Path, cache: pathlib.Path):
-    port = _free_port()
-    logs.mkdir(parents=True, exist_ok=True)
-    self.logs = [logs / f'process{i}.log' for i in range(2)]
-    self.procs = []
-    for i in range(2):
-      env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f'127.0.0.1:{port}', JAX_NUM_PROCESSES='2',
-                 JAX_PROCESS_ID=str(i), JAX_PLATFORMS='cpu',
-                 XLA_FLAGS='--xla_force_host_platform_device_count=4 '
-                           '--xla_backend_optimization_level=0',  # Compiles faster.
-                 T5ALIGN_VOCABULARY=str(VOCABULARY), PYTHONPATH=str(REPO_ROOT),
-                 # A restart reuses the first run's compiled programs (saves time, not a check).
-                 JAX_COMPILATION_CACHE_DIR=str(cache),
-                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
-                 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
-      with open(self.logs[i], 'wb') as log:
-        self.procs.append(subprocess.Popen([sys.executable, '-m', *args], cwd=REPO_ROOT, env=env,
-                                           stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True))
-    self.deadline = time.monotonic() + DEADLINE_S
-
-  def tails(self) -> str:
-    return '\n'.join(f'--- process {i} ---\n' + path.read_text(errors='replace')[-3000:]
-                     for i, path in enumerate(self.logs))
-
-  def kill(self, i: int | None = None) -> None:
-    for j, proc in enumerate(self.procs):
-      if i in (None, j) and proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-          os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-  def wait(self) -> None:
-    """Both exit 0 before the deadline, or both are killed and the test fails with their logs."""
-    try:
-      for proc in self.procs:
-        proc.wait(timeout=max(1.0, self.deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-      self.kill()
-      pytest.fail(f'timed out after {DEADLINE_S} s:\n{self.tails()}')
-    if any(p.returncode for p in self.procs):
-      self.kill()
-      pytest.fail(f'exit codes {[p.returncode for p in self.procs]}:\n{self.tails()}')
-
-
-@pytest.fixture
-def processes(tmp_path):
-  started = []
-
-  def start(args, logs):
-    started.append(Processes(args, logs, tmp_path / 'jax_cache'))
-    return started[-1]
-
-  yield start
-  for p in started:  # Whatever happened, nothing outlives the test.
-    p.kill()
 
 
 def _eval_args(out: pathlib.Path, num_partitions: int) -> list[str]:
@@ -132,7 +59,8 @@ def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, m
   out = tmp_path / 'two'
   folder = out / task
   args = ['t5align.eval', *_eval_args(out, 2)]
-  run = processes(args, tmp_path / 'logs1')
+  env = {'T5ALIGN_VOCABULARY': str(VOCABULARY)}
+  run = processes(args, tmp_path / 'logs1', env=env)
   predictions = folder / 'predictions.jsonl'
   while time.monotonic() < run.deadline and run.procs[0].poll() is None:
     if predictions.exists() and predictions.read_text().count('\n') >= 4:
@@ -144,7 +72,7 @@ def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, m
   assert 4 <= len(before) < NUM_EXAMPLES, run.tails()
   assert not (folder / 'metrics.json').exists()
 
-  restart = processes(args, tmp_path / 'logs2')
+  restart = processes(args, tmp_path / 'logs2', env=env)
   restart.wait()  # Restart both.
   # Each process read (and tokenized) only its half of the examples.
   for i, log in enumerate(restart.logs):
@@ -191,7 +119,8 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
 
   two_dir = tmp_path / 'two'
   processes(['t5align.calibrate', *args, f'--gin.OUTPUT_PATH={two_dir / "schedule.json"}',
-             '--gin.MESH_SHAPE=(2, 2, 2)'], tmp_path / 'logs').wait()
+             '--gin.MESH_SHAPE=(2, 2, 2)'], tmp_path / 'logs',
+            env={'T5ALIGN_VOCABULARY': str(VOCABULARY)}).wait()
   assert [p.name for p in two_dir.iterdir()] == ['schedule.json']  # No temporaries left.
   one, two = (schedule.load_schedule(str(p)) for p in (one_path, two_dir / 'schedule.json'))
   assert two.provenance['process_count'] == 2 and two.provenance['device_count'] == 8

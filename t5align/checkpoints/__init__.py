@@ -1,8 +1,8 @@
 """T5 checkpoints of any supported format, loaded strictly: `load_params`.
 
-Formats (one module each): T5X legacy and Orbax, plus the T5X writer (`t5x`), HuggingFace
-(`hf`), Mesh-TF (`mesh_tf`); trees, locations and timed remote reads (`store`); the loader
-(`load`). Every reader returns the T5X 'params' tree
+Formats (one module each): T5X legacy and Orbax, plus the T5X writer (`t5x`), HuggingFace,
+plus its writer (`hf`), Mesh-TF (`mesh_tf`); trees, locations and timed remote reads (`store`);
+the loader (`load`). Every reader returns the T5X 'params' tree
 (t5x/examples/t5/network.py names, kernels `[in, out]`) as a nested dict of numpy arrays in the
 stored dtype. `load_params` adds format detection, an explicit dtype policy and a strict check
 against `network.param_shapes(config)` that raises one `CheckpointMismatchError` naming every
@@ -17,6 +17,7 @@ from t5align.checkpoints.hf import hf_config_hints
 from t5align.checkpoints.hf import hf_flax_to_state_dict
 from t5align.checkpoints.hf import params_from_hf_state_dict
 from t5align.checkpoints.hf import read_hf_checkpoint
+from t5align.checkpoints.hf import save_hf_checkpoint
 from t5align.checkpoints.load import cast_params
 from t5align.checkpoints.load import check_params
 from t5align.checkpoints.load import DEFAULT_SOURCE_DTYPES
@@ -49,7 +50,7 @@ __all__ = [
     'cast_params', 'check_params', 'detect_format', 'embedding_rows', 'flatten_params',
     'hf_config_hints', 'hf_flax_to_state_dict', 'infer_config', 'kvstore_spec', 'load_params',
     'params_from_hf_state_dict', 'params_from_mesh_tf', 'read_hf_checkpoint',
-    'read_mesh_tf_checkpoint', 'read_params', 'read_t5x_checkpoint',
+    'read_mesh_tf_checkpoint', 'read_params', 'read_t5x_checkpoint', 'save_hf_checkpoint',
     'read_t5x_orbax_checkpoint', 'resolve_ts_spec', 'save_t5x_checkpoint',
     't5x_checkpoint_paths', 'unflatten_params',
 ]

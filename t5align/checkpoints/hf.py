@@ -15,6 +15,7 @@ import numpy as np
 
 from t5align.checkpoints import mesh_tf
 from t5align.checkpoints import store
+from t5align.runtime import fileio
 from t5align.runtime import outputs
 
 _HF_WEIGHT_FILES = ('model.safetensors.index.json', 'model.safetensors',
@@ -108,6 +109,58 @@ def hf_flax_to_state_dict(flax_params: Mapping[str, Any]) -> dict[str, np.ndarra
       array = np.asarray(array).T
     state['.'.join(module + ['weight'])] = np.asarray(array)
   return state
+
+
+# T5X activations -> HF feed_forward_proj (T5 1.0's ReLU; T5 1.1 / UL2's gated forms).
+_FEED_FORWARD_PROJ = {('relu',): 'relu', ('gelu', 'linear'): 'gated-gelu',
+                      ('silu', 'linear'): 'gated-silu'}
+
+
+def save_hf_checkpoint(path: str, params: Mapping[str, Any], config: Any) -> None:
+  """Writes a T5X params tree as a HuggingFace T5 folder (`config.json` and `model.safetensors`,
+  float32), which `transformers.T5ForConditionalGeneration.from_pretrained` and `load_params`
+  read: the inverse of `params_from_hf_state_dict`. `config` is the `network.T5Config`.
+
+  A head on the embedding (`logits_via_embedding`, T5 1.0) is written tied and scaled, an own
+  head (`decoder/logits_dense`) as an untied `lm_head`. The folder holds no tokenizer.
+
+  Raises:
+    ValueError: for MLP activations HF's T5 has no `feed_forward_proj` for.
+  """
+  from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
+  proj = _FEED_FORWARD_PROJ.get(tuple(config.mlp_activations))
+  if proj is None:
+    raise ValueError(f'mlp_activations={tuple(config.mlp_activations)}: HF T5 has a '
+                     f'feed_forward_proj for {sorted(_FEED_FORWARD_PROJ)} only.')
+  flat = {k: np.asarray(v, np.float32) for k, v in store.flatten_params(params).items()}
+  names = {p: name for name, p in _HF_TOP.items()}
+  names['decoder/logits_dense/kernel'] = 'lm_head.weight'
+  for stack, count in (('encoder', config.num_encoder_layers),
+                       ('decoder', config.num_decoder_layers)):
+    for block in range(count):
+      for sublayer, module in mesh_tf.block_modules(stack):
+        names[mesh_tf.block_path(stack, block, sublayer, module)] = (
+            f'{stack}.block.{block}.layer.{sublayer}.{".".join(module)}.weight')
+  if set(flat) - set(names):
+    raise ValueError(f'parameters with no HF name: {sorted(set(flat) - set(names))}.')
+  # HF's layout: linear weights [out, in], relative biases [32, heads].
+  state = {names[p]: np.ascontiguousarray(a.T if a.ndim == 2 and p != 'token_embedder/embedding'
+                                          else a) for p, a in flat.items()}
+  tied = 'lm_head.weight' not in state
+  hf_config = {
+      'architectures': ['T5ForConditionalGeneration'], 'model_type': 't5',
+      'is_encoder_decoder': True, 'vocab_size': int(config.vocab_size),
+      'd_model': int(config.emb_dim), 'd_kv': int(config.head_dim), 'd_ff': int(config.mlp_dim),
+      'num_layers': int(config.num_encoder_layers),
+      'num_decoder_layers': int(config.num_decoder_layers), 'num_heads': int(config.num_heads),
+      'feed_forward_proj': proj, 'relative_attention_num_buckets': 32,
+      'relative_attention_max_distance': 128, 'dropout_rate': 0.0, 'layer_norm_epsilon': 1e-6,
+      'tie_word_embeddings': tied, 'scale_decoder_outputs': tied, 'decoder_start_token_id': 0,
+      'pad_token_id': 0, 'eos_token_id': 1}
+  os.makedirs(path, exist_ok=True)
+  fileio.write_atomic(os.path.join(path, 'model.safetensors'),
+                      save(state, metadata={'format': 'pt'}))
+  fileio.write_json_atomic(os.path.join(path, 'config.json'), hf_config)
 
 
 def _load_torch(location: str) -> dict[str, np.ndarray]:

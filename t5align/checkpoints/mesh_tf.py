@@ -45,6 +45,19 @@ def block_path(stack: str, block: int, sublayer: int, module: list[str]) -> str 
   return None
 
 
+def block_modules(stack: str) -> list[tuple[int, list[str]]]:
+  """Every (sublayer, module) `block_path` maps in one block of `stack`, e.g. (0, ['SelfAttention',
+  'q']): what a writer in this numbering (`hf.save_hf_checkpoint`) looks up for each block."""
+  out = []
+  for (name, sublayer), (source, _, _) in _SUBLAYERS.items():
+    if name != stack:
+      continue
+    projections = _MLP_PROJ if source == 'DenseReluDense' else (*_ATTENTION_PROJ,
+                                                                'relative_attention_bias')
+    out += [(sublayer, ['layer_norm'])] + [(sublayer, [source, p]) for p in projections]
+  return out
+
+
 def _is_mesh_tf_optimizer_variable(name: str) -> bool:
   return name == 'global_step' or name.endswith(_MESH_TF_OPTIMIZER_SUFFIXES)
 
