@@ -181,7 +181,7 @@ def main(argv=None) -> dict:
           'machine': os.environ.get('T5ALIGN_BENCH_MACHINE', "this project's 2-core CPU machine"),
           'timing': 'seconds inside the model\'s request methods; t5align: its second '
                     'simple_evaluate call (first_s: the first, compiling); hf: one call',
-          'command': 'python -m benchmarks.lm_eval_bench ' + ' '.join(argv or sys.argv[1:]),
+          'command': ' '.join(['python -m benchmarks.lm_eval_bench', *(argv or sys.argv[1:])]),
           'versions': harness.versions('t5align', 'jax', 'jaxlib', 'lm-eval', 'torch',
                                        'transformers')},
       'rows': rows}
