@@ -319,9 +319,9 @@ folder, float32, batch size 1, its passkey prompts filled to each length. A mult
 question is 4 loglikelihood requests. Seconds are those spent inside the backends' request
 methods; t5align's are its second run's (its first compiles). The hf rows disable the model's
 `tie_weights` (in transformers 5 it would tie the shipped model's own output head to its
-embedding; see [lm-evaluation-harness](../lm_eval.md)) and bound generation to 16 new tokens (lm-eval's
-seq2seq path would let the decoder run to the context's length plus 16). "Same answers": the
-responses' hashes are equal (log-likelihoods rounded to 3 decimals).
+embedding; see [lm-evaluation-harness](../lm_eval.md)) and bound generation to 16 new tokens
+(lm-eval's seq2seq path would let the decoder run to the context's length plus 16). "Same
+answers": the responses' hashes are equal (log-likelihoods rounded to 3 decimals).
 
 {lm_eval_table(lm_eval)}
 """

@@ -127,23 +127,43 @@ def test_scheduled_refuses_a_task_it_has_no_entry_for():
   np.testing.assert_allclose(pooled.taus([np.ones(724)], ['taskB']), [[0.9]], atol=2e-3)
 
 
-@pytest.mark.slow
-def test_engine_encodes_each_context_once_in_few_shapes():
-  """4 continuations of each of 3 contexts: 3 encoder calls (batch 1), each context's
-  continuations scored in one call, the log-likelihoods those of scoring each pair alone; the
-  programs are one per (kind, shape): 2 widths x (encode, score)."""
+def _tiny_engine(batch_size: int = 1):
+  """An engine over a tiny random T5 (one device)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from t5align.evaluation import scoring  # pylint: disable=g-import-not-at-top
   from t5align import network  # pylint: disable=g-import-not-at-top
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   config = network.T5Config(vocab_size=64, emb_dim=16, num_heads=2, num_encoder_layers=2,
                             num_decoder_layers=1, head_dim=8, mlp_dim=32, dropout_rate=0.0)
   params = network.init_variables(config, jax.random.PRNGKey(0))['params']
+  return engine_lib.Engine(network.Transformer(config), params, partitioning.eval_mesh(),
+                           batch_size, eos_id=1, show_progress=False)
+
+
+def test_engine_refuses_a_program_the_device_cannot_hold(monkeypatch):
+  """The first program of a shape is checked against the device's memory before it runs; a
+  refusal names the model arguments that lower it."""
+  from t5align import memory  # pylint: disable=g-import-not-at-top
+  engine = _tiny_engine(batch_size=2)
+  monkeypatch.setattr(memory, 'device_memory', lambda device=None: (2**16, 'a 64 KiB test device'))
+  with pytest.raises(memory.DoesNotFitError, match=r'Encoding 256-token contexts needs .* GiB per '
+                     r'device .*batch_size \(now 2\) lower; or .*num_partitions.*max_length lower'):
+    engine.score([np.arange(2, 200, dtype=np.int32) % 60 + 2], np.ones((1, 1), np.float32),
+                 [(0, [3, 4])])
+  assert not engine.calls  # Nothing ran.
+
+
+@pytest.mark.slow
+def test_engine_encodes_each_context_once_in_few_shapes():
+  """4 continuations of each of 3 contexts: 3 encoder calls (batch 1), each context's
+  continuations scored in one call, the log-likelihoods those of scoring each pair alone; the
+  programs are one per (kind, shape): 2 widths x (encode, score)."""
+  from t5align.evaluation import scoring  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  engine = _tiny_engine()
+  config, params = engine.model.config, engine.params
   rng = np.random.default_rng(0)
   contexts = [rng.integers(2, 64, n).astype(np.int32) for n in (100, 200, 120)]
   targets = [(i, list(rng.integers(2, 64, k))) for i in range(3) for k in (1, 2, 3, 9)]
-  engine = engine_lib.Engine(network.Transformer(config), params, partitioning.eval_mesh(), 1,
-                             eos_id=1, show_progress=False)
   taus = np.full((3, 1), 0.9, np.float32)
   ll, greedy = engine.score(contexts, taus, targets)
   assert dict(engine.calls) == {'encode': 3, 'score': 3}

@@ -6,18 +6,23 @@ Per task of `shipped.train_data` (passkey, passkey with decoys, LongEval lines, 
 length, two lm-eval tasks over the same held-out prompts:
   t5align_local_{task}_{length}     generate_until: greedy answer, exact match against the
                                     record the shipped model was trained to name
-  t5align_local_{task}_{length}_mc  multiple_choice: that record among three drawn from other
-                                    prompts of the same task and length (accuracy)
+  t5align_local_{task}_{length}_mc  multiple_choice: that record among three distractors of
+                                    the same form (accuracy): for lines and key-value, the
+                                    queried id with the numbers or values of three other records
+                                    of the same prompt; for the passkey, the decoys' codes of
+                                    the prompt, then other prompts' keys
 and the groups `t5align_local` (everything), `t5align_local_{length}`.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Sequence
 
 import numpy as np
 
+from seqio_tasks import retrieval
 from t5align.runtime import fileio
 from t5align.shipped import train_data
 
@@ -29,6 +34,25 @@ MAX_GEN_TOKS = 80  # The shipped model's target length (TARGET_LENGTH in its tra
 def _yaml(fields: dict[str, Any]) -> str:
   """A flat YAML mapping (values as JSON, which YAML reads)."""
   return ''.join(f'{key}: {json.dumps(value)}\n' for key, value in fields.items())
+
+
+def _distractors(ex: Any, others: Sequence[Any]) -> list[str]:
+  """`CHOICES - 1` wrong answers in the form of `ex.targets`, from the prompt's own other
+  records where it has them (see the module), then from `others`' targets."""
+  if ex.task == 'lines':
+    line_id = re.match(r'line (\S+): ', ex.targets).group(1)
+    numbers = re.findall(r'^line \S+: REGISTER_CONTENT is <(\d+)>$', ex.inputs, re.M)
+    wrong = [retrieval.lines_record(line_id, int(n)) for n in numbers]
+  elif ex.task == 'kv':
+    values = re.findall(r'"[0-9a-f-]{36}": "([0-9a-f-]{36})"', ex.inputs)
+    wrong = [retrieval.kv_record(ex.meta['key'], v) for v in values]
+  else:
+    wrong = [n for n in re.findall(r'\b(\d+)\b', ex.inputs) if n != ex.targets]
+  out = []
+  for choice in [*wrong, *(o.targets for o in others)]:
+    if choice != ex.targets and choice not in out:
+      out.append(choice)
+  return out[:CHOICES - 1]
 
 
 def _task(name: str, data: str, output_type: str, max_gen_toks: int) -> dict[str, Any]:
@@ -74,7 +98,8 @@ def write_tasks(folder: str, vocab: Any, lengths: Sequence[int], num_examples: i
       rng = np.random.default_rng([seed, train_data.TASKS.index(task), length])
       rows = []
       for i, ex in enumerate(examples):
-        others = [examples[(i + k) % len(examples)].targets for k in range(1, CHOICES)]
+        others = _distractors(ex, [examples[(i + k) % len(examples)]
+                                   for k in range(1, len(examples))])
         label = int(rng.integers(CHOICES))
         choices = others[:label] + [ex.targets] + others[label:]
         rows.append({'inputs': ex.inputs, 'targets': ex.targets, 'choices': choices,
