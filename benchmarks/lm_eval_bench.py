@@ -44,9 +44,9 @@ GEN_TOKS = 16
 TASK = 'passkey'
 
 
-def _prepare(folder: pathlib.Path, lengths: list[int], docs: int) -> dict[str, str]:
+def _prepare(folder: pathlib.Path, lengths: list[int], docs: list[int]) -> dict[str, str]:
   """The HF export of the shipped model and the task folders (t5align's, and hf's with the
-  generation bounded); returns their paths."""
+  generation bounded) of `docs[i]` prompts at `lengths[i]`; returns their paths."""
   from t5align import checkpoints  # pylint: disable=g-import-not-at-top
   from t5align.lm_eval import local_tasks  # pylint: disable=g-import-not-at-top
   from t5align.shipped import assets  # pylint: disable=g-import-not-at-top
@@ -59,8 +59,8 @@ def _prepare(folder: pathlib.Path, lengths: list[int], docs: int) -> dict[str, s
       json.dumps({'tokenizer_class': 'T5Tokenizer', 'extra_ids': 0}))
   transformers.AutoTokenizer.from_pretrained(str(hf_dir)).save_pretrained(str(hf_dir))
   ours, hf = folder / 'tasks', folder / 'tasks_hf'
-  for length in lengths:
-    local_tasks.write_tasks(str(ours), vocab, [length], docs, tasks=(TASK,),
+  for length, n in zip(lengths, docs):
+    local_tasks.write_tasks(str(ours), vocab, [length], n, tasks=(TASK,),
                             max_gen_toks=GEN_TOKS)
   shutil.copytree(ours, hf)
   for path in hf.glob(f't5align_local_{TASK}_*.yaml'):
@@ -158,14 +158,12 @@ def main(argv=None) -> dict:
     parser.error(f'--docs gives {len(docs)} counts for {len(lengths)} lengths.')
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
-    paths = {}
-    for length, n in zip(lengths, docs):
-      paths[length] = _prepare(pathlib.Path(tmp) / str(length), [length], n)
+    paths = _prepare(pathlib.Path(tmp), lengths, docs)
     for length, n in zip(lengths, docs):
       for kind in ('mc', 'gen'):
         for impl in ('t5align', 'hf'):
           spec = dict(impl=impl, kind=kind, length=length, docs=n, max_gen_toks=GEN_TOKS,
-                      **paths[length])
+                      **paths)
           row = harness.run_worker('benchmarks.lm_eval_bench', spec, args.timeout)
           rows.append({k: v for k, v in row.items() if k not in ('hf_dir', 'tasks', 'tasks_hf')})
           print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

@@ -180,6 +180,11 @@ class T5AlignLM(TemplateLM):
     bos = self.tokenizer_.bos_id
     return self.eot_token_id if bos is None else bos
 
+  @functools.cached_property
+  def _prefix_text(self) -> str:
+    """The prefix token's text, which `tok_encode` looks for at the start of each string."""
+    return self.tokenizer_.decode([self.prefix_token_id], skip_special_tokens=False)
+
   @property
   def max_length(self) -> int | None:
     return self.args.max_length
@@ -194,7 +199,7 @@ class T5AlignLM(TemplateLM):
     prefix token's text or `add_special_tokens` says otherwise."""
     del kwargs
     if add_special_tokens is None:
-      prefix = self.tokenizer_.decode([self.prefix_token_id], skip_special_tokens=False)
+      prefix = self._prefix_text
       add_special_tokens = not (prefix and string.startswith(prefix))
     ids = self.tokenizer_.encode(string, add_special_tokens=add_special_tokens)
     return ids[-left_truncate_len:] if left_truncate_len else ids

@@ -29,7 +29,7 @@ POOLED = 'pooled'
 def _shaped(taus: np.ndarray, count: int) -> np.ndarray:
   """float32 `[count, 1 | layers (, heads)]` of per-context taus `[count]`, `[count, layers]`
   or `[count, layers, heads]`."""
-  taus = np.asarray(taus, np.float32).reshape(count, *np.shape(taus)[1:])
+  taus = np.asarray(taus, np.float32)
   validate.temperatures(taus, 'temperatures')
   return taus.reshape(count, 1) if taus.ndim == 1 else taus
 
@@ -67,6 +67,8 @@ class Scheduled(Policy):
   path: str
   task: str | None = None
   used: dict[str, str] = dataclasses.field(default_factory=dict)  # lm-eval task -> entry
+  # Entry name -> its schedule, built (and validated) once, not per request.
+  entries: dict[str, schedule_lib.TemperatureSchedule] = dataclasses.field(default_factory=dict)
 
   def _entry(self, task: str) -> schedule_lib.TemperatureSchedule:
     chosen = self.task or (task if task in self.schedule.tasks else None)
@@ -76,10 +78,11 @@ class Scheduled(Policy):
           f'({", ".join(sorted(self.schedule.tasks))}) and none for lm-eval task {task!r}: name '
           f'the entry to apply with schedule_task=NAME, or schedule_task={POOLED} for its pooled '
           'calibrations.')
-    self.used[task] = chosen or POOLED
-    if chosen in (None, POOLED):
-      return self.schedule
-    return self.schedule.for_task(chosen)
+    self.used[task] = chosen = chosen or POOLED
+    if chosen not in self.entries:
+      self.entries[chosen] = (self.schedule if chosen == POOLED
+                              else self.schedule.for_task(chosen))
+    return self.entries[chosen]
 
   def taus(self, contexts, tasks):
     lengths = np.array([len(c) for c in contexts], np.float64)
