@@ -28,7 +28,6 @@ RULER's budget and files through `options`' ruler_* or T5ALIGN_RULER_* (`seqio_t
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -81,19 +80,6 @@ def options(*, seed: int = 0, passkey_examples: int = 100, code_key_examples: in
               lm_text_path=lm_text_path or os.environ.get('T5ALIGN_LM_TEXT_PATH'),
               ruler_examples=ruler_examples, ruler_budget=ruler_budget,
               ruler_essays=ruler_essays, ruler_squad=ruler_squad, ruler_hotpotqa=ruler_hotpotqa)
-
-
-# Options added since runs were first recorded (RULER's): a run records them only when not
-# their defaults, so a run recorded before they existed reads as the same run.
-_ADDED_LATER = ('ruler_examples', 'ruler_budget', 'ruler_essays', 'ruler_squad',
-                'ruler_hotpotqa')
-
-
-def recorded_options() -> dict:
-  """`options()` as a run records them (run.json's task_options): the options added later
-  (`_ADDED_LATER`) only when not their defaults."""
-  defaults = {k: p.default for k, p in inspect.signature(options).parameters.items()}
-  return {k: v for k, v in options().items() if k not in _ADDED_LATER or v != defaults[k]}
 
 
 def _user_file(key: str, env: str, what: str) -> str:

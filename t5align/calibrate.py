@@ -9,8 +9,6 @@ Flags as in t5x (see `t5align.gin_cli`): --gin_file (repeatable), --gin_search_p
 The job is `t5align.jobs.CalibrationJob`: gin/calibrate.gin binds its fields as
 `jobs.CalibrationJob.NAME` and builds the settings objects it takes, `jobs.Checkpoint` and
 `calibration.SearchSettings` (`--gin_bindings='calibration.SearchSettings.grid = (1.0, 0.9)'`).
-Its old name `calibrate.run` still works until the next release, with a FutureWarning.
-
 """
 from __future__ import annotations
 
@@ -19,12 +17,6 @@ from typing import Sequence
 
 from t5align import gin_cli
 from t5align.runtime import multihost
-
-
-def __getattr__(name: str):
-  """`run`: the old name of `jobs.CalibrationJob` (warns once; `gin_cli.deprecated_alias`)."""
-  from t5align import jobs  # pylint: disable=g-import-not-at-top  (lazy: no JAX at import)
-  return getattr(jobs, gin_cli.deprecated_alias('t5align.calibrate', name))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -23,8 +23,7 @@ every process's devices, each process places only its rows of each batch, predic
 and process 0 alone writes the task folders (resume included).
 
 The job is `t5align.jobs.EvalJob`; gin/runs/eval.gin binds its fields as `jobs.EvalJob.NAME`
-(`--gin_bindings='jobs.EvalJob.batch_size = 4'`). Its old names `t5align_eval.evaluate` (gin)
-and `t5align.eval.evaluate` (Python) still work until the next release, with a FutureWarning.
+(`--gin_bindings='jobs.EvalJob.batch_size = 4'`).
 """
 from __future__ import annotations
 
@@ -35,12 +34,6 @@ from typing import Any, Mapping, Sequence
 
 from t5align import gin_cli
 from t5align.runtime import multihost
-
-
-def __getattr__(name: str):
-  """`evaluate`: the old name of `jobs.EvalJob` (warns once; `gin_cli.deprecated_alias`)."""
-  from t5align import jobs  # pylint: disable=g-import-not-at-top  (lazy: no JAX at import)
-  return getattr(jobs, gin_cli.deprecated_alias('t5align.eval', name))
 
 
 def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:

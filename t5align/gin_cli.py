@@ -15,8 +15,6 @@ from absl import flags
 from absl import logging
 import gin
 
-from t5align import run_identity
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -290,7 +288,6 @@ def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) ->
     bindings = [f'{name} = None' for name in required_macros()] + list(bindings)
   else:
     check_required_macros()
-  warn_old_names([_file_text(f, paths) for f in files] + list(bindings))
   gin.parse_config_files_and_bindings([], bindings)
 
 
@@ -298,69 +295,10 @@ def register_job(cls: type) -> type:
   """Registers a job class with gin under its own name, `t5align.jobs.<Name>` (bound as
   `jobs.EvalJob.batch_size = 4`), without changing the class: built in Python it takes only
   the arguments given. At import, config locked or not, so every name gin reaches the class by
-  finds this registration; the job's old selector (`run_identity.OLD_GIN_SELECTORS`) stays a
-  second name of the same registration until the next release (`warn_old_names`)."""
+  finds this registration."""
   with gin.unlock_config():
     gin.external_configurable(cls, module='t5align.jobs')
-  registry = gin.config._REGISTRY  # pylint: disable=protected-access  (no public alias API)
-  for old, new in run_identity.OLD_GIN_SELECTORS.items():
-    if new == f't5align.jobs.{cls.__name__}':
-      registry[old] = registry[new]
   return cls
-
-
-_WARNED: set[str] = set()
-
-
-def _warn_old_name(module: str) -> None:
-  """Warns once per process (FutureWarning) that a job's old name is in use."""
-  attribute, bound_as, job = run_identity.OLD_JOB_NAMES[module]
-  if job in _WARNED:
-    return
-  _WARNED.add(job)
-  warnings.warn(
-      f'{bound_as} (and {module}.{attribute}) is the old name of jobs.{job}, kept until the '
-      f'next release: bind jobs.{job}.NAME (with `from t5align import jobs` in a gin file) or '
-      f'use t5align.jobs.{job} in Python instead.', FutureWarning, stacklevel=4)
-
-
-def deprecated_alias(module: str, name: str) -> str:
-  """The name in `t5align.jobs` of the job `module.name` stands for (`t5align.eval.evaluate` ->
-  'EvalJob', read by a command module's `__getattr__`, as gin's dynamic registration reads
-  `t5align_eval.evaluate`), warning once per process that the name is an alias that goes in the
-  next release. The command module imports the job: the commands stand above the jobs."""
-  attribute, _, job = run_identity.OLD_JOB_NAMES[module]
-  if name != attribute:
-    raise AttributeError(f'module {module!r} has no attribute {name!r}')
-  _warn_old_name(module)
-  return job
-
-
-# `[scope/]selector.parameter =` or `selector:` (a block) in a gin file or binding.
-_BOUND_SELECTOR = re.compile(r'^\s*(?:[\w.]+/)*([A-Za-z_][\w.]*)(?:\.\w+\s*=|\s*:\s*$)', re.M)
-
-
-def warn_old_names(texts: Sequence[str]) -> None:
-  """Warns (`deprecated_alias`) for each job a gin text binds under its old selector, written
-  whole (`calibrate.run.grid`) or shortened as gin allows (`run.grid`)."""
-  old_selectors = {f't5align.{bound}': module
-                   for module, (_, bound, _) in run_identity.OLD_JOB_NAMES.items()}
-  for text in texts:
-    text = re.sub(r'#.*', '', text)
-    for selector in _BOUND_SELECTOR.findall(text):
-      for old, module in old_selectors.items():
-        if old == selector or old.endswith('.' + selector):
-          _warn_old_name(module)
-
-
-def _file_text(name: str, paths: Sequence[str]) -> str:
-  """A gin file's text, looked up as gin does (as given, then under each search path); '' if
-  gin reads it from elsewhere."""
-  for path in [name] + [os.path.join(p, name) for p in paths]:
-    if os.path.isfile(path):
-      with open(path) as f:
-        return f.read()
-  return ''
 
 
 def is_unset(value: object) -> bool:

@@ -196,6 +196,8 @@ class Workload:
     target_length: decoder target tokens per example as compiled (eval's scoring, training);
       0: none.
     tasks: the tasks the program serves (eval), for its report.
+    training: the program is a train step (its gradients and optimizer state are XLA's to
+      count: `estimate` models inference only).
   """
 
   config: network.T5Config
@@ -213,6 +215,7 @@ class Workload:
   decode_steps: int | None = None
   target_length: int = 0
   tasks: tuple[str, ...] = ()
+  training: bool = False
 
   @property
   def width(self) -> int:
@@ -251,6 +254,8 @@ class Workload:
                  tasks=list(self.tasks))
     if self.taus is not None:
       out.update(mesh_shape=self.mesh_shape, tau_batch=self.taus)
+    if self.training:
+      out.update(target_length=self.target_length, training=True)
     return out
 
 

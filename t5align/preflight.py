@@ -5,8 +5,9 @@ they fit and what they cost, before renting the pod (docs/pods.md).
       --gin_file=gin/models/flan_t5/xxl.gin --gin.PARAMS_DTYPE=bfloat16 \
       --gin.NUM_PARTITIONS=8 --gin.BATCH_SIZE=2 --topology=v5litepod-16 --length=32768
 
-The gin files and flags are `t5align.eval`'s or `t5align.calibrate`'s, plus a gin/models file for
-the shapes (nothing is read but the gin files). Exit status: 0 when the programs fit every chip's
+The gin files and flags are `t5align.eval`'s, `t5align.calibrate`'s or `t5align.train`'s (the
+train step, as MaxText's train_compile compiles it), plus a gin/models file for the shapes
+(nothing is read but the gin files). Exit status: 0 when the programs fit every chip's
 HBM, 3 when they do not (the message names the settings to change), 2 for bad flags.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ def flag_parser() -> Any:
   parser.add_argument('--topology', required=True,
                       help="TPU slice: 'v5e:4x4', 'v4:2x2x4', ... or 'v5litepod-16', 'v4-32', ...")
   parser.add_argument('--length', type=int, help='encoder input tokens (calibration: default '
-                      'the longest of LENGTHS)')
+                      'the longest of LENGTHS; training: L_TR)')
   parser.add_argument('--program', choices=preflight_lib.PROGRAMS,
                       help='default: the one the gin files configure')
   parser.add_argument('--json_output', help='also write the report as JSON there (atomically; '
@@ -54,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   from t5align import gin_cli  # pylint: disable=g-import-not-at-top
   from t5align.runtime import fileio  # pylint: disable=g-import-not-at-top
   gin_cli.configure(rest, prog='python -m t5align.preflight', unset_required=True,
-                    example_file='gin/runs/eval.gin (or gin/calibrate.gin) plus a gin/models file')
+                    example_file='gin/runs/eval.gin (or gin/calibrate.gin, or '
+                    'gin/runs/train_retrieval.gin) plus a gin/models file')
   try:
     case = preflight_lib.case_from_gin(target, args.length, args.program)
     built = preflight_lib.programs(case)  # A task outside t5align's catalog is refused here.

@@ -1,11 +1,17 @@
 """What a run's results depend on, recorded beside them and compared before they are added to.
 
-A run identity is a JSON object: the content fingerprints of the files the results are computed
-from (checkpoint, vocabulary, data files), the gin configuration after every override, and the
-run's settings (task options, seeds, temperature or schedule entry, dtypes, attention
-implementation, ...). A resumed run compares the identity it would record with the one recorded,
-field by field (`differences`), and refuses naming each differing field (`check_same`):
-  - `check_run`: eval's run.json per task folder;
+A run identity is a JSON object: its layout's version ('format': `FORMAT`), the content
+fingerprints of the files the results are computed from (checkpoint, vocabulary, data files), the
+facts of the run (the model's config, the mesh, the temperatures applied, task options, ...) and
+'settings': the job's settings, each field of the job and of the settings objects it holds
+(`settings_record`) but those whose metadata says why they are not (`NOT_IDENTITY`). gin's
+configuration is written beside it as text (config.gin, as t5x writes it), not compared. A record
+of an earlier format is upgraded on read, once, by `upgrade`; a setting added later raises
+`FORMAT`, and `upgrade` gives the records before it the value those runs had.
+
+A resumed run compares the identity it would record with the one recorded, field by field
+(`differences`), and refuses naming each differing field (`check_same`):
+  - `check_run`: eval's run.json per task folder, train's in MODEL_DIR;
   - `calibration.CalibrationLog`: calibrate's progress beside OUTPUT_PATH, and a schedule's
     provenance['identity'] (what a reused schedule was calibrated for);
   - `check_same_processes`: every process of a multi-process run against process 0.
@@ -41,17 +47,16 @@ _SMALL_FILE_BYTES = 2**20  # Files up to this size are always hashed whole.
 _REMOTE_METADATA = ('checkpoint', 'state/_METADATA', 'state/manifest.ocdbt',
                     '_CHECKPOINT_METADATA', 'config.json', 'model.safetensors.index.json')
 
-# Gin bindings that do not determine a result (left out of a recorded identity): where the
-# inputs are (their content is fingerprinted instead), where outputs go, row names, and batch
-# sizes (examples are computed independently of their batch). Macro names, or the end of a
-# 'selector.parameter' key.
-NOT_IDENTITY = (
-    'CHECKPOINT_PATH', 'VOCABULARY_PATH', 'TEXT_FILE', 'JSONL_FILE', 'SCHEDULE_PATH',
-    'EVAL_OUTPUT_DIR', 'OUTPUT_PATH', 'MODEL_DIR', 'EXPORT_DIR', 'ANALYSIS_DIR',
-    'LABEL', 'MODEL_NAME', 'BATCH_SIZE', 'TAU_BATCH_SIZE', 'vocabulary_path.path',
-    # The inputs' fingerprint records what was read (split included).
-    'SEQIO_SPLIT', 'seqio_split',
-)
+# The layout of a run identity (run.json, a calibration log's header, a schedule's
+# provenance['identity']). 1 (no 'format'): gin's bindings as 'gin', the settings at the top
+# level, those added later only when not their defaults. 2: 'settings' from the jobs' fields.
+FORMAT = 2
+# The metadata key of a job's (or settings object's) field that is not part of its identity; its
+# value says why (e.g. "where results go"). `settings_record` leaves such fields out.
+NOT_IDENTITY = 'not_identity'
+# The metadata key of a function a field's value is recorded through (e.g. sorted, for a set).
+RECORDED_AS = 'recorded_as'
+GIN_CONFIG_FILE = 'config.gin'
 
 
 class RunMismatchError(ValueError):
@@ -201,19 +206,55 @@ def array_fingerprint(arrays: Iterable[Any]) -> str:
 # Gin.
 
 
-def gin_config(ignore: Collection[str] = NOT_IDENTITY) -> dict[str, str]:
+def gin_config() -> dict[str, str]:
   """Every binding of gin's current configuration (after overrides): {'MACRO' or
-  '[scope/]selector.parameter': the value as gin writes it}, less the `ignore`d (macro names,
-  or ends of 'selector.parameter' keys). Empty when gin is not in use."""
+  '[scope/]selector.parameter': the value as gin writes it}, for comparing the processes of one
+  run (`check_same_processes`). Empty when gin is not in use."""
   import gin  # pylint: disable=g-import-not-at-top
   out = {}
   for (scope, selector), params in gin.config._CONFIG.items():  # pylint: disable=protected-access
     for name, value in params.items():
       key = scope if selector == 'gin.macro' else f'{scope + "/" if scope else ""}{selector}.{name}'
-      if key in ignore or any(key.endswith('.' + i) for i in ignore):
-        continue
       out[key] = gin.config._format_value(value)  # pylint: disable=protected-access
   return dict(sorted(out.items()))
+
+
+def write_gin_config(path: str) -> None:
+  """gin's operative configuration (every parameter the run used, after overrides) as text at
+  `path` (a run folder's config.gin, as t5x writes it; OUTPUT_PATH.config.gin beside a
+  schedule), written atomically: for reading, never compared. Nothing when gin is not in use (a
+  job built in Python)."""
+  gin = sys.modules.get('gin')
+  text = gin.operative_config_str() if gin is not None else ''
+  if text.strip():
+    fileio.write_atomic(path, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# A job's settings.
+
+
+def settings_record(settings: Any) -> dict[str, Any]:
+  """{field: value} of a job (or a settings object it holds, nested the same way): every
+  dataclass field but those marked `NOT_IDENTITY` (their metadata says why), a value through
+  its `RECORDED_AS` function if it has one."""
+  out = {}
+  for field in dataclasses.fields(settings):
+    if NOT_IDENTITY in field.metadata:
+      continue
+    value = getattr(settings, field.name)
+    if RECORDED_AS in field.metadata:
+      value = field.metadata[RECORDED_AS](value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+      value = settings_record(value)
+    out[field.name] = value
+  return out
+
+
+def unrecorded(why: str, default: Any = dataclasses.MISSING) -> Any:
+  """A dataclass field (its `default`) left out of a run's identity, because `why` (its
+  metadata, `NOT_IDENTITY`)."""
+  return dataclasses.field(default=default, metadata={NOT_IDENTITY: why})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,11 +262,12 @@ def gin_config(ignore: Collection[str] = NOT_IDENTITY) -> dict[str, str]:
 
 
 def make(*, checkpoint: str | None = None, vocabulary: Any = None,
-         files: Mapping[str, str | None] | None = None, settings: Mapping[str, Any] | None = None,
-         gin: bool | Mapping[str, str] = True, resolved_checkpoint: str | None = None,
+         files: Mapping[str, str | None] | None = None, facts: Mapping[str, Any] | None = None,
+         settings: Mapping[str, Any] | None = None, resolved_checkpoint: str | None = None,
          fingerprint: bool = True) -> dict[str, Any]:
-  """A run identity (JSON values only): how every job's record is formed (eval's run.json,
-  calibrate's log header and schedule provenance, train's run.json), compared by `check_run`.
+  """A run identity of format `FORMAT` (JSON values only): how every job's record is formed
+  (eval's run.json, calibrate's log header and schedule provenance, train's run.json, the
+  demo's), compared by `check_same`.
 
   Args:
     checkpoint: the checkpoint path: recorded as 'checkpoint' (`checkpoint_fingerprint` of the
@@ -233,15 +275,14 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
       informational: `INFORMATIONAL` fields are not compared).
     vocabulary: anything `vocabulary_fingerprint` takes.
     files: {field: path (or None)} of data files, each recorded as its `file_fingerprint`.
-    settings: any other JSON-able settings, recorded as given.
-    gin: record 'gin': `gin_config()`; or the configuration to record, as a mapping (a job's
-      `jobs.common.gin_record`).
+    facts: what else the results depend on (JSON-able), at the top level.
+    settings: the job's settings (`settings_record`), as 'settings'.
     resolved_checkpoint: where the run reads `checkpoint` from (`jobs.common.Checkpoint.resolved`);
       None: `checkpoint` with its symlinks resolved now.
     fingerprint: read the checkpoint's content for 'checkpoint' (False: None, for a process
       that records nothing).
   """
-  out: dict[str, Any] = {}
+  out: dict[str, Any] = {'format': FORMAT}
   if checkpoint is not None:
     resolved = resolved_checkpoint or resolved_path(checkpoint)
     out['checkpoint'] = checkpoint_fingerprint(resolved) if fingerprint else None
@@ -251,21 +292,11 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
     out['vocabulary'] = vocabulary_fingerprint(vocabulary)
   for field, path in (files or {}).items():
     out[field] = None if path is None else file_fingerprint(path)
-  if gin is not False:
-    out['gin'] = gin_config() if gin is True else dict(gin)
-  # NOTE: recorded only when set, so identities written before the field existed still match.
-  if (precision := matmul_precision()) is not None:
-    out['jax_default_matmul_precision'] = precision
-  out.update(settings or {})
+  out['jax_default_matmul_precision'] = matmul_precision()
+  out.update(facts or {})
+  if settings is not None:
+    out['settings'] = dict(settings)
   return json.loads(json.dumps(out, sort_keys=True))
-
-
-def set_fields(settings: Any, names: Iterable[str]) -> dict[str, Any]:
-  """The fields `names` of the dataclass `settings` that are not their declared defaults: what
-  a run records of settings that could not be set when runs were first recorded, so that those
-  records still match (`make` turns tuples into lists)."""
-  defaults = {f.name: f.default for f in dataclasses.fields(settings)}
-  return {n: getattr(settings, n) for n in names if getattr(settings, n) != defaults[n]}
 
 
 def matmul_precision() -> str | None:
@@ -300,43 +331,104 @@ def _checkpoint_note(before: Mapping[str, Any], now: Mapping[str, Any],
           f'{where(now)} now, {where(before)} then.')
 
 
-# The jobs' old names, kept until the next release (`gin_cli.deprecated_alias`): {command
-# module: (its attribute, the gin selector the run files bound, the job in t5align.jobs)}.
-OLD_JOB_NAMES = {'t5align.eval': ('evaluate', 't5align_eval.evaluate', 'EvalJob'),
-                 't5align.calibrate': ('run', 'calibrate.run', 'CalibrationJob'),
-                 't5align.train': ('train', 'train.train', 'TrainJob')}
-# The selectors the jobs' gin bindings were recorded under before they were registered under
-# their own names (2026-11-28): an identity recorded then compares under the new ones.
-OLD_GIN_SELECTORS = {f't5align.{bound}': f't5align.jobs.{job}'
-                     for _, bound, job in OLD_JOB_NAMES.values()}
+# ---------------------------------------------------------------------------------------------
+# Records of earlier formats.
+
+KINDS = ('eval', 'calibration', 'train', 'demo')
+# Format 1's top-level settings by their place in format 2's 'settings' (dotted: a settings
+# object's field), per kind of record; and the values format 1 left out (those added later,
+# recorded only when not their defaults), as runs had them then.
+_FORMAT_1_SETTINGS = {
+    'eval': {'params_dtype': 'checkpoint.params_dtype', 'split': 'split',
+             'truncate_inputs': 'truncate_inputs'},
+    'calibration': {
+        'params_dtype': 'checkpoint.params_dtype', 'per_task': 'per_task',
+        'reference_tasks': 'reference_tasks', 'lengths': 'lengths', 'strategies': 'strategies',
+        'reference_length': 'reference_length', 'num_samples': 'num_samples', 'seed': 'seed',
+        'mesh_shape': 'mesh_shape', 'grid': 'search.grid', 'tol': 'search.tol',
+        'bracket': 'search.bracket', 'points': 'search.points'},
+    'train': {
+        'seed': 'seed', 'num_steps': 'num_steps', 'batch_size': 'batch_size',
+        'learning_rate': 'optimizer.learning_rate', 'warmup_steps': 'optimizer.warmup_steps',
+        'weight_decay': 'optimizer.weight_decay', 'clip_norm': 'optimizer.clip_norm',
+        'optimizer': 'optimizer.name', 'schedule': 'optimizer.schedule',
+        'decay_fraction': 'optimizer.decay_fraction', 'per_example_loss': 'per_example_loss',
+        'mix': 'mix.weights', 'min_length': 'mix.min_length',
+        'length_power': 'mix.length_power', 'min_units': 'mix.min_units',
+        'input_length': 'input_length', 'target_length': 'target_length',
+        'vocab_size': 'vocab_size', 'mixture_or_task_name': 'mixture_or_task_name'},
+    'demo': {},
+}
+_FORMAT_1_UNRECORDED = {
+    'eval': {'truncate_inputs': None},
+    'calibration': {'search.bracket': [0.05, 1.0], 'search.points': None},
+    'train': {'optimizer.clip_norm': 1.0, 'optimizer.decay_fraction': 0.2,
+              'mix.min_length': 0, 'mixture_or_task_name': None},
+    'demo': {},
+}
+# Task options format 1 recorded only when not their defaults (RULER's, added later).
+_FORMAT_1_TASK_OPTIONS = {'ruler_examples': 500, 'ruler_budget': 'upstream',
+                          'ruler_essays': None, 'ruler_squad': None, 'ruler_hotpotqa': None}
+# A fine-tuning record's settings that its synthetic-data fields are not (`jobs.TrainJob`).
+_SYNTHETIC_ONLY = ('mix', 'vocab_size')
 
 
-def current_gin_names(config: Any) -> Any:
-  """A recorded 'gin' field ({'[scope/]selector.parameter': value}) with the jobs' old
-  selectors (`OLD_GIN_SELECTORS`) renamed to their own names; anything else as given."""
-  if not isinstance(config, Mapping):
-    return config
-  out = {}
-  for key, value in config.items():
-    scope, _, binding = str(key).rpartition('/')
-    for old, new in OLD_GIN_SELECTORS.items():
-      if binding.startswith(old + '.'):
-        key = (scope + '/' if scope else '') + new + binding[len(old):]
-    out[key] = value
+def _place(tree: dict[str, Any], dotted: str, value: Any) -> None:
+  *parents, leaf = dotted.split('.')
+  for name in parents:
+    tree = tree.setdefault(name, {})
+  tree[leaf] = value
+
+
+def _format_1_to_2(record: dict[str, Any], kind: str) -> dict[str, Any]:
+  """Format 1 -> 2: 'gin' goes (config.gin holds it now); the settings move into 'settings';
+  what format 1 left out at its default gets that default; jax's matmul precision, recorded
+  only when set, reads as None when absent."""
+  out = {k: v for k, v in record.items() if k != 'gin'}
+  settings: dict[str, Any] = {}
+  finetuning = kind == 'train' and 'mixture_or_task_name' in record
+  for old, new in _FORMAT_1_SETTINGS[kind].items():
+    if old in out:
+      _place(settings, new, out.pop(old))
+    elif new in _FORMAT_1_UNRECORDED[kind] and not (
+        finetuning and new.split('.')[0] in _SYNTHETIC_ONLY):
+      _place(settings, new, _FORMAT_1_UNRECORDED[kind][new])
+  if kind == 'train':
+    # Fine-tuning read its initial checkpoint in float32 (format 1 recorded its content only).
+    settings['initial_checkpoint'] = {'params_dtype': 'float32'} if 'checkpoint' in out else None
+  if kind == 'eval' and isinstance(out.get('task_options'), Mapping):
+    out['task_options'] = {**_FORMAT_1_TASK_OPTIONS, **out['task_options']}
+  out.setdefault('jax_default_matmul_precision', None)
+  if settings or kind != 'demo':
+    out['settings'] = settings
+  out['format'] = 2
   return out
+
+
+def upgrade(record: Any, kind: str) -> Any:
+  """A recorded identity (`kind`: one of `KINDS`) in today's format (`FORMAT`): the one place
+  records of an earlier format are converted, on read, as t5x and gemma convert checkpoints. A
+  record that is not an object is returned as it is (`check_same` refuses it)."""
+  if kind not in KINDS:
+    raise ValueError(f'kind={kind!r}; expected one of {KINDS}.')
+  if not isinstance(record, Mapping):
+    return record
+  record = dict(record)
+  version = record.get('format', 1)
+  if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT:
+    raise ValueError(f'a run record of format {version!r}: this t5align reads formats 1 to '
+                     f'{FORMAT} (a newer t5align wrote it?).')
+  if version == 1:
+    record = _format_1_to_2(record, kind)
+  return record
 
 
 def differences(before: Any, now: Any, *, ignore: Collection[str] = INFORMATIONAL,
                 prefix: str = '') -> dict[str, tuple[Any, Any]]:
   """{dotted field: (before, now)} of every field that differs; objects are compared key by
-  key (a missing key reads as None), everything else as a whole. `ignore`: top-level fields.
-  The top-level 'gin' field compares with the jobs' old selectors renamed (`current_gin_names`),
-  so runs recorded before the jobs had their own gin names resume."""
+  key (a missing key reads as None), everything else as a whole. `ignore`: top-level fields."""
   if not (isinstance(before, Mapping) and isinstance(now, Mapping)):
     return {} if before == now else {prefix or '(value)': (before, now)}
-  if not prefix and ('gin' in before or 'gin' in now):
-    before = {**before, 'gin': current_gin_names(before.get('gin'))} if 'gin' in before else before
-    now = {**now, 'gin': current_gin_names(now.get('gin'))} if 'gin' in now else now
   out = {}
   for key in sorted(set(before) | set(now), key=str):
     if not prefix and key in ignore:
@@ -358,14 +450,15 @@ def describe_differences(diff: Mapping[str, tuple[Any, Any]], limit: int = 12) -
   return '; '.join(parts) + (f'; and {more} more' if more > 0 else '')
 
 
-def check_same(before: Mapping[str, Any] | None, now: Mapping[str, Any], *, what: str,
-               hint: str, ignore: Collection[str] = INFORMATIONAL,
+def check_same(before: Mapping[str, Any] | None, now: Mapping[str, Any], *, kind: str,
+               what: str, hint: str, ignore: Collection[str] = INFORMATIONAL,
                checkpoint_setting: str = 'CHECKPOINT_PATH') -> None:
   """Raises `RunMismatchError` naming every field where `now` differs from `before`.
 
   Args:
-    before: the recorded identity; None: nothing was recorded (refused: the results there
-      cannot be attributed).
+    before: the recorded identity, of any format (`upgrade`d first); None: nothing was
+      recorded (refused: the results there cannot be attributed).
+    kind: what recorded it (`KINDS`), for `upgrade`.
     now: the identity of the run about to add to them.
     what: the results, for the message, e.g. 'EVAL_OUTPUT_DIR/task'.
     hint: what to do instead, e.g. 'Use another output folder.'
@@ -376,7 +469,7 @@ def check_same(before: Mapping[str, Any] | None, now: Mapping[str, Any], *, what
     raise RunMismatchError(f'{what} holds results but no record of the run that made them, so '
                            f'they cannot be resumed or extended. {hint}')
   now = json.loads(json.dumps(now))
-  diff = differences(before, now, ignore=ignore)
+  diff = differences(upgrade(before, kind), now, ignore=ignore)
   if diff:
     note = _checkpoint_note(before, now, diff, checkpoint_setting)
     raise RunMismatchError(f'{what} holds results of a different run; differing fields (before '
@@ -402,10 +495,12 @@ def check_same_processes(settings: Mapping[str, Any], what: str = 'settings') ->
         + ' | '.join(problems) + '. Start every process with the same command.')
 
 
-def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any],
+def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any], *, kind: str,
               has_results: bool | None = None) -> None:
   """Writes run.json, or checks that the run that made the folder's results had the same
-  identity (`check_same`: every field but `INFORMATIONAL`).
+  identity (`check_same`: every field but `INFORMATIONAL`; a record of an earlier format is
+  upgraded, the file left as it is). Either way gin's configuration goes beside it
+  (`write_gin_config`).
 
   A run.json whose folder holds no result yet (by default: no prediction record, no
   metrics.json; the run failed before its first batch) is replaced, so a corrected rerun is not
@@ -419,7 +514,8 @@ def check_run(folder: str | os.PathLike[str], settings: Mapping[str, Any],
         fileio.exists(predictions) and b'\n' in fileio.read_bytes(predictions))
   if has_results:
     before = outputs.read_json(path, 'run record') if fileio.exists(path) else None
-    check_same(before, settings, what=os.fspath(folder),
-                            hint='Use another output folder (or move this one away).')
-    return
-  fileio.write_json_atomic(path, settings)
+    check_same(before, settings, kind=kind, what=os.fspath(folder),
+               hint='Use another output folder (or move this one away).')
+  else:
+    fileio.write_json_atomic(path, settings)
+  write_gin_config(fileio.join(folder, GIN_CONFIG_FILE))

@@ -16,7 +16,6 @@ checkpoint on a seqio task or mixture (as t5x's finetune.gin), resumably.
 
 The job is `t5align.jobs.TrainJob` (what MODEL_DIR gets, and how a rerun resumes):
 gin/runs/train_retrieval.gin and gin/runs/finetune.gin bind its fields as `jobs.TrainJob.NAME`.
-Its old name `train.train` still works until the next release, with a FutureWarning.
 
 The small model trained this way ships in t5align/shipped/retrieval_t5/ (`assets.load_shipped`).
 """
@@ -28,12 +27,6 @@ import sys
 from typing import Any, Sequence
 
 from t5align import gin_cli
-
-
-def __getattr__(name: str):
-  """`train`: the old name of `jobs.TrainJob` (warns once; `gin_cli.deprecated_alias`)."""
-  from t5align import jobs  # pylint: disable=g-import-not-at-top  (lazy: no JAX at import)
-  return getattr(jobs, gin_cli.deprecated_alias('t5align.train', name))
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -336,10 +336,12 @@ def test_schedule_of_another_calibration_is_recalibrated(shortened, tmp_path, mo
 def test_results_of_other_weights_are_refused(tmp_path):
   """results.json records the model's content: cells made with other weights are never added
   to, whatever the path; a model folder moved elsewhere resumes."""
-  settings = {'model_dir': '/a', 'num_examples': 4,
+  # Written as format 1 (before records had a format), compared as today's (`upgrade`).
+  recorded = {'model_dir': '/a', 'num_examples': 4,
               'checkpoint': {'sha256': 'aa', 'bytes': 10}, 'checkpoint_path': '/a/checkpoint_5'}
+  settings = {**recorded, 'format': 2, 'jax_default_matmul_precision': None}
   path = str(tmp_path / 'results.json')
-  json.dump({'settings': settings, 'accuracy': {'tau=1': {'lines': {'512': 50.0}}}},
+  json.dump({'settings': recorded, 'accuracy': {'tau=1': {'lines': {'512': 50.0}}}},
             open(path, 'w', encoding='utf-8'))
   moved = {**settings, 'model_dir': '/b', 'checkpoint_path': '/b/checkpoint_5'}
   assert store.Results(path, moved).get('tau=1', 'lines', 512) == 50.0

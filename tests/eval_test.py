@@ -81,20 +81,24 @@ def test_prediction_log_corruption(tmp_path, content, message):
     records.RecordLog(path)
 
 
+def _record(temperature):
+  return run_identity.make(facts={'task': 't', 'temperature': temperature})
+
+
 def test_write_json_atomic_and_check_run(tmp_path):
   fileio.write_json_atomic(tmp_path / 'm.json', {'a': 1})
   assert json.loads((tmp_path / 'm.json').read_text()) == {'a': 1}
   assert [p.name for p in tmp_path.iterdir()] == ['m.json']  # No temporary left behind.
-  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
-  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.8})
+  run_identity.check_run(tmp_path, _record(0.8), kind='eval')
+  run_identity.check_run(tmp_path, _record(0.8), kind='eval')
   # No result yet (the first run failed before its first batch): a corrected rerun may start.
-  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  run_identity.check_run(tmp_path, _record(0.9), kind='eval')
   assert json.loads((tmp_path / 'run.json').read_text())['temperature'] == 0.9
   records.RecordLog(tmp_path / 'predictions.jsonl').append([{'index': 0}])
-  run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.9})
+  run_identity.check_run(tmp_path, _record(0.9), kind='eval')
   with pytest.raises(ValueError, match=r'different run; differing fields \(before -> now\): '
                                        r'temperature: 0\.9 -> 0\.7'):
-    run_identity.check_run(tmp_path, {'task': 't', 'temperature': 0.7})
+    run_identity.check_run(tmp_path, _record(0.7), kind='eval')
 
 
 def test_run_examples_skips_recorded(tmp_path):
@@ -511,3 +515,41 @@ def test_end_to_end_kill_and_resume(e2e_env, monkeypatch):
     assert metrics['metrics']['accuracy'] == pytest.approx(mean)
     assert all(r['tau'] == [1.0] and isinstance(r['prediction'], str) for r in records)
   assert 'Retrieval accuracy' in tables.render(tables.load_results([out]))
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+def test_a_folder_recorded_before_record_formats_resumes(e2e_env, monkeypatch, tmp_path,
+                                                          clean_gin):
+  """tests/testdata/old_gin_names/eval_run_58d8be9.json is the run.json 58d8be9 wrote (format
+  1: gin's bindings under the jobs' old names, settings at the top level; its README has the
+  command). A task folder holding it and the first predictions of that command resumes with
+  today's code (`run_identity.upgrade` on read), leaving run.json as it was, and ends with the
+  predictions and metrics of the same command run through at once."""
+  root, env = e2e_env
+  for key in ('T5ALIGN_VOCABULARY', 'T5ALIGN_DATA_DIR'):
+    monkeypatch.setenv(key, env[key])
+  monkeypatch.chdir(REPO_ROOT)
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  args = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin',
+          '--gin.NUM_EMBEDDINGS=128', '--gin_bindings=network.T5Config.emb_dim = 64',
+          '--gin_bindings=network.T5Config.head_dim = 16',
+          '--gin_bindings=network.T5Config.mlp_dim = 128', f'--gin.CHECKPOINT_PATH={FIXTURE}',
+          '--gin.MIXTURE_OR_TASK_NAME=t5align_lines_200', '--gin.BATCH_SIZE=1',
+          '--gin.MAX_DECODE_LENGTH=8', '--gin_bindings=jobs.EvalJob.temperature = 0.9']
+  whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
+  t5align_eval.main([*args, f'--gin.EVAL_OUTPUT_DIR={whole}'])
+  task = 't5align_lines_200'
+  recorded = (REPO_ROOT / 'tests/testdata/old_gin_names/eval_run_58d8be9.json').read_bytes()
+  assert 'format' not in json.loads(recorded)
+  (resumed / task).mkdir(parents=True)
+  (resumed / task / 'run.json').write_bytes(recorded)
+  lines = (whole / task / 'predictions.jsonl').read_text().splitlines(keepends=True)
+  (resumed / task / 'predictions.jsonl').write_text(''.join(lines[:2]))
+  clean_gin.clear_config()
+  t5align_eval.main([*args, f'--gin.EVAL_OUTPUT_DIR={resumed}'])
+  for name in ('predictions.jsonl', 'metrics.json'):
+    assert (resumed / task / name).read_bytes() == (whole / task / name).read_bytes(), name
+  assert (resumed / task / 'run.json').read_bytes() == recorded  # Read as today's, not rewritten.
+  assert json.loads((whole / task / 'run.json').read_text())['format'] == 2
+  assert 'EvalJob.temperature = 0.9' in (whole / task / 'config.gin').read_text()

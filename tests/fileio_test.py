@@ -47,7 +47,8 @@ def test_gs_writes_go_through_epath(fake_bucket):
 
 def test_prediction_log_on_gs_rewrites_the_object_and_reopens(fake_bucket):
   root, _ = fake_bucket
-  run_identity.check_run('gs://b/eval/task', {'k': 1})
+  run_identity.check_run('gs://b/eval/task', run_identity.make(facts={'k': 1}),
+                         kind='eval')
   log = records.RecordLog('gs://b/eval/task/predictions.jsonl')
   log.append([{'index': 0, 'prediction': 'x'}])
   log.append([{'index': 1, 'prediction': 'y'}])
@@ -55,9 +56,11 @@ def test_prediction_log_on_gs_rewrites_the_object_and_reopens(fake_bucket):
   assert [json.loads(line)['index'] for line in lines] == [0, 1]
   again = records.RecordLog('gs://b/eval/task/predictions.jsonl')
   assert [r['prediction'] for r in again.ordered()] == ['x', 'y']
-  run_identity.check_run('gs://b/eval/task', {'k': 1})  # The same run resumes.
+  run_identity.check_run('gs://b/eval/task', run_identity.make(facts={'k': 1}),
+                         kind='eval')  # The same run resumes.
   with pytest.raises(ValueError, match='different run'):
-    run_identity.check_run('gs://b/eval/task', {'k': 2})
+    run_identity.check_run('gs://b/eval/task', run_identity.make(facts={'k': 2}),
+                         kind='eval')
 
 
 def test_gs_without_the_mock_uses_the_library_not_a_local_folder(tmp_path, monkeypatch):

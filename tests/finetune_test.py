@@ -24,6 +24,7 @@ from t5align import jobs
 from t5align import network
 from t5align import run_identity
 from t5align.shipped import assets
+from t5align.shipped import train_data
 from t5align import training
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_params(tmp_path, scrolls
       _params(str(tmp_path / 'killed'), 4, config))
   for key in full:
     np.testing.assert_array_equal(killed[key], full[key], err_msg=key)
-  template = _job(tmp_path).optimizer_config().make().init(
+  template = _job(tmp_path).optimizer.make(4).init(
       _params(str(tmp_path / 'full'), 4, config))
   _, s_full = training.restore_checkpoint(str(tmp_path / 'full'), 4, config, template)
   _, s_killed = training.restore_checkpoint(str(tmp_path / 'killed'), 4, config, template)
@@ -259,33 +260,41 @@ def test_a_model_config_other_than_the_checkpoints_is_refused(tmp_path, scrolls_
 def test_settings_that_need_a_task_are_refused(tmp_path):
   with pytest.raises(ValueError, match=r'INITIAL_CHECKPOINT_PATH=/ckpt needs '
                                        r'MIXTURE_OR_TASK_NAME'):
-    _job(tmp_path, config=TINY, mixture_or_task_name=None, initial_checkpoint_path='/ckpt').check()
+    _job(tmp_path, config=TINY, mixture_or_task_name=None,
+         initial_checkpoint=jobs.Checkpoint('/ckpt', flag='INITIAL_CHECKPOINT_PATH')).check()
   with pytest.raises(ValueError, match=r"MIXTURE_OR_TASK_NAME=' ': expected the name"):
     _job(tmp_path, config=TINY, mixture_or_task_name=' ').check()
 
 
-def test_the_synthetic_runs_record_is_unchanged(tmp_path):
-  """A synthetic run's run.json holds exactly the fields it held before fine-tuning existed
-  (the new settings are recorded only when set), with the same values."""
+def test_a_synthetic_runs_record_of_format_1_reads_as_todays(tmp_path):
+  """A synthetic run's run.json as format 1 wrote it (the settings at the top level, those added
+  later left out at their defaults, no fine-tuning fields) is upgraded on read to exactly what
+  the same job records now (format 2: 'settings' from the job's fields), so its MODEL_DIR
+  resumes; the same record with another learning rate does not."""
   job = jobs.TrainJob(model=network.Transformer(TINY), model_dir=str(tmp_path), seed=3,
-                      num_steps=4, batch_size=2, mix={'passkey': 1.0}, input_length=128,
-                      target_length=8)
-  identity = job.identity()
-  identity.pop('jax_default_matmul_precision', None)
-  assert sorted(identity) == [
-      'batch_size', 'config', 'input_length', 'learning_rate', 'length_power', 'min_units',
-      'mix', 'num_steps', 'optimizer', 'per_example_loss', 'schedule', 'seed',
-      'target_length', 'vocab_size', 'warmup_steps', 'weight_decay']
-  assert {k: identity[k] for k in ('seed', 'num_steps', 'mix', 'vocab_size', 'schedule')} == {
-      'seed': 3, 'num_steps': 4, 'mix': {'passkey': 1.0}, 'vocab_size': 1000,
-      'schedule': 'cosine'}
+                      num_steps=4, batch_size=2, mix=train_data.Mix({'passkey': 1.0}),
+                      input_length=128, target_length=8)
+  now = job.identity({})
+  assert now['format'] == 2 and now['settings']['mix'] == {
+      'weights': {'passkey': 1.0}, 'min_length': 0, 'length_power': 1.0, 'min_units': None}
+  format_1 = {  # What 0f3d22d's TrainJob wrote for these settings.
+      'batch_size': 2, 'config': now['config'], 'input_length': 128, 'learning_rate': 1e-3,
+      'length_power': 1.0, 'min_units': None, 'mix': {'passkey': 1.0}, 'num_steps': 4,
+      'optimizer': 'adamw', 'per_example_loss': False, 'schedule': 'cosine', 'seed': 3,
+      'target_length': 8, 'vocab_size': 1000, 'warmup_steps': 100, 'weight_decay': 0.0}
+  assert run_identity.upgrade(format_1, 'train') == now
+  run_identity.check_same(format_1, now, kind='train', what='MODEL_DIR', hint='')
+  with pytest.raises(run_identity.RunMismatchError, match=r'settings\.optimizer\.learning_rate: '
+                                                          r'0\.002 -> 0\.001'):
+    run_identity.check_same({**format_1, 'learning_rate': 2e-3}, now, kind='train',
+                            what='MODEL_DIR', hint='')
 
 
 def test_the_constant_schedule_is_t5x_fine_tuning_rate():
   """'constant': the peak after a linear warmup (none: from step 0), as t5x's fine-tuning."""
-  flat = training.OptimizerConfig(1e-3, 100, 0, schedule='constant').learning_rate_schedule()
+  flat = training.OptimizerConfig(1e-3, 0, schedule='constant').learning_rate_schedule(100)
   assert [float(flat(s)) for s in (0, 50, 99)] == pytest.approx([1e-3] * 3)
-  warm = training.OptimizerConfig(1e-3, 100, 10, schedule='constant').learning_rate_schedule()
+  warm = training.OptimizerConfig(1e-3, 10, schedule='constant').learning_rate_schedule(100)
   assert [float(warm(s)) for s in (0, 5, 10, 80)] == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])
 
 

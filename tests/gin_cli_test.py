@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -10,7 +11,6 @@ import pytest
 
 from t5align import gin_cli
 from t5align import jobs
-from t5align.jobs import common
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -135,7 +135,6 @@ def test_a_job_built_without_its_required_settings_names_their_macros(job, clean
   """`check` names each required setting by the macro its run file defines (EvalJob's
   output_dir is EVAL_OUTPUT_DIR, not OUTPUT_DIR), and every such macro is one the run file
   marks %gin.REQUIRED; the command line, given none of them, names the same macros."""
-  from t5align import jobs  # pylint: disable=g-import-not-at-top
   cls = getattr(jobs, job)
   files, required = RUN_FILES[job]
   with pytest.raises(ValueError) as error:
@@ -186,69 +185,17 @@ def test_jobs_are_bound_under_their_own_names(clean_gin):
     clean_gin.parse_config('jobs.EvalJob.no_such = 1')
 
 
-@pytest.mark.parametrize('binding, job, module, name', [
-    ('t5align_eval.evaluate.temperature = 0.9', 'EvalJob', 't5align.eval', 'evaluate'),
-    ('evaluate.temperature = 0.9', 'EvalJob', 't5align.eval', 'evaluate'),
-])
-def test_old_eval_names_still_bind_and_warn_once(binding, job, module, name, clean_gin,
-                                                 monkeypatch):
-  """For one release the old selector binds the same job (its value recorded under the new
-  name) and warns, once per process, naming the new one."""
-  monkeypatch.setattr(gin_cli, '_WARNED', set())
-  with pytest.warns(FutureWarning, match=rf'is the old name of jobs\.{job}, .*bind '
-                                         rf'jobs\.{job}\.NAME'):
+@pytest.mark.parametrize('binding', ['t5align_eval.evaluate.temperature = 0.9',
+                                     'calibrate.run.seed = 7', 'train.train.seed = 7'])
+def test_the_jobs_old_gin_names_are_gone(binding, clean_gin):
+  """Removed in 0.2.0 (CHANGELOG): the selectors the jobs had before their own names bind
+  nothing; gin names the one it cannot find."""
+  with pytest.raises(ValueError, match=re.escape(binding.split('.')[-2].split(' ')[0])):
     gin_cli.configure([*_EVAL, f'--gin_bindings={binding}'], prog='t')
-  assert gin_cli.call_configured(f't5align.jobs.{job}').temperature == 0.9
-  from t5align import run_identity  # pylint: disable=g-import-not-at-top
-  assert run_identity.gin_config()[f't5align.jobs.{job}.temperature'] == '0.9'
+
+
+@pytest.mark.parametrize('module, name', [('t5align.eval', 'evaluate'),
+                                          ('t5align.calibrate', 'run'), ('t5align.train', 'train')])
+def test_the_commands_old_python_names_are_gone(module, name):
   import importlib  # pylint: disable=g-import-not-at-top
-  import warnings  # pylint: disable=g-import-not-at-top
-  with warnings.catch_warnings():
-    warnings.simplefilter('error')  # Once per process.
-    from t5align import jobs  # pylint: disable=g-import-not-at-top
-    assert getattr(importlib.import_module(module), name) is getattr(jobs, job)
-
-
-@pytest.mark.parametrize('module, name, job, files, flags', [
-    ('t5align.calibrate', 'run', 'CalibrationJob', ['gin/calibrate.gin'],
-     ['--gin.CHECKPOINT_PATH=/c', '--gin.OUTPUT_PATH=/o']),
-    ('t5align.train', 'train', 'TrainJob', ['gin/runs/train_retrieval.gin', 'gin/models/tiny.gin'],
-     ['--gin.MODEL_DIR=/m']),
-])
-def test_old_calibrate_and_train_names_still_bind_and_warn(module, name, job, files, flags,
-                                                           clean_gin, monkeypatch, tmp_path):
-  """An old-style gin file (the run file as it was, `calibrate.run:` blocks) still binds."""
-  import importlib  # pylint: disable=g-import-not-at-top
-  from t5align import jobs  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(gin_cli, '_WARNED', set())
-  old = tmp_path / 'old.gin'
-  old.write_text(f'from __gin__ import dynamic_registration\nfrom t5align import '
-                 f'{module.split(".")[1]}\n\n{module.split(".")[1]}.{name}:\n  seed = 7\n')
-  with pytest.warns(FutureWarning, match=rf'old name of jobs\.{job}'):
-    gin_cli.configure([*[f'--gin_file={f}' for f in files], f'--gin_file={old}', *flags],
-                      prog='t')
-  assert gin_cli.call_configured(f't5align.jobs.{job}').seed == 7
-  assert getattr(importlib.import_module(module), name) is getattr(jobs, job)
-
-
-def test_a_run_recorded_under_the_old_gin_names_resumes(clean_gin):
-  """run.json written by 58d8be9 (the jobs' old gin names: `python -m t5align.eval` of
-  tests/testdata/old_gin_names/README) compares equal to the same command's configuration
-  now; under the recorded names alone it would not."""
-  import json  # pylint: disable=g-import-not-at-top
-  from t5align import run_identity  # pylint: disable=g-import-not-at-top
-  recorded = json.loads((REPO_ROOT / 'tests/testdata/old_gin_names/eval_run_58d8be9.json')
-                        .read_text())
-  gin_cli.configure([
-      '--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin', '--gin.NUM_EMBEDDINGS=128',
-      '--gin_bindings=network.T5Config.emb_dim = 64',
-      '--gin_bindings=network.T5Config.head_dim = 16',
-      '--gin_bindings=network.T5Config.mlp_dim = 128', '--gin.CHECKPOINT_PATH=/c',
-      '--gin.EVAL_OUTPUT_DIR=/e', '--gin.MIXTURE_OR_TASK_NAME=t5align_lines_200',
-      '--gin.BATCH_SIZE=1', '--gin.MAX_DECODE_LENGTH=8',
-      '--gin_bindings=jobs.EvalJob.temperature = 0.9'], prog='t')
-  now = common.gin_record(jobs.EvalJob)  # What the eval job records.
-  assert any(k.startswith('t5align.t5align_eval.evaluate.') for k in recorded['gin'])
-  assert run_identity.differences({'gin': recorded['gin']}, {'gin': now}) == {}
-  assert len(recorded['gin']) == len(now) and set(recorded['gin']) != set(now)
-  assert run_identity.current_gin_names(recorded['gin']) == now
+  assert not hasattr(importlib.import_module(module), name)

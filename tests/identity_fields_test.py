@@ -1,7 +1,8 @@
 """Every job field, and every field of the settings objects a job holds (`checkpoint.path`,
-`search.grid`, `optimizer.learning_rate`, ...), is classified as part of the run's identity (what
-run.json or the calibration log records, so a resume with another value is refused) or not
-(with why), and the classification is what the jobs' identity methods do.
+`search.grid`, `optimizer.learning_rate`, ...), is part of the run's identity (recorded in its
+'settings', `run_identity.settings_record`, so a resume with another value is refused) or says
+in its metadata why not (`run_identity.NOT_IDENTITY`); the tables here are the expectation, and
+the jobs' identity methods do what they say.
 
 A field added to a job without a line here fails `test_every_field_is_classified`: a new setting
 that changes results would otherwise resume silently into a folder made with another value. For
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import types
 
 import jax
 import pytest
 
 from t5align import jobs
 from t5align import network
+from t5align import run_identity
 
 TESTDATA = pathlib.Path(__file__).resolve().parent / 'testdata' / 't5x'
 CKPT = TESTDATA / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
@@ -45,7 +46,8 @@ CALIBRATION = {
     'seed': IDENTITY,
     'config': 'checked against the checkpoint; its dtype and attention enter as dtype and '
               'attention_impl',
-    'dtype': IDENTITY, 'attention_impl': IDENTITY, 'mesh_shape': IDENTITY,
+    'dtype': 'through dtype, the dtype computed in', 'mesh_shape': IDENTITY,
+    'attention_impl': 'through attention_impl, the implementation that runs',
     'search.batch_size': 'how many samples share an encoder call: statistics are sums, equal',
     'search.tau_batch_size': 'how many temperatures share an encoder call: equal results',
     'search.grid': IDENTITY, 'search.tol': IDENTITY, 'search.bracket': IDENTITY,
@@ -80,10 +82,8 @@ TRAIN = {
     'optimizer.weight_decay': IDENTITY, 'optimizer.name': IDENTITY,
     'optimizer.schedule': IDENTITY, 'optimizer.clip_norm': IDENTITY,
     'optimizer.decay_fraction': IDENTITY,
-    'optimizer.total_steps': 'checked equal to num_steps (identity)',
     'per_example_loss': IDENTITY, 'mix.weights': IDENTITY, 'mix.length_power': IDENTITY,
-    'mix.min_units': IDENTITY, 'mix.min_length': IDENTITY,
-    'mix.max_length': 'checked equal to input_length (identity)', 'input_length': IDENTITY,
+    'mix.min_units': IDENTITY, 'mix.min_length': IDENTITY, 'input_length': IDENTITY,
     'target_length': IDENTITY, 'vocab_size': IDENTITY,
     'checkpoint_every': 'when checkpoints are written', 'keep_checkpoints': 'how many are kept',
     'log_every': 'how often the log is written',
@@ -94,7 +94,7 @@ TRAIN = {
     'export_dir': 'where the final weights are copied', 'export_dtype': 'the copy\'s dtype',
     'command': 'recorded in training.json',
     'mixture_or_task_name': IDENTITY,
-    'initial_checkpoint': 'identity when fine-tuning: its content (finetune_test)',
+    'initial_checkpoint': IDENTITY,
 }
 # A value other than the default, for each IDENTITY field.
 OTHER = {
@@ -110,6 +110,7 @@ OTHER = {
     'split': 'validation', 'truncate_inputs': 64, 'num_steps': 7, 'batch_size': 3,
     'per_example_loss': True, 'input_length': 64, 'target_length': 9, 'vocab_size': 500,
     'mixture_or_task_name': 't5align_train_kv',
+    'initial_checkpoint': jobs.Checkpoint(str(CKPT), flag='INITIAL_CHECKPOINT_PATH'),
 }
 TINY = network.T5Config(vocab_size=128, emb_dim=16, num_heads=2, num_encoder_layers=1,
                         num_decoder_layers=1, head_dim=8, mlp_dim=32)
@@ -122,32 +123,45 @@ def test_every_field_is_classified(cls, table):
   assert sorted(table) == sorted(fields), (
       f'{cls.__name__}: classify {sorted(set(fields) - set(table))} (drop '
       f'{sorted(set(table) - set(fields))}) in tests/identity_fields_test.py')
+  # The code says the same: the identity fields are recorded, every other one says why not.
+  for field, why in fields.items():
+    assert (why is None) == (table[field] == IDENTITY), (
+        f'{cls.__name__}.{field}: the table says {table[field]!r}, its metadata {why!r}')
+    assert why is None or why.strip(), f'{cls.__name__}.{field}: an empty reason'
+  recorded = _leaves(run_identity.settings_record(cls()))
+  assert sorted(recorded) == sorted(f for f, kind in table.items() if kind == IDENTITY)
+
+
+def _leaves(record, prefix=''):
+  """The dotted fields of a settings record (a settings object's as 'checkpoint.params_dtype';
+  the settings objects a default job holds)."""
+  out = []
+  for key, value in record.items():
+    if isinstance(value, dict) and key not in ('mix', 'reference_tasks') or key == 'mix':
+      out += _leaves(value, f'{prefix}{key}.')
+    else:
+      out.append(prefix + key)
+  return out
 
 
 def _calibration_identity(job):
-  data = types.SimpleNamespace(identity={'inputs': 'fingerprint'})
-  identity = job.identity(data)
-  identity.pop('created_unix', None)
-  return identity
+  return job.identity({'inputs': 'fingerprint'})
 
 
 def _eval_identity(job):
-  temp = types.SimpleNamespace(describe=lambda: {'temperature': 1.0})
-  mesh = types.SimpleNamespace(shape={'data': 1, 'model': 1})
-  return job.identity(types.SimpleNamespace(name='t5align_passkey_2k'), TINY, mesh, temp,
-                      base={}, vocabulary='v', examples_sha256='s', total=2, scored=False,
-                      steps=8)
+  return job.identity({'task': 't5align_passkey_2k', 'temperature': 1.0, 'process_count':
+                       jax.process_count()})
 
 
 def _train_identity(job):
-  return job.identity()
+  return job.identity({})
 
 
 @pytest.mark.parametrize('cls, table, identity, base', [
     (jobs.CalibrationJob, CALIBRATION, _calibration_identity,
      dict(checkpoint=jobs.Checkpoint(str(CKPT)), output_path='/out/schedule.json',
           text_file='/t.txt')),
-    (jobs.EvalJob, EVAL, _eval_identity, {}),
+    (jobs.EvalJob, EVAL, _eval_identity, dict(checkpoint=jobs.Checkpoint(str(CKPT)))),
     (jobs.TrainJob, TRAIN, _train_identity,
      dict(model=network.Transformer(TINY), model_dir='/model')),
 ])
@@ -155,7 +169,7 @@ def test_identity_fields_change_the_identity_and_the_others_do_not(cls, table, i
   job = cls(**base)
   before = identity(job)
   for field, kind in table.items():
-    if kind == IDENTITY:
+    if kind == IDENTITY or kind.startswith('through') and field in OTHER:
       changed = identity(_replace(job, field, OTHER[field]))
       assert changed != before, f'{cls.__name__}.{field} is classified identity but is not'
     elif not kind.startswith(('identity', 'through', 'its config', 'one folder', 'checked')):
@@ -164,15 +178,16 @@ def test_identity_fields_change_the_identity_and_the_others_do_not(cls, table, i
           f'{cls.__name__}.{field} changes the identity but is classified "{kind}"')
 
 
-def _fields(job):
-  """The job's fields, a settings object's (`job.SETTINGS`, when set) as 'checkpoint.path'."""
-  out = []
+def _fields(job, prefix=''):
+  """{field: why it is not identity (its metadata), or None} of the job, a settings object's
+  fields as 'checkpoint.path' (those the default job holds)."""
+  out = {}
   for f in dataclasses.fields(job):
     value = getattr(job, f.name)
-    if f.name in type(job).SETTINGS and value is not None:
-      out += [f'{f.name}.{g.name}' for g in dataclasses.fields(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, network.Transformer):
+      out.update(_fields(value, f'{prefix}{f.name}.'))
     else:
-      out.append(f.name)
+      out[prefix + f.name] = f.metadata.get(run_identity.NOT_IDENTITY)
   return out
 
 
@@ -199,22 +214,28 @@ def _another(job, field):
   return '/elsewhere' if value is None or isinstance(value, str) else None
 
 
-def test_the_classification_sees_jax_process_count():
-  # The eval identity records the processes and devices; they are not job fields.
-  assert _eval_identity(jobs.EvalJob())['process_count'] == jax.process_count()
-
-
 @pytest.mark.usefixtures('clean_gin')
-def test_every_job_records_jax_matmul_precision_when_set():
+def test_every_job_records_jax_matmul_precision():
   # One rule forms every identity (`run_identity.make`): eval's base too, which once left out
   # the precision, so a run resumed with TF32 opted in would have mixed both in its records.
-  job = jobs.EvalJob(checkpoint=jobs.Checkpoint(str(CKPT)))
-  assert 'jax_default_matmul_precision' not in job.base_identity()
+  assert _eval_identity(jobs.EvalJob(checkpoint=jobs.Checkpoint(str(CKPT))))[
+      'jax_default_matmul_precision'] is None
   with jax.default_matmul_precision('tensorfloat32'):
-    assert job.base_identity()['jax_default_matmul_precision'] == 'tensorfloat32'
+    job = jobs.EvalJob(checkpoint=jobs.Checkpoint(str(CKPT)))
+    assert _eval_identity(job)['jax_default_matmul_precision'] == 'tensorfloat32'
     calibration = _calibration_identity(jobs.CalibrationJob(checkpoint=jobs.Checkpoint(str(CKPT))))
     assert calibration['jax_default_matmul_precision'] == 'tensorfloat32'
   model = network.Transformer(TINY)
   with jax.default_matmul_precision('bfloat16'):
     assert _train_identity(jobs.TrainJob(model=model, model_dir='/m'))[
         'jax_default_matmul_precision'] == 'bfloat16'
+
+
+def test_every_record_carries_its_format():
+  model = network.Transformer(TINY)
+  for identity in (_eval_identity(jobs.EvalJob(checkpoint=jobs.Checkpoint(str(CKPT)))),
+                   _calibration_identity(jobs.CalibrationJob(checkpoint=jobs.Checkpoint(
+                       str(CKPT)))),
+                   _train_identity(jobs.TrainJob(model=model, model_dir='/m'))):
+    assert identity['format'] == run_identity.FORMAT == 2
+    assert 'gin' not in identity

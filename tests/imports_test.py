@@ -139,10 +139,9 @@ def test_lm_eval_stays_an_extra():
 
 @pytest.mark.parametrize('command', ['eval', 'calibrate', 'train'])
 def test_run_commands_are_thin(command):
-  """The run commands hold flags/gin -> job -> run only: no definitions beyond `main` and,
-  until the next release, the module `__getattr__` that serves their job's old name (the job
+  """The run commands hold flags/gin -> job -> run only: no definition but `main` (the job
   lives in `t5align.jobs`)."""
   tree = ast.parse((REPO_ROOT / 't5align' / f'{command}.py').read_text())
   defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-  assert defined == {'main', '__getattr__'}
+  assert defined == {'main'}
   assert len((REPO_ROOT / 't5align' / f'{command}.py').read_text().splitlines()) <= 100

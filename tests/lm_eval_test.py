@@ -139,6 +139,7 @@ def _tiny_engine(batch_size: int = 1):
                            batch_size, eos_id=1, show_progress=False)
 
 
+@pytest.mark.slow  # It compiles the encoder for the check (10-20 s on a loaded 2-core VM).
 def test_engine_refuses_a_program_the_device_cannot_hold(monkeypatch):
   """The first program of a shape is checked against the device's memory before it runs; a
   refusal names the model arguments that lower it."""

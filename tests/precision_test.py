@@ -113,12 +113,14 @@ def test_dot_precision_reads_operands_and_setting():
 
 
 def test_run_identity_records_the_opt_in():
-  """A run under the opt-in is another run: its identity records the setting (absent when unset,
-  so identities written before the field existed still match)."""
+  """A run under the opt-in is another run: its identity records the setting (None when unset;
+  a record of format 1, which left it out when unset, reads as None: `run_identity.upgrade`)."""
   from t5align import run_identity  # pylint: disable=g-import-not-at-top
-  plain = run_identity.make(settings={'x': 1}, gin=False)
-  assert 'jax_default_matmul_precision' not in plain
+  plain = run_identity.make(facts={'x': 1})
+  assert plain['jax_default_matmul_precision'] is None
+  old = {k: v for k, v in plain.items() if k not in ('format', 'jax_default_matmul_precision')}
+  assert run_identity.upgrade(old, 'demo') == plain
   with jax.default_matmul_precision('tensorfloat32'):
-    tf32 = run_identity.make(settings={'x': 1}, gin=False)
+    tf32 = run_identity.make(facts={'x': 1})
   assert tf32['jax_default_matmul_precision'] == 'tensorfloat32'
   assert set(run_identity.differences(plain, tf32)) == {'jax_default_matmul_precision'}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -17,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from t5align import calibration
 from t5align import jobs
 from t5align import network
 from t5align import partitioning
@@ -83,7 +85,12 @@ def test_meshes_over_a_slice_are_the_runs_meshes():
 
 
 def _check(program, config, target, length, **settings):
-  """The pre-flight report of the job ('eval' or 'calibration') with these settings."""
+  """The pre-flight report of the job ('eval' or 'calibration') with these settings (for
+  calibration, `batch_size` and `tau_batch_size` are its `search`'s)."""
+  if program == 'calibration':
+    settings['search'] = calibration.SearchSettings(
+        batch_size=settings.pop('batch_size', None),
+        tau_batch_size=settings.pop('tau_batch_size', None))
   job = (jobs.EvalJob if program == 'eval' else jobs.CalibrationJob)(**settings)
   (report,) = preflight.check(preflight.Case(job, config, target, length))
   return report
@@ -378,3 +385,37 @@ def test_eval_settings_come_from_the_eval_gin_files():
   assert (job.truncate_inputs, job.batch_size, job.num_partitions) == (4000, 2, 8)
   assert job.temperature == (0.9,) * 24 and job.max_decode_length is None
   assert job.checkpoint.params_dtype == 'bfloat16' and case.config.attention_impl == 'auto'
+
+
+@pytest.mark.cli
+@pytest.mark.tpu_compile
+@needs_libtpu
+def test_cli_compiles_a_training_runs_step(tmp_path, clean_gin):
+  """A training run (gin/runs/train_retrieval.gin, the shipped model's run file, on
+  gin/models/tiny.gin's shapes), its one program compiled for a v5e chip as MaxText's
+  train_compile does: the step's arguments hold the parameters, Adafactor's state and the batch
+  the run feeds it; the figure is XLA's (the analytic estimate models inference, so none)."""
+  out = tmp_path / 'report.json'
+  result = _cli('--gin_file=gin/runs/train_retrieval.gin', '--gin_file=gin/models/tiny.gin',
+                '--gin.BATCH_SIZE=4', '--gin.L_TR=128', '--gin.TARGET_LENGTH=16',
+                '--topology=v5e:2x2', f'--json_output={out}', tmp_path=tmp_path)
+  assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+  report = json.loads(out.read_text())
+  assert report['program'] == 'train' and report['fits'] and report['compile_error'] is None
+  assert report['mesh'] == {'tau': 1, 'data': 1, 'model': 1}  # Training runs on one chip.
+  assert report['shapes']['batch'] == {'decoder_input_tokens': [4, 16],
+                                       'decoder_target_tokens': [4, 16],
+                                       'encoder_input_tokens': [4, 128]}
+  assert report['shapes']['opt_state'].endswith(' arrays')
+  assert report['settings']['training'] and report['memory_estimate'] is None
+  from t5align import gin_cli  # pylint: disable=g-import-not-at-top
+  gin_cli.configure(['--gin_file=gin/models/tiny.gin'], prog='t')
+  config = clean_gin.get_configurable(network.T5Config)()
+  params = sum(math.prod(s.shape) * 4 for s in jax.tree.leaves(network.param_shapes(config)))
+  memory = report['memory_per_chip']
+  # The parameters, Adafactor's second moments (one per parameter here: it factors only
+  # dimensions of 128 or more, and tiny.gin's are 8 to 16 wide but the vocabulary) and the batch
+  # are the step's arguments; the outputs hold the new parameters and state.
+  assert 2 * params < memory['arguments'] < 3 * params
+  assert memory['outputs'] > params
+  assert 'train, one optimizer step, on v5e:2x2' in result.stdout

@@ -479,9 +479,10 @@ def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_pa
 
 
 def test_failed_start_leaves_the_folder_reusable(tmp_path):
-  run_identity.check_run(tmp_path, {'checkpoint': '/wrong/path'})  # Then the run failed.
-  run_identity.check_run(tmp_path, {'checkpoint': '/right/path'})  # The corrected rerun starts.
-  assert json.loads((tmp_path / 'run.json').read_text()) == {'checkpoint': '/right/path'}
+  wrong, right = (run_identity.make(facts={'checkpoint': p}) for p in ('/wrong', '/right'))
+  run_identity.check_run(tmp_path, wrong, kind='eval')  # Then the run failed.
+  run_identity.check_run(tmp_path, right, kind='eval')  # The corrected rerun starts.
+  assert json.loads((tmp_path / 'run.json').read_text()) == right
 
 
 # ---------------------------------------------------------------- gin command lines

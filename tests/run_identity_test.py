@@ -230,16 +230,20 @@ def test_5_processes_started_with_different_temperatures_refuse_to_start(clean_g
 
 def test_6_a_schedule_is_reused_only_for_what_it_was_calibrated_for(tmp_path):
   cals = {'pmax': (schedule.Calibration('pmax', 2048, 256, 0.9),)}
-  wanted = {'lengths': [2048], 'strategies': ['pmax'], 'checkpoint': {'sha256': 'a'}}
+  wanted = run_identity.make(facts={'checkpoint': {'sha256': 'a'}},
+                             settings={'lengths': [2048], 'strategies': ['pmax']})
   saved = schedule.TemperatureSchedule(256, cals, 'pmax', provenance={'identity': wanted})
   saved.save(str(tmp_path / 'schedule.json'))
   loaded = schedule.load_schedule(str(tmp_path / 'schedule.json'))
-  run_identity.check_same(loaded.provenance['identity'], wanted, what='s', hint='')
-  with pytest.raises(run_identity.RunMismatchError, match=r'lengths: \[2048\] -> \[512\]'):
-    run_identity.check_same(loaded.provenance['identity'], {**wanted, 'lengths': [512]},
+  run_identity.check_same(loaded.provenance['identity'], wanted, kind='calibration', what='s',
+                          hint='')
+  other = {**wanted, 'settings': {**wanted['settings'], 'lengths': [512]}}
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'settings\.lengths: \[2048\] -> \[512\]'):
+    run_identity.check_same(loaded.provenance['identity'], other, kind='calibration',
                             what=str(tmp_path / 'schedule.json'), hint='Calibrate again.')
   with pytest.raises(run_identity.RunMismatchError, match='no record of the run'):
-    run_identity.check_same(None, wanted, what='schedule.json', hint='')
+    run_identity.check_same(None, wanted, kind='calibration', what='schedule.json', hint='')
 
 
 @pytest.mark.cli
@@ -262,7 +266,6 @@ def test_7_records_without_run_json_are_refused_and_metrics_state_the_records_ta
     # A run.json edited to say 0.5: metrics come from the records, which say 1.0.
     edited = json.loads(run_json)
     edited['temperature'], edited['label'] = 0.5, 'tau = 0.5'
-    edited['gin']['TEMPERATURE'] = '0.5'
     (folder / 'run.json').write_text(json.dumps(edited))
     with pytest.raises(ValueError, match=r'records were made at temperatures \[\(1\.0,\)\], not '
                                          r"this run's 0\.5"):
@@ -292,12 +295,14 @@ def test_8_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkey
   with pytest.raises(Started):
     jobs.TrainJob(model=model, model_dir=str(tmp_path),
                   optimizer=training.OptimizerConfig(learning_rate=1e-3)).run()
-  assert json.loads((tmp_path / 'run.json').read_text())['learning_rate'] == 1e-3
+  assert json.loads((tmp_path / 'run.json').read_text())['settings']['optimizer'][
+      'learning_rate'] == 1e-3
   (tmp_path / 'checkpoint_2').mkdir()  # What checkpoint_steps counts as a result.
   (tmp_path / 'checkpoint_2' / 'checkpoint').write_bytes(b'')
   pathlib.Path(training.train_state_path(str(tmp_path), 2)).write_bytes(b'')
   with pytest.raises(run_identity.RunMismatchError,
-                     match=r'differing fields \(before -> now\): learning_rate: 0\.001 -> 0\.002'):
+                     match=r'differing fields \(before -> now\): '
+                           r'settings\.optimizer\.learning_rate: 0\.001 -> 0\.002'):
     jobs.TrainJob(model=model, model_dir=str(tmp_path),
                   optimizer=training.OptimizerConfig(learning_rate=2e-3)).run()
   with pytest.raises(Started):  # The same settings resume.
@@ -602,10 +607,12 @@ def test_20_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_lo
 
 @pytest.mark.parametrize('setting, message', [
     ({'checkpoint_every': 0}, 'CHECKPOINT_EVERY must be a positive integer; got 0'),
-    ({'learning_rate': 'abc'}, r"LEARNING_RATE must be a positive number, e\.g\. "
-                               r"LEARNING_RATE=0\.01; got 'abc'"),
-    ({'warmup_steps': -1}, 'WARMUP_STEPS must be an integer >= 0; got -1'),
-    ({'optimizer': 'sgd'}, r"OPTIMIZER='sgd'; expected one of 'adamw', 'adafactor'"),
+    ({'optimizer': training.OptimizerConfig(learning_rate='abc')},
+     r"LEARNING_RATE must be a positive number, e\.g\. LEARNING_RATE=0\.01; got 'abc'"),
+    ({'optimizer': training.OptimizerConfig(warmup_steps=-1)},
+     'WARMUP_STEPS must be an integer >= 0; got -1'),
+    ({'optimizer': training.OptimizerConfig(name='sgd')},
+     r"OPTIMIZER='sgd'; expected one of 'adamw', 'adafactor'"),
 ])
 def test_21_train_settings_are_checked_before_work(tmp_path, setting, message):
   with pytest.raises(ValueError, match=message):
@@ -644,3 +651,37 @@ def test_22_two_processes_with_different_num_examples_both_refuse_to_start(tmp_p
             '(process 0 -> the other): process 1: arguments.num_examples: 8 -> 16; '
             "gin.NUM_EXAMPLES: '8' -> '16'") in text, text[-3000:]
   assert not (tmp_path / 'out' / TASK).exists()
+
+
+def test_a_format_1_record_is_upgraded_once_on_read():
+  """58d8be9's run.json (format 1: tests/testdata/old_gin_names) read as format 2: gin's
+  bindings gone (config.gin holds them now), the settings moved into 'settings', what format 1
+  left out at its default (truncate_inputs, RULER's task options, jax's matmul precision) given
+  that default; every other field as it was."""
+  recorded = json.loads((REPO_ROOT / 'tests/testdata/old_gin_names/eval_run_58d8be9.json')
+                        .read_text())
+  upgraded = run_identity.upgrade(recorded, 'eval')
+  assert upgraded['format'] == 2 and 'gin' not in upgraded
+  assert upgraded['settings'] == {'checkpoint': {'params_dtype': 'float32'}, 'split': 'test',
+                                  'truncate_inputs': None}
+  assert upgraded['jax_default_matmul_precision'] is None
+  assert {k: upgraded['task_options'][k] for k in ('ruler_examples', 'ruler_budget')} == {
+      'ruler_examples': 500, 'ruler_budget': 'upstream'}
+  moved = {'gin', 'params_dtype', 'split', 'format', 'settings', 'jax_default_matmul_precision',
+           'task_options'}
+  assert {k: v for k, v in upgraded.items() if k not in moved} == {
+      k: v for k, v in recorded.items() if k not in moved}
+  assert run_identity.upgrade(upgraded, 'eval') == upgraded  # Once: format 2 is today's.
+  # The job gin makes from the record's command records those settings.
+  assert upgraded['settings'] == run_identity.settings_record(
+      jobs.EvalJob(temperature=0.9, max_decode_length=8, batch_size=1))
+
+
+@pytest.mark.parametrize('record, kind, message', [
+    ({'format': 3}, 'eval', r'a run record of format 3: this t5align reads formats 1 to 2'),
+    ({'format': 'x'}, 'eval', r"a run record of format 'x'"),
+    ({}, 'evaluation', r"kind='evaluation'; expected one of \('eval', 'calibration'"),
+])
+def test_a_record_of_an_unknown_format_is_refused(record, kind, message):
+  with pytest.raises(ValueError, match=message):
+    run_identity.upgrade(record, kind)

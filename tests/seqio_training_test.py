@@ -43,10 +43,10 @@ def test_train_split_is_the_shipped_model_s_training_stream():
   examples = _take('t5align_train_retrieval', 'train', 4, shuffle=False, seed=None)
   # Unshuffled from seed None: examples 0..3 of train_data's stream (seed 0), same tokens.
   vocab = vocabularies.SentencePieceVocabulary(t5x_gin.shipped_vocabulary(), t5_ids=True)
-  mix = train_data.Mix(seqio_training.MIXES['train_retrieval'], max_length=256, length_power=2.0,
+  mix = train_data.Mix(seqio_training.MIXES['train_retrieval'], length_power=2.0,
                        min_units=seqio_training.MIN_UNITS)
   for i, ex in enumerate(examples):
-    expected = train_data.train_example(vocab, mix, 0, i)
+    expected = train_data.train_example(vocab, mix, 0, i, max_length=256)
     assert ex['id'].decode() == f'train_retrieval/{i}'
     assert tuple(ex['inputs']) == expected.input_ids and len(ex['inputs']) <= 256
     assert tuple(ex['targets']) == expected.target_ids

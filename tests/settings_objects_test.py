@@ -1,9 +1,7 @@
 """The settings objects gin builds for the jobs (jobs.Checkpoint, calibration.SearchSettings,
-training.OptimizerConfig, train_data.Mix): built by the run files from the same macros, set
-through the jobs' fields of before with a warning, recorded in run.json under those fields."""
+training.OptimizerConfig, train_data.Mix): built by the run files from the macros, the only
+place each setting is (the jobs' flat fields of before were removed in 0.2.0)."""
 from __future__ import annotations
-
-import warnings
 
 import pytest
 
@@ -12,7 +10,6 @@ from t5align import gin_cli
 from t5align import jobs
 from t5align import network
 from t5align import training
-from t5align.jobs import common
 from t5align.shipped import train_data
 
 _CALIBRATE = ['--gin_file=gin/calibrate.gin', '--gin.CHECKPOINT_PATH=/ckpt',
@@ -29,63 +26,46 @@ def test_the_run_file_builds_the_objects_from_its_macros(clean_gin):
   assert job.search == calibration.SearchSettings(grid=(1.0, 0.9), batch_size=2)
 
 
-def test_an_old_field_binding_sets_the_object_and_warns_once(clean_gin):
+def test_an_old_field_binding_is_refused_by_gin(clean_gin):
   import t5align.calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  common._WARNED.discard('jobs.CalibrationJob.tol')  # pylint: disable=protected-access
-  gin_cli.configure([*_CALIBRATE, '--gin_bindings=jobs.CalibrationJob.tol = 0.01'], prog='t')
-  with pytest.warns(FutureWarning, match=r'jobs\.CalibrationJob\.tol is the old place of '
-                                         r'calibration\.SearchSettings\.tol'):
-    job = gin_cli.call_configured('t5align.jobs.CalibrationJob')
-  assert job.search.tol == 0.01 and job.search.batch_size == 1  # The file's BATCH_SIZE kept.
-  with warnings.catch_warnings():
-    warnings.simplefilter('error')  # Once per process.
-    assert gin_cli.call_configured('t5align.jobs.CalibrationJob').search.tol == 0.01
+  with pytest.raises(ValueError, match=r"CalibrationJob.* parameter named 'tol'"):
+    gin_cli.configure([*_CALIBRATE, '--gin_bindings=jobs.CalibrationJob.tol = 0.01'], prog='t')
 
 
-def test_old_python_keywords_land_in_the_objects():
+@pytest.mark.parametrize('keyword, value', [
+    ('learning_rate', 0.5), ('warmup_steps', 3), ('weight_decay', 0.1), ('schedule', 'wsd'),
+    ('length_power', 2.0), ('min_units', {'kv': 2}), ('initial_checkpoint_path', '/c')])
+def test_old_python_keywords_are_refused(keyword, value):
   model = network.Transformer(network.T5Config(vocab_size=1024))
-  with pytest.warns(FutureWarning):
-    job = jobs.TrainJob(model=model, model_dir='/m', learning_rate=0.5, optimizer='adafactor',
-                        mix={'kv': 1.0}, min_units={'kv': 2}, initial_checkpoint_path='/c')
-  assert job.optimizer == training.OptimizerConfig(learning_rate=0.5, name='adafactor')
-  assert job.mix == train_data.Mix(weights={'kv': 1.0}, min_units={'kv': 2})
-  assert job.initial_checkpoint == jobs.Checkpoint('/c', flag='INITIAL_CHECKPOINT_PATH')
-  # The identity reads them where they are now, under the names run.json always had.
-  settings = job.settings()
-  assert (settings['learning_rate'], settings['optimizer'], settings['mix'],
-          settings['min_units']) == (0.5, 'adafactor', {'kv': 1.0}, {'kv': 2})
+  with pytest.raises(TypeError, match=rf"unexpected keyword argument '{keyword}'"):
+    jobs.TrainJob(model=model, model_dir='/m', **{keyword: value})
 
 
-def test_a_second_place_for_num_steps_or_l_tr_must_agree():
+@pytest.mark.parametrize('field, value, expected', [
+    ('optimizer', 'adafactor', r'training\.OptimizerConfig'),
+    ('mix', {'kv': 1.0}, r'train_data\.Mix'),
+    ('initial_checkpoint', '/c', r'jobs\.Checkpoint')])
+def test_a_value_where_a_settings_object_goes_is_refused_by_name(field, value, expected):
+  model = network.Transformer(network.T5Config(vocab_size=1024))
+  with pytest.raises(TypeError, match=rf'jobs\.TrainJob\.{field}=.*: expected a {expected}'):
+    jobs.TrainJob(model=model, model_dir='/m', **{field: value})
+
+
+def test_num_steps_and_l_tr_are_the_jobs_alone():
+  # Stored once: the optimizer's schedule spans NUM_STEPS, the mix's budget is L_TR, passed
+  # where they are used.
+  assert 'total_steps' not in {f.name for f in _fields(training.OptimizerConfig)}
+  assert 'max_length' not in {f.name for f in _fields(train_data.Mix)}
   model = network.Transformer(network.T5Config(vocab_size=1024))
   job = jobs.TrainJob(model=model, model_dir='/m', num_steps=10,
-                      optimizer=training.OptimizerConfig(total_steps=20))
-  with pytest.raises(ValueError, match=r'training\.OptimizerConfig\.total_steps=20 but '
-                                       r'NUM_STEPS \(jobs\.TrainJob\) is 10'):
-    job.check()
-  job = jobs.TrainJob(model=model, model_dir='/m', mix=train_data.Mix(max_length=64))
-  with pytest.raises(ValueError, match=r'train_data\.Mix\.max_length=64 but L_TR'):
-    job.check()
+                      optimizer=training.OptimizerConfig(warmup_steps=2, schedule='cosine'))
+  lr = job.optimizer.learning_rate_schedule(job.num_steps)
+  assert float(lr(2)) == pytest.approx(1e-3) and float(lr(10)) == pytest.approx(1e-4)
 
 
-def test_run_json_records_the_objects_under_the_fields_of_before(clean_gin):
-  import t5align.calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
-  gin_cli.configure(_CALIBRATE, prog='t')
-  record = common.gin_record(jobs.CalibrationJob)
-  job = 't5align.jobs.CalibrationJob'
-  # What 0f3d22d's calibration log header held for these bindings (as calibrate.run.NAME).
-  assert {k: record[k] for k in (f'{job}.checkpoint_path', f'{job}.params_dtype',
-                                 f'{job}.batch_size', f'{job}.tau_batch_size')} == {
-      f'{job}.checkpoint_path': '%CHECKPOINT_PATH', f'{job}.params_dtype': '%PARAMS_DTYPE',
-      f'{job}.batch_size': '%BATCH_SIZE', f'{job}.tau_batch_size': '%TAU_BATCH_SIZE'}
-  assert not [k for k in record if 'Checkpoint.' in k or 'SearchSettings.' in k
-              or k in (f'{job}.checkpoint', f'{job}.search')]
-  # A setting with no field of before is recorded where it is bound.
-  clean_gin.clear_config()
-  gin_cli.configure([*_CALIBRATE, '--gin_bindings=calibration.SearchSettings.points = 3'],
-                    prog='t')
-  assert common.gin_record(jobs.CalibrationJob)[
-      't5align.calibration.SearchSettings.points'] == '3'
+def _fields(cls):
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return dataclasses.fields(cls)
 
 
 def test_a_path_where_the_checkpoint_object_goes_is_refused_by_name():

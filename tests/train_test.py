@@ -62,10 +62,11 @@ def test_the_train_program_is_the_step_the_run_calls():
   same program as its step called on the arrays a run makes: initialized parameters, their
   optimizer state and a batch of BATCH_SIZE examples."""
   job = jobs.TrainJob(model=network.Transformer(TINY), batch_size=2, input_length=128,
-                      target_length=8, optimizer='adafactor', per_example_loss=True)
-  (program,) = job.programs()
+                      target_length=8, optimizer=training.OptimizerConfig(name='adafactor'),
+                      per_example_loss=True)
+  (program,) = job.programs(TINY)
   params = network.init_variables(TINY, jax.random.PRNGKey(3))['params']
-  opt_state = job.optimizer_config().make().init(params)
+  opt_state = job.optimizer.make(job.num_steps).init(params)
   batch = {k: np.zeros((2, width), np.int32) for k, width in (
       ('encoder_input_tokens', 128), ('decoder_input_tokens', 8), ('decoder_target_tokens', 8))}
   run = program.fn.lower(params, opt_state, batch, jax.random.PRNGKey(3)).as_text()
@@ -81,13 +82,13 @@ def test_train_steps_reduce_the_loss_on_a_fixed_batch(shipped):
   batch = train_data.batch_arrays(examples, 96, 8)
   model = network.Transformer(TINY)
   params = network.init_variables(TINY, jax.random.PRNGKey(0))['params']
-  opt = training.OptimizerConfig(learning_rate=1e-2, total_steps=30, warmup_steps=1)
-  opt_state = opt.make().init(params)
+  opt = training.OptimizerConfig(learning_rate=1e-2, warmup_steps=1)
+  opt_state = opt.make(30).init(params)
   losses = []
   for i in range(30):
     params, opt_state, metrics = training.train_step(params, opt_state, batch,
                                                   jax.random.PRNGKey(i), model=model,
-                                                  optimizer=opt)
+                                                  optimizer=opt, total_steps=30)
     losses.append(float(metrics['loss']))
   assert np.isfinite(losses).all(), losses
   assert losses[-1] < 0.6 * losses[0], losses
@@ -137,7 +138,7 @@ def test_checkpoint_loads_and_a_resumed_run_matches_an_uninterrupted_one(tmp_pat
   rerun = _tiny_run(resumed, vocab_path)  # Nothing left to train: the same loss from the log.
   assert rerun['loss'] == summary['loss'] and rerun['loop_s'] == summary['loop_s']
 
-  template = training.OptimizerConfig(1e-3, 4, 1).make().init(params4)
+  template = training.OptimizerConfig(1e-3, 1).make(4).init(params4)
   p_full, s_full = training.restore_checkpoint(str(full), 4, TINY, template)
   p_res, s_res = training.restore_checkpoint(str(resumed), 4, TINY, template)
   _assert_trees_equal(p_res, p_full)
@@ -209,7 +210,7 @@ def test_cli_trains_exports_and_records_its_command(tmp_path, shipped):
 @pytest.mark.slow
 def test_saved_optimizer_state_round_trips(tmp_path):
   params = network.init_variables(TINY, jax.random.PRNGKey(1))['params']
-  opt = training.OptimizerConfig(1e-3, 10, 2).make()
+  opt = training.OptimizerConfig(1e-3, 2).make(10)
   state = opt.init(params)
   grads = jax.tree.map(np.ones_like, params)
   _, state = opt.update(grads, state, params)  # Non-trivial moments and count.
@@ -226,11 +227,11 @@ def test_saved_optimizer_state_round_trips(tmp_path):
 
 def test_training_batches_are_deterministic_per_seed_and_fit_l_tr(shipped):
   vocab = shipped[2]
-  mix = train_data.Mix({'passkey': 1.0, 'lines': 1.0, 'kv': 1.0}, max_length=L_TR)
+  mix = train_data.Mix({'passkey': 1.0, 'lines': 1.0, 'kv': 1.0})
 
   def take(seed, n, start=0):
-    it = train_data.train_batches(vocab, mix, seed=seed, batch_size=4, target_length=80,
-                                  start_step=start)
+    it = train_data.train_batches(vocab, mix, max_length=L_TR, seed=seed, batch_size=4,
+                                  target_length=80, start_step=start)
     return [next(it) for _ in range(n)]
 
   first, again, other = take(0, 3), take(0, 3), take(1, 3)
@@ -258,12 +259,12 @@ def test_min_units_sets_the_fewest_lines_and_pairs(shipped):
 
   def units(mix, n=40):
     return [(ex.task, ex.meta['units'])
-            for ex in (train_data.train_example(vocab, mix, 0, i) for i in range(n))]
+            for ex in (train_data.train_example(vocab, mix, 0, i, max_length=L_TR)
+                       for i in range(n))]
 
   weights = {'lines': 1.0, 'kv': 1.0}
-  plain = units(train_data.Mix(weights, max_length=L_TR, length_power=2.0))
-  raised = units(train_data.Mix(weights, max_length=L_TR, length_power=2.0,
-                                min_units={'lines': 4, 'kv': 2}))
+  plain = units(train_data.Mix(weights, length_power=2.0))
+  raised = units(train_data.Mix(weights, length_power=2.0, min_units={'lines': 4, 'kv': 2}))
   # Without it, short-biased budgets give 1-line and 1-pair examples; with it, none.
   assert min(u for t, u in plain if t == 'lines') < 4
   assert min(u for t, u in plain if t == 'kv') < 2
@@ -275,8 +276,8 @@ def test_min_units_sets_the_fewest_lines_and_pairs(shipped):
     train_data.Mix(weights, min_units={'lines': 0})
   with pytest.raises(ValueError, match=r'lines: the smallest example \(40 units\) has \d+ tokens, '
                      'over max_length=256'):
-    train_data.train_example(vocab, train_data.Mix({'lines': 1.0}, max_length=L_TR,
-                                                   min_units={'lines': 40}), 0, 0)
+    train_data.train_example(vocab, train_data.Mix({'lines': 1.0}, min_units={'lines': 40}),
+                             0, 0, max_length=L_TR)
 
 
 @pytest.mark.parametrize('task', train_data.TASKS)
@@ -312,8 +313,9 @@ def test_lines_near_is_a_training_only_lines_task_with_short_records(shipped):
   assert (ex.targets, ex.answer) == (f'line {queried}: <{number}>', number)
   assert ex.score(f'The number is {number}.') == 1.0
   assert 'lines_near' not in train_data.TASKS  # Never evaluated or reported.
-  mix = train_data.Mix({'lines_near': 1.0}, max_length=L_TR, min_units={'lines_near': 2})
-  assert {train_data.train_example(vocab, mix, 0, i).task for i in range(3)} == {'lines_near'}
+  mix = train_data.Mix({'lines_near': 1.0}, min_units={'lines_near': 2})
+  assert {train_data.train_example(vocab, mix, 0, i, max_length=L_TR).task
+          for i in range(3)} == {'lines_near'}
   with pytest.raises(ValueError,
                      match=r"bad mixture weights \{'line_near': 1.0\}; tasks are .*'lines_near'"):
     train_data.Mix({'line_near': 1.0}).probabilities()

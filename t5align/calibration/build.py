@@ -193,18 +193,19 @@ class CalibrationLog:
   finishes (`records.RecordLog`): a rerun after a kill or a failed write (a full disk)
   redoes none of them.
 
-  Its first record, written with the first calibration, is the run identity (`run_identity`);
-  the log of a run with another identity is refused, naming the differing fields.
+  Its first record, written with the first calibration, is the run identity (`run_identity`;
+  `kind`: what made it, `run_identity.KINDS`, for reading a header of an earlier format); the
+  log of a run with another identity is refused, naming the differing fields.
   """
 
-  def __init__(self, path: str, identity: Mapping[str, Any]):
+  def __init__(self, path: str, identity: Mapping[str, Any], *, kind: str):
     self.path = path
     self._log = records.RecordLog(path, key='key')
     self._identity = None  # To write with the first calibration.
     if self.done():
       recorded = self._log.records.get('identity')
       run_identity.check_same(
-          None if recorded is None else recorded.get('identity'), identity,
+          None if recorded is None else recorded.get('identity'), identity, kind=kind,
           what=f'calibration progress {path}',
           hint=f'Rerun with the settings it was made with, or delete {path} to start over.')
       return

@@ -33,6 +33,7 @@ from t5align.calibration import search as search_lib
 from t5align.calibration import stats as stats_lib
 from t5align import network
 from t5align import partitioning
+from t5align import run_identity
 from t5align import schedule
 
 
@@ -70,11 +71,15 @@ class SearchSettings:
   bracket: tuple[float, float] = (0.05, 1.0)
   tol: float = 1e-3
   points: int | None = None
-  mesh: Mesh | None = None
-  batch_size: int | None = None
-  tau_batch_size: int | None = None
-  eos_id: int | None = T5_EOS_ID
-  chunk: int = 128
+  mesh: Mesh | None = run_identity.unrecorded(
+      "set by the run from MESH_SHAPE (recorded as 'mesh_shape')", None)
+  batch_size: int | None = run_identity.unrecorded(
+      'examples are computed independently of their batch', None)
+  tau_batch_size: int | None = run_identity.unrecorded(
+      'candidate taus are computed independently of their batch', None)
+  eos_id: int | None = run_identity.unrecorded(
+      "set by the run from the inputs' vocabulary, whose content is recorded", T5_EOS_ID)
+  chunk: int = run_identity.unrecorded('the same values, computed in chunks', 128)
 
   def __post_init__(self):
     object.__setattr__(self, 'grid', tuple(float(t) for t in self.grid))

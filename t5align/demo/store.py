@@ -49,7 +49,8 @@ class Results:
       raise ValueError(f'demo results {self.path} lack an "accuracy" object; delete the file to '
                        'start over.')
     # The settings hold the run identity: the model's and vocabulary's content, not their paths.
-    run_identity.check_same(old.get('settings'), settings, what=f'demo results {self.path}',
+    run_identity.check_same(old.get('settings'), settings, kind='demo',
+                            what=f'demo results {self.path}',
                             hint='Use another --output_dir, or delete it to start over.',
                             ignore=(*run_identity.INFORMATIONAL, 'model_dir'),
                             checkpoint_setting='--model_dir')
@@ -101,7 +102,7 @@ def calibration_identity(settings: planning.DemoSettings, plan: planning.Plan,
             for x in (*p[task].values(), r[task])]
   return run_identity.make(
       checkpoint=assets.checkpoint_dir(settings.model_dir),
-      vocabulary=os.path.join(settings.model_dir, assets.VOCAB_FILE), gin=False, settings={
+      vocabulary=os.path.join(settings.model_dir, assets.VOCAB_FILE), facts={
           'reference_length': plan.reference_length, 'lengths': list(plan.lengths),
           'strategies': list(plan.strategies), 'tasks': list(plan.tuned_tasks),
           'pooled_strategies': list(plan.pooled),
@@ -120,7 +121,8 @@ def reusable_schedule(path: str, saved: Mapping[str, Any], identity: Mapping[str
   recalibrates and replaces it)."""
   recorded = (saved.get('provenance') or {}).get('identity')
   try:
-    run_identity.check_same(recorded, identity, what=f'temperature schedule {path}',
+    run_identity.check_same(recorded, identity, kind='demo',
+                            what=f'temperature schedule {path}',
                             hint='Recalibrating; the new calibration replaces it.',
                             checkpoint_setting='--model_dir')
   except run_identity.RunMismatchError as e:
@@ -142,9 +144,9 @@ def calibration_progress(path: str, identity: Mapping[str, Any], log: Callable[[
   logged with its differing fields and started over, as a saved schedule.json of another one is
   replaced (`reusable_schedule`)."""
   try:
-    return calibration.CalibrationLog(path, identity)
+    return calibration.CalibrationLog(path, identity, kind='demo')
   except run_identity.RunMismatchError as e:
     fields = ', '.join(e.fields) or 'no run identity recorded'
     log(f'calibration progress {path} is of another calibration ({fields}); calibrating anew.')
   calibration.remove_log(path)
-  return calibration.CalibrationLog(path, identity)
+  return calibration.CalibrationLog(path, identity, kind='demo')

@@ -148,7 +148,7 @@ class SharedLog:
   def open(cls, folder: str, settings: Mapping[str, Any], num_examples: int) -> SharedLog:
     """Checks or writes run.json and opens predictions.jsonl (process 0), then broadcasts."""
     def open_log():
-      run_identity.check_run(folder, settings)
+      run_identity.check_run(folder, settings, kind='eval')
       return records.RecordLog(os.path.join(folder, 'predictions.jsonl'))
 
     log = multihost.on_writer(open_log, f'opening {folder}')

@@ -2,8 +2,9 @@
 
 Each job holds the settings gin binds (its fields), builds the programs it compiles (the run, its
 memory check and the pre-flight compile the same ones), says what its run records (run.json) and
-runs: `EvalJob` (eval_job), `CalibrationJob` (calibration_job), `TrainJob` (train_job), over
-`Checkpoint` and `Program` (common). preflight compiles a job's programs for a TPU slice. The
+runs: `EvalJob` (eval_job), `CalibrationJob` (calibration_job), `TrainJob` (train_job), each a
+`Job`, over `Checkpoint` and `Program` (common). preflight compiles any job's programs for a TPU
+slice. The
 commands are flags/gin -> job -> `job.run()`.
 
 The names load lazily, so importing the package (e.g. for `jobs.preflight`, which must set up
@@ -13,7 +14,7 @@ import importlib
 from typing import Any
 
 _WHERE = {'CalibrationJob': 'calibration_job', 'Checkpoint': 'common', 'EvalJob': 'eval_job',
-          'Program': 'common', 'TrainJob': 'train_job'}
+          'Job': 'common', 'Program': 'common', 'TrainJob': 'train_job'}
 __all__ = sorted(_WHERE)
 
 

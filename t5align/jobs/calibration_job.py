@@ -84,60 +84,62 @@ class CalibrationJob:
       per task too when calibrated per task).
     relpos_heads: the heads (0-based) Figure 1 draws; default the first 16.
 
-  The keywords `checkpoint_path`, `params_dtype`, `check_finite`, `batch_size`,
-  `tau_batch_size`, `grid` and `tol` (the fields of before) set `checkpoint`'s and `search`'s,
-  with a FutureWarning, until the next release (`common.move_settings`).
+  The calibration log's header (`identity`) records the fields as settings but those whose
+  metadata says what records them or why nothing does.
   """
 
   checkpoint: common.Checkpoint = dataclasses.field(default_factory=common.Checkpoint)
-  output_path: str | None = None
-  text_file: str | None = None
-  vocabulary_path: str | None = None
-  seqio_task: str | None = None
-  seqio_split: str = 'validation'
-  jsonl_file: str | None = None
+  output_path: str | None = run_identity.unrecorded('where the schedule goes', None)
+  text_file: str | None = run_identity.unrecorded(
+      "its content is recorded (the samples' fingerprint)", None)
+  vocabulary_path: str | None = run_identity.unrecorded(
+      "its content is recorded (the samples' fingerprint)", None)
+  seqio_task: str | None = run_identity.unrecorded(
+      "recorded as the samples read (their fingerprint)", None)
+  seqio_split: str = run_identity.unrecorded(
+      "recorded as the samples read (their fingerprint)", 'validation')
+  jsonl_file: str | None = run_identity.unrecorded(
+      "its content is recorded (the samples' fingerprint)", None)
   per_task: bool = True
   reference_tasks: Mapping[str, str] | None = None
-  lengths: Sequence[int] = (1024, 2048, 4096, 8192, 15000)
+  lengths: Sequence[int] = dataclasses.field(
+      default=(1024, 2048, 4096, 8192, 15000),
+      metadata={run_identity.RECORDED_AS: lambda lengths: sorted(set(lengths))})
   # gin/calibrate.gin's STRATEGIES, ATTENTION_IMPL and BATCH_SIZE (tests/defaults_test.py).
   strategies: Sequence[str] = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'infoscale_head',
                                'infoscale_model', 'llama4_length', 'yarn_mscale')
   reference_length: int = 512
   num_samples: int = 8
   seed: int = 0
-  config: Any = None
-  dtype: str | None = None
+  config: Any = run_identity.unrecorded(
+      'checked against the checkpoint, whose content is recorded', None)
+  dtype: str | None = run_identity.unrecorded("recorded as the dtype computed in ('dtype')", None)
   # gin/calibrate.gin's ATTENTION_IMPL and BATCH_SIZE (tests/defaults_test.py).
-  attention_impl: str | None = 'blockwise'
+  attention_impl: str | None = run_identity.unrecorded(
+      "recorded as the implementation that runs ('attention_impl')", 'blockwise')
   mesh_shape: tuple[int, ...] | None = None
   search: calibration.SearchSettings = dataclasses.field(
       default_factory=lambda: calibration.SearchSettings(batch_size=1))
-  analysis_dir: str | None = None
-  relpos_heads: Sequence[int] | None = None
-  checkpoint_path: dataclasses.InitVar[Any] = common.UNSET
-  params_dtype: dataclasses.InitVar[Any] = common.UNSET
-  check_finite: dataclasses.InitVar[Any] = common.UNSET
-  batch_size: dataclasses.InitVar[Any] = common.UNSET
-  tau_batch_size: dataclasses.InitVar[Any] = common.UNSET
-  grid: dataclasses.InitVar[Any] = common.UNSET
-  tol: dataclasses.InitVar[Any] = common.UNSET
+  analysis_dir: str | None = run_identity.unrecorded('where the analysis goes', None)
+  relpos_heads: Sequence[int] | None = run_identity.unrecorded('the heads a figure draws', None)
 
   # The settings a run needs, by their gin macro (`gin_cli.require`); the inputs are one of
   # TEXT_FILE, SEQIO_TASK and JSONL_FILE (`check`).
   REQUIRED: ClassVar[Mapping[str, str]] = {'checkpoint.path': 'CHECKPOINT_PATH',
                                            'output_path': 'OUTPUT_PATH'}
-  # The settings objects gin builds for it, and where the fields of before went.
-  SETTINGS: ClassVar[Mapping[str, tuple[type, str]]] = {
-      'checkpoint': (common.Checkpoint, 'jobs.Checkpoint'),
-      'search': (calibration.SearchSettings, 'calibration.SearchSettings')}
-  MOVED: ClassVar[Mapping[str, tuple[str, str]]] = {
-      'checkpoint_path': ('checkpoint', 'path'), 'params_dtype': ('checkpoint', 'params_dtype'),
-      'check_finite': ('checkpoint', 'check_finite'), 'batch_size': ('search', 'batch_size'),
-      'tau_batch_size': ('search', 'tau_batch_size'), 'grid': ('search', 'grid'),
-      'tol': ('search', 'tol')}
+  KIND: ClassVar[str] = 'calibration'
 
-  def __post_init__(self, *old):
-    common.move_settings(self, old)
+  def __post_init__(self):
+    common.check_checkpoint(self, 'checkpoint')
+    if not isinstance(self.search, calibration.SearchSettings):
+      raise TypeError(f'jobs.CalibrationJob.search={self.search!r}: expected a '
+                      'calibration.SearchSettings (in gin: search = '
+                      '@calibration.SearchSettings(), its fields bound as '
+                      'calibration.SearchSettings.NAME).')
+
+  @property
+  def params_dtype(self) -> str:
+    return self.checkpoint.params_dtype
 
   @property
   def activation_dtype(self) -> str:
@@ -213,7 +215,7 @@ class CalibrationJob:
                                attention_impl=self.attention_impl or config.attention_impl)
 
   def programs(self, config: network.T5Config, mesh: Any, params: Any, *,
-               length: int | None = None) -> list[common.Program]:
+               length: int | None = None) -> list[common.Program]:  # `common.Job.programs`
     """The sweep this job runs at its widest: BATCH_SIZE (else NUM_SAMPLES) samples of `length`
     tokens (default the longest of LENGTHS) at TAU_BATCH_SIZE (else the grid's) candidates."""
     shape = dict(mesh.shape) if mesh is not None else {}
@@ -233,22 +235,16 @@ class CalibrationJob:
         names=('inputs', 'taus'), units=args[1].shape[0] * args[2].shape[0],
         unit='encoder pass (one sample at one tau)', workload=workload)]
 
-  def identity(self, data: Any) -> dict[str, Any]:
+  def identity(self, facts: Mapping[str, Any]) -> dict[str, Any]:
     """What the schedule depends on (the calibration log's header): the checkpoint's content,
-    the inputs and every setting of the search."""
-    search = self.search
-    return run_identity.make(checkpoint=self.checkpoint.path, gin=common.gin_record(type(self)),
-                             resolved_checkpoint=self.checkpoint.resolved, settings={
-        **data.identity, 'lengths': sorted(set(self.lengths)),
-        'strategies': list(self.strategies), 'reference_length': self.reference_length,
-        'num_samples': self.num_samples, 'seed': self.seed, 'dtype': self.activation_dtype,
-        'params_dtype': jnp.dtype(self.checkpoint.params_dtype).name,
-        'attention_impl': self.attention_impl or (
-            self.config or network.T5Config).attention_impl,
-        'per_task': bool(self.per_task), 'reference_tasks': self.reference_tasks,
-        'grid': list(search.grid), 'tol': search.tol, 'mesh_shape': self.mesh_shape,
-        # Settable since the search settings are gin's.
-        **run_identity.set_fields(search, ('bracket', 'points'))})
+    the settings, the dtype and attention that compute, and `facts` (the samples' identity,
+    `samples.Inputs.identity`)."""
+    return run_identity.make(
+        checkpoint=self.checkpoint.path, resolved_checkpoint=self.checkpoint.resolved,
+        settings=run_identity.settings_record(self), facts={
+            **facts, 'dtype': self.activation_dtype,
+            'attention_impl': self.attention_impl or (
+                self.config or network.T5Config).attention_impl})
 
   def run(self) -> schedule_lib.TemperatureSchedule:
     """Calibrates and writes OUTPUT_PATH (and ANALYSIS_DIR); returns the schedule."""
@@ -303,12 +299,15 @@ class CalibrationJob:
     start = time.time()
     data, inputs = self._inputs()
     eos_id = data.eos_id
-    identity = self.identity(data)
+    identity = self.identity(data.identity)
     # Every process must run the same command: compared before any weight is read.
-    run_identity.check_same_processes({'gin': run_identity.gin_config(ignore=()), **identity})
+    run_identity.check_same_processes({'gin': run_identity.gin_config(), **identity})
     log_path = progress_path(self.output_path)
-    log = multihost.on_writer(lambda: calibration.CalibrationLog(log_path, identity),
-                              f'opening {log_path}')
+
+    def open_log():
+      run_identity.write_gin_config(f'{self.output_path}.{run_identity.GIN_CONFIG_FILE}')
+      return calibration.CalibrationLog(log_path, identity, kind=self.KIND)
+    log = multihost.on_writer(open_log, f'opening {log_path}')
     previous = calibration.resumed_calibrations(
         multihost.broadcast_json(log.done() if log is not None else {}), log_path)
     if previous and multihost.is_writer():

@@ -1,13 +1,11 @@
-"""What every job shares: the checkpoint it reads, the programs it compiles, and the keywords
-of its settings' old places."""
+"""What every job shares: the checkpoint it reads, the programs it compiles, and `Job`, the shape
+the commands, the pre-flight and the tests hold every job to."""
 from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import os
-from typing import Any, Callable, Sequence
-import warnings
+from typing import Any, Callable, ClassVar, Mapping, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -38,10 +36,12 @@ class Checkpoint:
   to %CHECKPOINT_PATH), as t5x's run files build `utils.RestoreCheckpointConfig`.
   """
 
-  path: str | None = None
+  path: str | None = run_identity.unrecorded(
+      "its content is recorded ('checkpoint'); the path only beside it", None)
   params_dtype: str = 'float32'
-  check_finite: bool = True
-  flag: str = 'CHECKPOINT_PATH'
+  check_finite: bool = run_identity.unrecorded(
+      'it refuses a checkpoint or not; a result is the same', True)
+  flag: str = run_identity.unrecorded('the setting errors name', 'CHECKPOINT_PATH')
 
   def __post_init__(self):
     # Unset (None, %gin.REQUIRED): the job's check names it.
@@ -93,91 +93,15 @@ class Checkpoint:
     return run_identity.checkpoint_fingerprint(self.resolved)
 
 
-class _Unset:
-  """The default of a keyword that names a setting's old place: not given. Read from a job
-  (`job.params_dtype`), it is this default, not the setting: read the object's
-  (`job.checkpoint.params_dtype`)."""
-
-  def __repr__(self) -> str:
-    return 'UNSET'
-
-
-UNSET = _Unset()
-_WARNED: set[str] = set()
-
-
-def gin_record(job: type) -> dict[str, str]:
-  """gin's configuration as a run of `job` records it (`run_identity.gin_config`), with its
-  settings objects' bindings under the job's fields of before (`jobs.Checkpoint.path = ...` as
-  `jobs.EvalJob.checkpoint_path = ...`, `job.MOVED`) and the job's bindings of the objects
-  themselves (`jobs.EvalJob.checkpoint = @jobs.Checkpoint()`) left out: a run recorded before
-  gin built these objects reads as the same run, and a new one records what it did."""
-  selector = f't5align.jobs.{job.__name__}'
-  built = {field: f'@{gin_name}()' for field, (_, gin_name) in job.SETTINGS.items()}
-  owners = {f't5align.{gin_name}': field for field, (_, gin_name) in job.SETTINGS.items()}
-  old = {place: name for name, place in job.MOVED.items()}
-  out = {}
-  for key, value in run_identity.gin_config().items():
-    scope, _, binding = key.rpartition('/')
-    owner, _, attribute = binding.rpartition('.')
-    prefix = f'{scope}/' if scope else ''
-    if owner == selector and built.get(attribute) == value:
-      continue  # `jobs.EvalJob.checkpoint = @jobs.Checkpoint()`
-    if (owners.get(owner), attribute) in old:
-      key = f'{prefix}{selector}.{old[owners[owner], attribute]}'
-    out[key] = value
-  return dict(sorted(out.items()))
-
-
-def _warn_moved(job: Any, old: str) -> None:
-  """The FutureWarning, once per process per name, that `job`'s `old` field moved."""
-  field, attribute = job.MOVED[old]
-  _, gin_name = job.SETTINGS[field]
-  name = f'jobs.{type(job).__name__}'
-  if f'{name}.{old}' in _WARNED:
-    return
-  _WARNED.add(f'{name}.{old}')
-  warnings.warn(
-      f'{name}.{old} is the old place of {gin_name}.{attribute} ({name}.{field}), kept '
-      f'until the next release: bind {gin_name}.{attribute} in gin, or pass '
-      f'{field}={gin_name.rsplit(".", 1)[-1]}({attribute}=...) in Python.', FutureWarning,
-      stacklevel=4)
-
-
-def move_settings(job: Any, old: Sequence[Any], **renamed: Any) -> None:
-  """Puts each keyword that names a setting's old place (a job's flat field of before, e.g.
-  `jobs.CalibrationJob.grid`) where the setting lives now (`job.MOVED`: old name -> (field,
-  attribute), e.g. ('search', 'grid')), warning once per process per name (FutureWarning: the
-  old keywords go in the next release). For the `__post_init__(self, *old)` of a frozen job.
-
-  Args:
-    job: the job.
-    old: its `dataclasses.InitVar`s' values (default `UNSET`: not given), in declaration order.
-    renamed: fields of before that kept their name, their old value (TrainJob's `optimizer` as
-      a name, `mix` as weights).
-
-  A field still None gets its defaults first (`job.SETTINGS`: field -> (what makes them, the
-  class's gin name)), unless the value is None too (`initial_checkpoint_path=None`: none, as
-  before); a settings field holding anything but its class is refused (TypeError naming both).
-  """
-  names = [n for n, p in inspect.signature(type(job)).parameters.items() if p.default is UNSET]
-  for name, value in [*renamed.items(), *zip(names, old, strict=True)]:
-    if value is UNSET:
-      continue
-    field, attribute = job.MOVED[name]
-    _warn_moved(job, name)
-    current = getattr(job, field)
-    if current is None:
-      if value is None:
-        continue
-      current = job.SETTINGS[field][0]()
-    object.__setattr__(job, field, dataclasses.replace(current, **{attribute: value}))
-  for field, (make, gin_name) in job.SETTINGS.items():
-    value = getattr(job, field)
-    if value is not None and not isinstance(value, getattr(make, 'func', make)):
-      raise TypeError(f'jobs.{type(job).__name__}.{field}={value!r}: expected a {gin_name} '
-                      f'(in gin: {field} = @{gin_name}(), its fields bound as '
-                      f'{gin_name}.NAME).')
+def check_checkpoint(job: Any, field: str) -> None:
+  """Refuses anything but a `Checkpoint` (or None) in `job`'s `field`, naming the field and the
+  form it takes: a path given there (the jobs once took one) is told where the path goes."""
+  value = getattr(job, field)
+  if value is not None and not isinstance(value, Checkpoint):
+    raise TypeError(
+        f'jobs.{type(job).__name__}.{field}={value!r}: expected a jobs.Checkpoint (in gin: '
+        f'{field} = @jobs.Checkpoint(), its path bound as jobs.Checkpoint.path; in Python: '
+        f'{field}=jobs.Checkpoint(path)).')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,3 +158,41 @@ class Program:
     (`memory.check_compiled`); the run then calls the same jitted function."""
     return memory.check_compiled(self.figures(self.lower().compile()), what=what,
                                  hints=self.workload.settings_to_change())
+
+
+@runtime_checkable
+class Job(Protocol):
+  """What a job is: a frozen dataclass of the settings gin binds (each field in its `identity`
+  unless its metadata says why not: `run_identity.NOT_IDENTITY`) that checks them, builds the
+  programs it compiles and runs. `t5align.preflight` compiles `programs` for a TPU slice; the
+  run compiles the same ones.
+
+  Attributes:
+    REQUIRED: {field: its gin macro} of the settings a run needs (`gin_cli.require`).
+    KIND: what its records are (`run_identity.KINDS`), for reading old ones.
+  """
+
+  REQUIRED: ClassVar[Mapping[str, str | None]]
+  KIND: ClassVar[str]
+
+  @property
+  def params_dtype(self) -> str:
+    """The dtype its parameters are held in."""
+
+  def check(self) -> None:
+    """Every setting that needs no file, each error naming its macro."""
+
+  def mesh(self) -> Any:
+    """The device mesh its programs run over (None: one device)."""
+
+  def programs(self, config: Any, mesh: Any, params: Any, *,
+               length: int | None = None) -> list[Program]:
+    """Each distinct program it compiles for `config` over `mesh`, with `params` (arrays or
+    `jax.ShapeDtypeStruct`s, placed as the run places them), for `length`-token inputs (None:
+    the job's own)."""
+
+  def identity(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """Its record (`run_identity.make`): its settings and `facts`, what its run found."""
+
+  def run(self) -> Any:
+    """The run."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -74,43 +75,48 @@ class EvalJob:
       the full input length, so length buckets are the untruncated inputs'.
     show_progress: draw a progress bar per task.
 
-  The keywords `checkpoint_path`, `params_dtype` and `check_finite` (the fields of before) set
-  `checkpoint`'s, with a FutureWarning, until the next release (`common.move_settings`).
+  run.json (`identity`) records `split`, `truncate_inputs` and `checkpoint.params_dtype` as
+  settings; each other field says in its metadata what records it or why nothing does.
   """
 
-  model: network.Transformer | None = None
+  model: network.Transformer | None = run_identity.unrecorded(
+      "recorded as 'config', the config the run computes with (the model's or the "
+      "checkpoint's)", None)
   checkpoint: common.Checkpoint = dataclasses.field(default_factory=common.Checkpoint)
-  mixture_or_task_name: str | None = None
-  output_dir: str | None = None
-  temperature: Any = None
-  schedule_path: str | None = None
-  schedule_strategy: str | None = None
-  label: str | None = None
-  model_name: str | None = None
-  batch_size: int = 8
-  num_partitions: int = 1
-  num_examples: int | None = None
+  mixture_or_task_name: str | None = run_identity.unrecorded(
+      "each task's folder records its task ('task')", None)
+  output_dir: str | None = run_identity.unrecorded('where results go', None)
+  temperature: Any = run_identity.unrecorded(
+      'recorded as the temperatures applied (`Temperature.describe`)', None)
+  schedule_path: str | None = run_identity.unrecorded(
+      'recorded as the temperatures applied (`Temperature.describe`)', None)
+  schedule_strategy: str | None = run_identity.unrecorded(
+      'recorded as the temperatures applied (`Temperature.describe`)', None)
+  label: str | None = run_identity.unrecorded(
+      "recorded as the temperatures' label (`Temperature.describe`)", None)
+  model_name: str | None = run_identity.unrecorded('a name in reports', None)
+  batch_size: int = run_identity.unrecorded('examples are computed independently of their batch', 8)
+  num_partitions: int = run_identity.unrecorded("recorded as 'mesh'", 1)
+  num_examples: int | None = run_identity.unrecorded(
+      "recorded as the task's examples, their count and fingerprint", None)
   split: str = 'test'
-  max_decode_length: int | None = None
+  max_decode_length: int | None = run_identity.unrecorded(
+      "recorded as the steps the task decodes ('max_decode_length')", None)
   truncate_inputs: int | None = None
-  show_progress: bool = True
-  checkpoint_path: dataclasses.InitVar[Any] = common.UNSET
-  params_dtype: dataclasses.InitVar[Any] = common.UNSET
-  check_finite: dataclasses.InitVar[Any] = common.UNSET
+  show_progress: bool = run_identity.unrecorded('draws a bar', True)
 
   # The settings a run needs, by their gin macro (`gin_cli.require`).
   REQUIRED: ClassVar[Mapping[str, str]] = {
       'checkpoint.path': 'CHECKPOINT_PATH', 'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME',
       'output_dir': 'EVAL_OUTPUT_DIR'}
-  # The settings objects gin builds for it, and where the fields of before went.
-  SETTINGS: ClassVar[Mapping[str, tuple[type, str]]] = {
-      'checkpoint': (common.Checkpoint, 'jobs.Checkpoint')}
-  MOVED: ClassVar[Mapping[str, tuple[str, str]]] = {
-      'checkpoint_path': ('checkpoint', 'path'), 'params_dtype': ('checkpoint', 'params_dtype'),
-      'check_finite': ('checkpoint', 'check_finite')}
+  KIND: ClassVar[str] = 'eval'
 
-  def __post_init__(self, *old):
-    common.move_settings(self, old)
+  def __post_init__(self):
+    common.check_checkpoint(self, 'checkpoint')
+
+  @property
+  def params_dtype(self) -> str:
+    return self.checkpoint.params_dtype
 
   @property
   def row_label(self) -> str | None:
@@ -187,16 +193,20 @@ class EvalJob:
         fn=fn, args=args, names=names, units=batch, unit='example', workload=workload)
 
   def programs(self, config: network.T5Config, mesh: jax.sharding.Mesh, params: Any, *,
-               length: int) -> list[common.Program]:
+               length: int | None = None) -> list[common.Program]:
     """Each distinct program this job runs for `length`-token inputs, in task order, for a
     check before the run (the pre-flight): MIXTURE_OR_TASK_NAME's t5align tasks decide scoring
     and steps, read from `seqio_tasks.catalog`, not from data; no tasks: decoding of
     MAX_DECODE_LENGTH or 64.
 
     Raises:
-      ValueError: naming a task that is not one of t5align's: whether it is scored, and its
+      ValueError: `length` None (eval's inputs are as long as the data's: give the length to
+        check), or naming a task that is not one of t5align's: whether it is scored, and its
         target length, are not known without its data.
     """
+    if length is None:
+      raise ValueError('--length (the encoder input tokens, e.g. --length=32768) is required: '
+                       "eval's inputs are as long as the task's data.")
     model = network.Transformer(config)
     temp = self._assumed_temperature(config)
     length = min(length, self.truncate_inputs or length)
@@ -241,35 +251,21 @@ class EvalJob:
   # -------------------------------------------------------------------------------------------
   # The run.
 
-  def base_identity(self) -> dict[str, Any]:
-    """What every task's records depend on (`run_identity.make`): the checkpoint's content (read
-    by the process that writes; its path informational), gin's configuration, the task options
-    and jax's matmul precision when set."""
+  @functools.cached_property
+  def _base_identity(self) -> dict[str, Any]:
+    """What every task's records share (`run_identity.make`), made once per job: the
+    checkpoint's content (read by the process that writes; its path informational), the
+    settings, the task options and jax's matmul precision."""
     from seqio_tasks import catalog  # pylint: disable=g-import-not-at-top
     return run_identity.make(
         checkpoint=self.checkpoint.path, resolved_checkpoint=self.checkpoint.resolved,
-        fingerprint=multihost.is_writer(), gin=common.gin_record(type(self)),
-        settings={'task_options': catalog.recorded_options()})
+        fingerprint=multihost.is_writer(), settings=run_identity.settings_record(self),
+        facts={'task_options': catalog.options()})
 
-  def identity(self, task: Any, config: network.T5Config, mesh: jax.sharding.Mesh,
-               temp: temperature_lib.Temperature, *, base: Mapping[str, Any],
-               vocabulary: Any, examples_sha256: str, total: int, scored: bool,
-               steps: int) -> dict[str, Any]:
-    """What a task's records depend on (its run.json): `base` (`base_identity`), the data, the
-    program and the temperature."""
-    # NOTE: process_count, device_count and mesh joined run.json's settings with multi-host
-    # support; a folder written before then reads as a different run (start a new folder).
-    return {
-        **base, 'task': task.name, 'split': self.split, 'vocabulary': vocabulary,
-        'examples_sha256': examples_sha256, 'num_examples': total,
-        'mode': 'score' if scored else 'greedy',
-        'max_decode_length': None if scored else steps,
-        'params_dtype': self.checkpoint.params_dtype,
-        **({'truncate_inputs': self.truncate_inputs}
-           if self.truncate_inputs is not None else {}),
-        'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
-        'process_count': jax.process_count(), 'device_count': jax.device_count(),
-        'mesh': dict(mesh.shape), **temp.describe()}
+  def identity(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A task's run.json: what every task shares and `facts`, the task's own (`_Run.facts`:
+    the task, its data, the program, the temperatures)."""
+    return {**self._base_identity, **json.loads(json.dumps(facts, sort_keys=True))}
 
   def run(self) -> dict[str, dict[str, Any]]:
     """Runs every task; returns {task: metrics} of finished tasks (with several processes,
@@ -291,7 +287,7 @@ class EvalJob:
     checkpoint = self.checkpoint
     # Every process must run the same command: compared before any checkpoint is read.
     run_identity.check_same_processes({
-        'gin': run_identity.gin_config(ignore=()), 'task_options': options,
+        'gin': run_identity.gin_config(), 'task_options': options,
         'vocabularies': vocabulary_ids, 'arguments': {
             'checkpoint_path': checkpoint.path, 'checkpoint_resolved_path': checkpoint.resolved,
             'output_dir': str(self.output_dir),
@@ -307,11 +303,12 @@ class EvalJob:
     temp = None if self.model is None else self.temperature_of(self.model.config)
     if temp is None and self.schedule_path:  # The file itself, before any weight is read.
       schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
-    base = self.base_identity()
+    # The checkpoint's fingerprint, before its weights are read.
+    self._base_identity  # pylint: disable=pointless-statement
     mesh = self.mesh()
     params, config = checkpoint.load(None if self.model is None else self.model.config, mesh)
     run = _Run(self, network.Transformer(config), mesh, params,
-               temp or self.temperature_of(config), base, vocabulary_ids)
+               temp or self.temperature_of(config), vocabulary_ids)
     results = {}
     for task in tasks:
       metrics = run.task(task, catalog.SPECS.get(task.name), vocabularies[task.name])
@@ -333,7 +330,6 @@ class _Run:
   mesh: jax.sharding.Mesh
   params: Any
   pooled_temp: temperature_lib.Temperature
-  base: Mapping[str, Any]
   vocabulary_ids: Mapping[str, Any]
 
   def __post_init__(self):
@@ -366,6 +362,22 @@ class _Run:
                                    for k in ('inputs', 'targets')]], np.int64))).reshape(-1, 4)
     return examples, shares
 
+  def facts(self, task: Any, temp: temperature_lib.Temperature, *, examples_sha256: str,
+            total: int, scored: bool, steps: int) -> dict[str, Any]:
+    """What a task's records depend on besides the job's settings: the task, its data, the
+    program (mode, steps, config, mesh) and the temperatures."""
+    config = self.model.config
+    # NOTE: process_count, device_count and mesh joined run.json with multi-host support; a
+    # folder written before then reads as a different run (start a new folder).
+    return {
+        'task': task.name, 'vocabulary': self.vocabulary_ids[task.name],
+        'examples_sha256': examples_sha256, 'num_examples': total,
+        'mode': 'score' if scored else 'greedy',
+        'max_decode_length': None if scored else steps,
+        'config': {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)},
+        'process_count': jax.process_count(), 'device_count': jax.device_count(),
+        'mesh': dict(self.mesh.shape), **temp.describe()}
+
   def task(self, task: Any, spec: Any, vocab: Any) -> dict[str, Any] | None:
     """Runs one task to its metrics (None on processes other than 0)."""
     job = self.job
@@ -386,11 +398,9 @@ class _Run:
     # Before anything is written or run: the step for the widest batch fits the devices.
     step.check_memory()
     folder = os.path.join(job.output_dir, task.name)
-    log = predictions.SharedLog.open(folder, job.identity(
-        task, self.model.config, self.mesh, temp, base=self.base,
-        vocabulary=self.vocabulary_ids[task.name],
-        examples_sha256=predictions.examples_sha256(examples), total=total, scored=scored,
-        steps=steps), total)
+    log = predictions.SharedLog.open(folder, job.identity(self.facts(
+        task, temp, examples_sha256=predictions.examples_sha256(examples), total=total,
+        scored=scored, steps=steps)), total)
     process = functools.partial(self._batch, task=task, spec=spec, vocab=vocab, temp=temp,
                                 scored=scored, step=step.fn)
     predictions.run_examples(examples, log, process, batch_size=len(self.my_rows),

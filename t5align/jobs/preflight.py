@@ -15,7 +15,11 @@ from t5align.runtime import hlo_cost
 from t5align.runtime import tpu_chips
 
 GiB = 2**30
-PROGRAMS = ('eval', 'calibration')
+PROGRAMS = ('eval', 'calibration', 'train')
+# The job each program is, and the run file that configures it.
+_JOBS = {'eval': ('eval_job.EvalJob', 'gin/runs/eval.gin'),
+         'calibration': ('calibration_job.CalibrationJob', 'gin/calibrate.gin'),
+         'train': ('train_job.TrainJob', 'gin/runs/train_retrieval.gin or gin/runs/finetune.gin')}
 DOES_NOT_FIT = 3  # The CLI's exit status for a program that does not fit.
 PLATFORM = 'tpu'  # What the programs are compiled for ('auto' and 'pallas' pick its kernels).
 
@@ -51,21 +55,24 @@ def compile_only_devices(target: tpu_chips.Target) -> tuple[Any, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-  """One pre-flight check: a run's job (`jobs.EvalJob` or `jobs.CalibrationJob`, as gin
-  configures it), the model it runs (`network.T5Config`, its attention_impl and dtype as the run
-  uses them), the slice (`tpu_chips.parse_target`) and the encoder input length."""
+  """One pre-flight check: a run's job (a `jobs.Job`: `EvalJob`, `CalibrationJob` or
+  `TrainJob`, as gin configures it), the model it runs (`network.T5Config`, its attention_impl
+  and dtype as the run uses them), the slice (`tpu_chips.parse_target`) and the encoder input
+  length (None: the job's own)."""
 
   job: Any
   config: Any
   target: tpu_chips.Target
-  length: int
+  length: int | None
 
   def __post_init__(self):
     from t5align import jobs  # pylint: disable=g-import-not-at-top
     from t5align.runtime import validate  # pylint: disable=g-import-not-at-top
-    if not isinstance(self.job, (jobs.EvalJob, jobs.CalibrationJob)):
-      raise ValueError(f'job={self.job!r}: expected a jobs.EvalJob or jobs.CalibrationJob.')
-    validate.positive_int(self.length, '--length')
+    if not isinstance(self.job, jobs.Job):
+      raise ValueError(f'job={self.job!r}: expected a jobs.Job (jobs.EvalJob, '
+                       'jobs.CalibrationJob or jobs.TrainJob).')
+    if self.length is not None:
+      validate.positive_int(self.length, '--length')
 
 
 def programs(case: Case) -> list[tuple[Any, Any]]:
@@ -78,9 +85,10 @@ def programs(case: Case) -> list[tuple[Any, Any]]:
   from t5align import partitioning  # pylint: disable=g-import-not-at-top
   devices = compile_only_devices(case.target)
   with partitioning.target_devices(devices):
-    # Calibration without MESH_SHAPE on one host runs on one device: a mesh of that one here.
+    # Calibration without MESH_SHAPE on one host, and training, run on one device: a mesh of
+    # that one here.
     mesh = case.job.mesh() or partitioning.calibration_mesh(1, 1, 1)
-  dtype = np.dtype(jnp.dtype(case.job.checkpoint.params_dtype)).name
+  dtype = np.dtype(jnp.dtype(case.job.params_dtype)).name
   params = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, dtype, sharding=sh),
                         network.param_shapes(case.config),
                         partitioning.param_shardings(case.config, mesh))
@@ -159,8 +167,11 @@ class Report:
                       f'{self.memory.arguments / GiB:.2f} GiB per chip)')
     return hints
 
-  def estimate_json(self) -> dict[str, Any]:
-    """`memory.estimate`'s figure for the same run, and its ratio to XLA's total."""
+  def estimate_json(self) -> dict[str, Any] | None:
+    """`memory.estimate`'s figure for the same run, and its ratio to XLA's total; None for a
+    train step (the estimate models inference)."""
+    if self.program.workload.training:
+      return None
     est = memory_estimate(self.program)
     return {'params': est.params, 'attention': est.attention, 'hidden': est.hidden,
             'cache': est.cache, 'total': est.total,
@@ -176,7 +187,7 @@ class Report:
                      'activation_dtype': str(getattr(dtype, '__name__', dtype)),
                      'attention_impl': self.attention_impl},
         'compiled': self.program.description,
-        'mesh': dict(self.mesh), 'shapes': {k: list(v) for k, v in self.shapes.items()},
+        'mesh': dict(self.mesh), 'shapes': {k: _shape_json(v) for k, v in self.shapes.items()},
         'memory_per_chip': {**dataclasses.asdict(self.memory), 'total': self.memory.total,
                             'usable_hbm': self.chip.usable_hbm_bytes,
                             'hbm': self.chip.hbm_bytes},
@@ -200,7 +211,7 @@ class Report:
         f'{chip.generation} chips, mesh '
         f'{dict(self.mesh)}, {self.program.workload.length} tokens, attention '
         f'{self.attention_impl!r}, arguments '
-        + ', '.join(f'{k} {list(v)}' for k, v in self.shapes.items())]
+        + ', '.join(f'{k} {_shape_json(v)}' for k, v in self.shapes.items())]
     if self.compile_error is not None:
       lines.append(f'XLA refused it for {chip.generation}: {self.compile_error}')
     else:
@@ -230,6 +241,21 @@ class Report:
                    f'{chip.usable_hbm_bytes / GiB:.2f} GiB. Set '
                    + '; or '.join(self.settings_to_change()) + '.')
     return '\n'.join(lines)
+
+
+def _is_shape(value: Any) -> bool:
+  return isinstance(value, tuple) and all(isinstance(d, int) for d in value)
+
+
+def _shape_json(shape: Any) -> Any:
+  """An argument's shape as the report shows it: a list; a dict of lists for a dict of arrays
+  (a train batch); 'N arrays' for any other tree (an optimizer state)."""
+  if _is_shape(shape):
+    return list(shape)
+  if isinstance(shape, Mapping) and all(_is_shape(v) for v in shape.values()):
+    return {k: list(v) for k, v in shape.items()}
+  import jax  # pylint: disable=g-import-not-at-top
+  return f'{len(jax.tree.leaves(shape, is_leaf=_is_shape))} arrays'
 
 
 _OUT_OF_MEMORY = re.compile(r'required for HLO temporaries \(([\d.]+)G\)')
@@ -282,11 +308,15 @@ def check_program(case: Case, program: Any, mesh: Any) -> Report:
 # Command line: the job t5align.eval's or t5align.calibrate's gin configuration makes.
 
 def _configured_job(program: str) -> Any:
-  """The job class of `program` when the gin files bind it (gin/runs/eval.gin binds
-  `jobs.EvalJob`, gin/calibrate.gin `jobs.CalibrationJob`), else None."""
+  """The job class of `program` when the gin files bind it (`_JOBS`), else None. A job whose
+  module no gin file imported is not configured (and is not imported: gin's configuration is
+  locked, so a module registering configurables now would be refused)."""
+  import sys  # pylint: disable=g-import-not-at-top
   import gin  # pylint: disable=g-import-not-at-top
-  from t5align import jobs  # pylint: disable=g-import-not-at-top
-  job = jobs.EvalJob if program == 'eval' else jobs.CalibrationJob
+  module, name = _JOBS[program][0].split('.')
+  if f't5align.jobs.{module}' not in sys.modules:
+    return None
+  job = getattr(sys.modules[f't5align.jobs.{module}'], name)
   try:
     return job if gin.get_bindings(job) else None
   except ValueError:  # Not registered: no gin file names it.
@@ -312,24 +342,25 @@ def case_from_gin(target: tpu_chips.Target, length: int | None = None,
   """The run gin is configured for (`gin_cli.configure` first): its job, as the command would
   make it, and its model.
 
-  `program`: 'eval' or 'calibration'; None: the one the gin files configure (gin/runs/eval.gin
-  binds `jobs.EvalJob`, gin/calibrate.gin `jobs.CalibrationJob`).
+  `program`: one of `PROGRAMS`; None: the one the gin files configure (`_JOBS`: gin/runs/eval.gin
+  binds `jobs.EvalJob`, gin/calibrate.gin `jobs.CalibrationJob`, gin/runs/train_retrieval.gin
+  and finetune.gin `jobs.TrainJob`).
   """
   import gin  # pylint: disable=g-import-not-at-top
   configured = [p for p in PROGRAMS if _configured_job(p) is not None]
   if program is None:
     if len(configured) != 1:
-      raise ValueError('--program=eval or --program=calibration: the gin files configure '
-                       f'{" and ".join(configured) or "neither"} (gin/runs/eval.gin or '
-                       'gin/calibrate.gin, plus a gin/models file).')
+      raise ValueError(f'--program={" or --program=".join(PROGRAMS)}: the gin files configure '
+                       f'{" and ".join(configured) or "none of them"} (one of '
+                       f'{", ".join(f for _, f in _JOBS.values())}, plus a gin/models file).')
     program = configured[0]
   elif program not in configured:
     raise ValueError(f'--program={program}: the gin files do not configure it (include '
-                     f'{"gin/runs/eval.gin" if program == "eval" else "gin/calibrate.gin"}).')
+                     f'{_JOBS[program][1]}).')
   job = gin.get_configurable(_configured_job(program))()
-  if program == 'eval':
-    if length is None:
-      raise ValueError('--length (the encoder input tokens, e.g. --length=32768) is required.')
-    return Case(job, job.model.config, target, length)
-  config = job.model_config(job.config or _gin_model_config())
-  return Case(job, config, target, length or max(job.lengths))
+  if program == 'calibration':
+    config = job.model_config(job.config or _gin_model_config())
+    return Case(job, config, target, length or max(job.lengths))
+  if program == 'eval' and length is None:
+    raise ValueError('--length (the encoder input tokens, e.g. --length=32768) is required.')
+  return Case(job, job.model.config, target, length)

@@ -47,13 +47,16 @@ from t5align import vocabularies
 # The settings a vocabulary trained by `train` is made from (`vocabulary_corpus(seed)`).
 _VOCABULARY_SETTINGS = ('vocab_size', 'seed')
 # Settings of the synthetic data only (not in a fine-tuning run's identity).
-_SYNTHETIC_ONLY = ('mix', 'length_power', 'min_units', 'vocab_size', 'min_length')
+_SYNTHETIC_ONLY = ('mix', 'vocab_size')
 
 
 def _recorded_run(model_dir: str) -> Any:
-  """MODEL_DIR/run.json's content, or None without one."""
+  """MODEL_DIR/run.json's content in today's format (`run_identity.upgrade`), or None without
+  one."""
   run_file = os.path.join(model_dir, 'run.json')
-  return outputs.read_json(run_file, 'run record') if os.path.exists(run_file) else None
+  if not os.path.exists(run_file):
+    return None
+  return run_identity.upgrade(outputs.read_json(run_file, 'run record'), TrainJob.KIND)
 
 
 def _check_vocabulary_left(model_dir: str, vocab_path: str, settings: Mapping[str, Any]) -> None:
@@ -63,6 +66,7 @@ def _check_vocabulary_left(model_dir: str, vocab_path: str, settings: Mapping[st
   before = _recorded_run(model_dir)
   if not os.path.exists(vocab_path) or before is None:
     return
+  before = before.get('settings') if isinstance(before, dict) else None
   changed = {k: (before.get(k), settings[k]) for k in _VOCABULARY_SETTINGS
              if isinstance(before, dict) and before.get(k) != settings[k]}
   if changed:
@@ -89,13 +93,14 @@ class TrainJob:
     num_steps: total optimizer steps.
     batch_size: examples per step.
     optimizer: `training.OptimizerConfig` (LEARNING_RATE, WARMUP_STEPS, weight decay,
-      OPTIMIZER 'adamw' or 'adafactor', SCHEDULE 'cosine', 'wsd' or 'constant'); its
-      total_steps None is NUM_STEPS.
+      OPTIMIZER 'adamw' or 'adafactor', SCHEDULE 'cosine', 'wsd' or 'constant'), its schedule
+      over NUM_STEPS.
     per_example_loss: weigh examples equally in the loss (see `training.cross_entropy`).
     mix: the synthetic tasks' mixture, `train_data.Mix` (MIX: task weights, e.g. {'passkey': 1,
       'lines': 1, 'kv': 1}, None: equal; LENGTH_POWER: input budgets are `low + u**length_power
       * (input_length - low)`, 2 favours short inputs; MIN_UNITS: per task, the fewest units
-      an example has, e.g. {'lines': 3}, None: each task's own); its max_length None is L_TR.
+      an example has, e.g. {'lines': 3}, None: each task's own), its inputs at most L_TR
+      tokens.
     input_length: L_tr; inputs (with EOS) have at most input_length tokens.
     target_length: decoder length (longest target with EOS).
     vocab_size: SentencePiece pieces, trained on the tasks' prompts on first run.
@@ -117,17 +122,13 @@ class TrainJob:
       `checkpoints.load_params` reads, checked strictly against `model`'s config); None:
       initialized from `seed`. A resumed run continues MODEL_DIR's checkpoint.
 
-  run.json records `mixture_or_task_name`, the initial checkpoint's content fingerprint and the
-  task vocabulary's only when fine-tuning, so a synthetic run's record is what it was.
-
-  The keywords of before (`learning_rate`, `warmup_steps`, `weight_decay`, `schedule`,
-  `optimizer` as a name, `mix` as weights, `length_power`, `min_units`,
-  `initial_checkpoint_path`) set `optimizer`'s, `mix`'s and `initial_checkpoint`'s, with a
-  FutureWarning, until the next release (`common.move_settings`).
+  run.json (`identity`) records the fields as settings but those whose metadata says why not
+  (and, fine-tuning, `mix` and `vocab_size`, which only the synthetic data uses), the model's
+  config, the vocabulary's content and, fine-tuning, the initial checkpoint's.
   """
 
-  model: network.Transformer | None = None
-  model_dir: str | None = None
+  model: network.Transformer | None = run_identity.unrecorded("recorded as 'config'", None)
+  model_dir: str | None = run_identity.unrecorded('where the run goes', None)
   seed: int = 0
   num_steps: int = 1000
   batch_size: int = 32
@@ -138,54 +139,46 @@ class TrainJob:
   input_length: int = 256
   target_length: int = 40
   vocab_size: int = 1000
-  checkpoint_every: int = 200
-  keep_checkpoints: int = 2
-  log_every: int = 20
-  eval_lengths: Sequence[int] = (256,)
-  eval_examples: int = 100
-  eval_seed: int = 1000
-  eval_batch_size: int = 16
-  export_dir: str | None = None
-  export_dtype: str = 'float32'
-  command: str | None = None
+  checkpoint_every: int = run_identity.unrecorded(
+      'the weights at a step are the same whichever steps were saved', 200)
+  keep_checkpoints: int = run_identity.unrecorded('how many stay', 2)
+  log_every: int = run_identity.unrecorded('how often the log writes', 20)
+  eval_lengths: Sequence[int] = run_identity.unrecorded(
+      'the held-out evaluation after training (eval.json), not the weights', (256,))
+  eval_examples: int = run_identity.unrecorded(
+      'the held-out evaluation after training (eval.json), not the weights', 100)
+  eval_seed: int = run_identity.unrecorded(
+      'the held-out evaluation after training (eval.json), not the weights', 1000)
+  eval_batch_size: int = run_identity.unrecorded(
+      'the held-out evaluation after training (eval.json), not the weights', 16)
+  export_dir: str | None = run_identity.unrecorded('where the final weights are copied', None)
+  export_dtype: str = run_identity.unrecorded('how the final weights are copied', 'float32')
+  command: str | None = run_identity.unrecorded('recorded in training.json', None)
   mixture_or_task_name: str | None = None
   initial_checkpoint: common.Checkpoint | None = None
-  learning_rate: dataclasses.InitVar[Any] = common.UNSET
-  warmup_steps: dataclasses.InitVar[Any] = common.UNSET
-  weight_decay: dataclasses.InitVar[Any] = common.UNSET
-  schedule: dataclasses.InitVar[Any] = common.UNSET
-  length_power: dataclasses.InitVar[Any] = common.UNSET
-  min_units: dataclasses.InitVar[Any] = common.UNSET
-  initial_checkpoint_path: dataclasses.InitVar[Any] = common.UNSET
 
   # The settings a run needs, by their gin macro (`gin_cli.require`; the model is bound by the
   # run file, configured by a gin/models file). gin/runs/finetune.gin requires more
   # (`gin_cli.check_required_macros`).
   REQUIRED: ClassVar[Mapping[str, str | None]] = {'model': None, 'model_dir': 'MODEL_DIR'}
-  # The settings objects gin builds for it, and where the fields of before went.
-  SETTINGS: ClassVar[Mapping[str, tuple[Any, str]]] = {
-      'optimizer': (training.OptimizerConfig, 'training.OptimizerConfig'),
-      'mix': (train_data.Mix, 'train_data.Mix'),
-      'initial_checkpoint': (functools.partial(common.Checkpoint,
-                                               flag='INITIAL_CHECKPOINT_PATH'),
-                             'jobs.Checkpoint')}
-  MOVED: ClassVar[Mapping[str, tuple[str, str]]] = {
-      'learning_rate': ('optimizer', 'learning_rate'),
-      'warmup_steps': ('optimizer', 'warmup_steps'),
-      'weight_decay': ('optimizer', 'weight_decay'), 'schedule': ('optimizer', 'schedule'),
-      'optimizer': ('optimizer', 'name'), 'mix': ('mix', 'weights'),
-      'length_power': ('mix', 'length_power'), 'min_units': ('mix', 'min_units'),
-      'initial_checkpoint_path': ('initial_checkpoint', 'path')}
+  KIND: ClassVar[str] = 'train'
 
-  def __post_init__(self, *old):
-    renamed = {}
-    # The fields of before with today's names: a name for `optimizer`, weights for `mix`.
-    for field, kind in (('optimizer', str), ('mix', (Mapping, type(None)))):
-      value = getattr(self, field)
-      if isinstance(value, kind):
-        object.__setattr__(self, field, self.SETTINGS[field][0]())
-        renamed[field] = value
-    common.move_settings(self, old, **renamed)
+  def __post_init__(self):
+    common.check_checkpoint(self, 'initial_checkpoint')
+    for field, kind, name in (('optimizer', training.OptimizerConfig, 'training.OptimizerConfig'),
+                              ('mix', train_data.Mix, 'train_data.Mix')):
+      if not isinstance(getattr(self, field), kind):
+        raise TypeError(f'jobs.TrainJob.{field}={getattr(self, field)!r}: expected a {name} '
+                        f'(in gin: {field} = @{name}(), its fields bound as {name}.NAME).')
+
+  @property
+  def params_dtype(self) -> str:
+    """Training holds its parameters in float32."""
+    return 'float32'
+
+  def mesh(self) -> None:
+    """Training runs on one device."""
+    return None
 
   @property
   def finetuning(self) -> bool:
@@ -210,13 +203,6 @@ class TrainJob:
                                ('SCHEDULE', opt.schedule, training.LEARNING_RATE_SCHEDULES)):
       if value not in known:
         raise ValueError(f'{flag}={value!r}; expected one of {", ".join(map(repr, known))}.')
-    # The two settings the objects hold again, for a job built in Python: one value each.
-    for flag, field, value, own in (
-        ('NUM_STEPS', 'training.OptimizerConfig.total_steps', opt.total_steps, self.num_steps),
-        ('L_TR', 'train_data.Mix.max_length', mix.max_length, self.input_length)):
-      if value is not None and value != own:
-        raise ValueError(f'{field}={value!r} but {flag} (jobs.TrainJob) is {own!r}: leave '
-                         f'{field} None (it is then {flag}) or give it the same value.')
     cfg = self.model.config
     if self.initial_checkpoint is not None and not self.finetuning:
       raise ValueError(
@@ -236,71 +222,51 @@ class TrainJob:
         raise ValueError(f'{name}={folder}: training writes local checkpoints; use a local '
                          'folder (copy the exported model to a bucket afterwards).')
 
-  def optimizer_config(self) -> training.OptimizerConfig:
-    """OPTIMIZER's settings over NUM_STEPS."""
-    return dataclasses.replace(self.optimizer, total_steps=self.num_steps)
-
-  def task_mix(self) -> train_data.Mix:
-    """The synthetic mixture, its inputs at most L_TR tokens."""
-    return dataclasses.replace(self.mix, max_length=self.input_length)
-
-  def settings(self) -> dict[str, Any]:
-    """What determines the weights (run.json's settings). The settings gin could not set
-    before (clip_norm, decay_fraction, min_length) only when not their defaults, so a run of
-    before reads as the same run."""
-    cfg, opt, mix = self.model.config, self.optimizer, self.mix
-    return {
-        'seed': self.seed, 'num_steps': self.num_steps, 'batch_size': self.batch_size,
-        'learning_rate': opt.learning_rate, 'warmup_steps': opt.warmup_steps,
-        'weight_decay': opt.weight_decay, 'optimizer': opt.name,
-        'schedule': opt.schedule, 'per_example_loss': self.per_example_loss,
-        'mix': mix.weights, 'length_power': mix.length_power, 'min_units': mix.min_units,
-        'input_length': self.input_length, 'target_length': self.target_length,
-        'vocab_size': self.vocab_size,
-        'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)},
-        **run_identity.set_fields(opt, ('clip_norm', 'decay_fraction')),
-        **run_identity.set_fields(mix, ('min_length',))}
-
-  def identity(self, vocab_path: str | None = None, vocabulary: Any = None) -> dict[str, Any]:
-    """run.json: the settings, and the vocabulary's content once `vocab_path` exists.
-
-    Fine-tuning: the settings less those of the synthetic data, plus `mixture_or_task_name`, the
-    initial checkpoint's fingerprint ('checkpoint') and `vocabulary`'s (the task's).
-    """
-    settings = self.settings()
-    if not self.finetuning:
-      files = {'vocabulary': vocab_path} if vocab_path and os.path.exists(vocab_path) else {}
-      return run_identity.make(gin=False, settings=settings, files=files)
-    for key in _SYNTHETIC_ONLY:
-      settings.pop(key, None)
-    settings['mixture_or_task_name'] = self.mixture_or_task_name
-    start = self.initial_checkpoint
-    return run_identity.make(gin=False, settings=settings, vocabulary=vocabulary,
-                             checkpoint=start.path if start else None,
-                             resolved_checkpoint=start.resolved if start else None)
-
-  def programs(self, params: Any = None) -> list[common.Program]:
-    """The train step on a batch of BATCH_SIZE examples (`params` default: abstract, float32,
-    as `network.init_variables` makes them)."""
+  def identity(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """run.json: the settings (fine-tuning: less those of the synthetic data), the model's
+    config, the initial checkpoint's content when fine-tuning, and `facts` (the vocabulary's
+    content: `_vocabulary_facts`)."""
     cfg = self.model.config
+    settings = run_identity.settings_record(self)
+    if self.finetuning:
+      for key in _SYNTHETIC_ONLY:
+        settings.pop(key)
+    start = self.initial_checkpoint
+    return run_identity.make(
+        settings=settings, checkpoint=start.path if start else None,
+        resolved_checkpoint=start.resolved if start else None, facts={
+            'config': {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)},
+            **facts})
+
+  def programs(self, config: network.T5Config, mesh: Any = None, params: Any = None, *,
+               length: int | None = None) -> list[common.Program]:
+    """The train step of `config`'s model on a batch of BATCH_SIZE examples of `length` (None:
+    L_TR) input tokens (`params` None: abstract, float32, as `network.init_variables` makes
+    them); over `mesh` (the pre-flight's one chip) its arguments are placed there, replicated,
+    else on the default device."""
+    model = network.Transformer(config)
     if params is None:
-      params = jax.eval_shape(lambda: network.init_variables(cfg, jax.random.PRNGKey(0)))[
+      params = jax.eval_shape(lambda: network.init_variables(config, jax.random.PRNGKey(0)))[
           'params']
-    opt = self.optimizer_config()
-    opt_state = jax.eval_shape(opt.make().init, params)
-    workload = memory.Workload(cfg, self.input_length, self.batch_size,
-                               target_length=self.target_length)
+    opt = self.optimizer.make(self.num_steps)
+    workload = memory.Workload(config, length or self.input_length, self.batch_size,
+                               target_length=self.target_length, training=True)
     tokens = lambda width: jax.ShapeDtypeStruct((workload.rows, width), jnp.int32)
-    batch = {'encoder_input_tokens': tokens(workload.width),
+    args = (params, jax.eval_shape(opt.init, params),
+            {'encoder_input_tokens': tokens(workload.width),
              'decoder_input_tokens': tokens(workload.target_length),
-             'decoder_target_tokens': tokens(workload.target_length)}
-    rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-    fn = functools.partial(training.train_step, model=self.model, optimizer=opt,
-                           per_example_loss=self.per_example_loss)
+             'decoder_target_tokens': tokens(workload.target_length)},
+            jax.eval_shape(lambda: jax.random.PRNGKey(0)))
+    if mesh is not None:
+      placed = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+      args = (args[0], *jax.tree.map(
+          lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed), args[1:]))
+    fn = functools.partial(training.train_step, model=model, optimizer=self.optimizer,
+                           total_steps=self.num_steps, per_example_loss=self.per_example_loss)
     return [common.Program(
-        name='train', description='one optimizer step', fn=jax.jit(fn),
-        args=(params, opt_state, batch, rng), names=('opt_state', 'batch', 'rng'),
-        units=workload.rows, unit='example', workload=workload)]
+        name='train', description='one optimizer step', fn=jax.jit(fn), args=args,
+        names=('opt_state', 'batch', 'rng'), units=workload.rows, unit='example',
+        workload=workload)]
 
   def run(self) -> dict[str, Any]:
     """Trains, evaluates and exports.
@@ -319,35 +285,36 @@ class TrainJob:
     if self.finetuning:
       return self._train(*self._finetuning_setup(cfg))
     fileio.makedirs(self.model_dir)
-    settings = self.settings()
     vocab_path = os.path.join(self.model_dir, assets.VOCAB_FILE)
     resuming = bool(training.checkpoint_steps(self.model_dir))
     if not resuming:
-      _check_vocabulary_left(self.model_dir, vocab_path, settings)
+      _check_vocabulary_left(self.model_dir, vocab_path, run_identity.settings_record(self))
     # A resumed run continues the weights only if everything that made them is the same: the
     # settings and the vocabulary's content (recorded once it exists).
     # NOTE: a MODEL_DIR whose run.json predates the vocabulary's record resumes on its settings.
     recorded = _recorded_run(self.model_dir) if resuming else None
     with_vocabulary = not (isinstance(recorded, dict) and 'vocabulary' not in recorded)
 
-    identity = lambda: self.identity(vocab_path if with_vocabulary else None)
+    identity = lambda: self.identity(
+        {'vocabulary': run_identity.file_fingerprint(vocab_path)}
+        if with_vocabulary and os.path.exists(vocab_path) else {})
 
-    run_identity.check_run(self.model_dir, identity(), has_results=resuming)
+    run_identity.check_run(self.model_dir, identity(), kind=self.KIND, has_results=resuming)
     # A torn line from a kill.
     outputs.repair_jsonl(train_log.path(self.model_dir))
     start = time.time()
     if not os.path.exists(vocab_path):
       vocabularies.train_sentencepiece(train_data.vocabulary_corpus(self.seed), vocab_path,
                                        self.vocab_size)
-      run_identity.check_run(self.model_dir, identity(), has_results=False)  # Now with its content.
+      # Now with its content.
+      run_identity.check_run(self.model_dir, identity(), kind=self.KIND, has_results=False)
     vocab = vocabularies.SentencePieceVocabulary(vocab_path, t5_ids=True)
     validate.vocabulary_fits(vocab.vocab_size, cfg.vocab_size,
                              vocabulary=f'vocabulary {vocab_path}',
                              model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')
-    task_mix = self.task_mix()
     batches = lambda step: train_data.train_batches(
-        vocab, task_mix, seed=self.seed, batch_size=self.batch_size,
-        target_length=self.target_length, start_step=step)
+        vocab, self.mix, max_length=self.input_length, seed=self.seed,
+        batch_size=self.batch_size, target_length=self.target_length, start_step=step)
     return self._train(start, vocab, vocab_path, batches, None)
 
   def _finetuning_setup(self, cfg: network.T5Config) -> tuple[Any, ...]:
@@ -373,8 +340,10 @@ class TrainJob:
             source=f'INITIAL_CHECKPOINT_PATH={self.initial_checkpoint.path} (for the model '
                    'file\'s network.T5Config)') from e
     fileio.makedirs(self.model_dir)
-    run_identity.check_run(self.model_dir, self.identity(vocabulary=data.vocabulary),
-                           has_results=resuming)
+    run_identity.check_run(
+        self.model_dir, self.identity(
+            {'vocabulary': run_identity.vocabulary_fingerprint(data.vocabulary)}),
+        kind=self.KIND, has_results=resuming)
     outputs.repair_jsonl(train_log.path(self.model_dir))
     vocab = None
     if self.eval_lengths:  # The held-out retrieval tasks read text: a t5align vocabulary.
@@ -389,8 +358,8 @@ class TrainJob:
     cfg = self.model.config
     rng = jax.random.PRNGKey(self.seed)
     params = network.init_variables(cfg, rng)['params'] if initial is None else initial
-    opt_state = self.optimizer_config().make().init(params)
-    (program,) = self.programs(params)
+    opt_state = self.optimizer.make(self.num_steps).init(params)
+    (program,) = self.programs(cfg, None, params)
     log = functools.partial(train_log.append, self.model_dir)
     done = training.checkpoint_steps(self.model_dir)
     step = done[-1] if done else 0

@@ -67,11 +67,11 @@ def _examples(name: str, split: str, start: int) -> Iterator[dict]:
   vocab = tasks.VOCABULARY  # seqio's: `encode(text)` and `eos_id`, as train_data needs.
   weights = MIXES[name]
   if split == 'train':
-    mix = train_data.Mix(weights, max_length=opts['input_length'],
-                         length_power=opts['length_power'], min_units=opts['min_units'])
+    mix = train_data.Mix(weights, length_power=opts['length_power'], min_units=opts['min_units'])
     index = start
     while True:
-      yield _record(name, index, train_data.train_example(vocab, mix, opts['seed'], index))
+      yield _record(name, index, train_data.train_example(vocab, mix, opts['seed'], index,
+                                                          max_length=opts['input_length']))
       index += 1
   for task in (t for t in train_data.TASKS if t in weights):
     for i, ex in enumerate(train_data.eval_examples(

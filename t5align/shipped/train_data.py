@@ -244,7 +244,8 @@ def eval_examples(task: str, vocab: vocabularies.Vocabulary, length: int, num_ex
 class Mix:
   """Training mixture: task weights and the input budgets (tokens, with EOS).
 
-  An example's budget is `low + u**length_power * (max_length - low)` with u uniform in [0, 1)
+  An example's budget is `low + u**length_power * (max_length - low)` with u uniform in [0, 1),
+  `max_length` the run's input length (L_TR: `train_example`'s)
   and `low` the larger of `min_length` and the example's smallest size: power 1 is uniform,
   power 2 favours short inputs (cheaper steps, and attention that is less dispersed while the
   model first learns to find the answer) and still reaches `max_length`.
@@ -254,12 +255,10 @@ class Mix:
   no line-retrieval example can be answered by copying its only number; None: each task's own.
 
   `weights` None weighs the evaluated tasks (`TASKS`) equally. gin builds it for
-  `jobs.TrainJob.mix` (gin/runs/train_retrieval.gin: MIX, LENGTH_POWER, MIN_UNITS); there
-  `max_length` None is the job's input length (L_TR).
+  `jobs.TrainJob.mix` (gin/runs/train_retrieval.gin: MIX, LENGTH_POWER, MIN_UNITS).
   """
 
   weights: Mapping[str, float] | None = None
-  max_length: int | None = None
   min_length: int = 0
   length_power: float = 1.0
   min_units: Mapping[str, int] | None = None
@@ -289,22 +288,21 @@ class Mix:
         raise ValueError(f'min_units[{task!r}] must be a positive integer; got {units!r}.')
 
 
-def train_example(vocab: vocabularies.Vocabulary, mix: Mix, seed: int, index: int) -> Example:
-  """Training example `index`: task by `mix`, then its content, then its input budget (see
-  `Mix`)."""
+def train_example(vocab: vocabularies.Vocabulary, mix: Mix, seed: int, index: int, *,
+                  max_length: int) -> Example:
+  """Training example `index`: task by `mix`, then its content, then its input budget of at
+  most `max_length` tokens (L_TR; see `Mix`)."""
   rng = data.rng_for(seed, index)
   task = TRAIN_TASKS[int(rng.choice(len(TRAIN_TASKS), p=mix.probabilities()))]
-  if mix.max_length is None:
-    raise ValueError('train_data.Mix.max_length is None: give the input budget (L_TR).')
-  d = draft(task, rng, mix.max_length)
+  d = draft(task, rng, max_length)
   d = dataclasses.replace(d, min_units=max(d.min_units, mix.task_min_units.get(task, 0)))
   smallest = len(_tokenize(vocab, d.build(d.min_units)[0]))
   low = max(mix.min_length, smallest)
-  if low > mix.max_length:
+  if low > max_length:
     raise ValueError(f'{task}: the smallest example ({d.min_units} units) has {smallest} tokens, '
-                     f'over max_length={mix.max_length}.')
+                     f'over max_length={max_length}.')
   u = rng.random() ** mix.length_power
-  return fill(d, vocab, low + int(u * (mix.max_length + 1 - low)))
+  return fill(d, vocab, low + int(u * (max_length + 1 - low)))
 
 
 def batch_arrays(examples: Sequence[Example], input_length: int,
@@ -329,28 +327,30 @@ def batch_arrays(examples: Sequence[Example], input_length: int,
           'decoder_target_tokens': tgt}
 
 
-def train_batches(vocab: vocabularies.Vocabulary, mix: Mix, *, seed: int, batch_size: int,
-                  target_length: int, start_step: int = 0, group: int = 8,
+def train_batches(vocab: vocabularies.Vocabulary, mix: Mix, *, max_length: int, seed: int,
+                  batch_size: int, target_length: int, start_step: int = 0, group: int = 8,
                   input_multiple: int = 64, short_target: int = 8
                   ) -> Iterator[dict[str, np.ndarray]]:
   """Training batches; batch s comes from examples of group s // `group`, so a resumed run
   continues the same stream from `start_step`.
 
   To spend less compute on padding, each group of `group` * `batch_size` examples (example i of
-  the run is `train_example(..., seed, i, ...)`) is sorted by (long target, input length) and cut
-  into batches, which come in a seeded random order. A batch is padded to its longest input
-  rounded up to `input_multiple` (at most `mix.max_length`), and its targets to `short_target`
-  when they all fit, else `target_length`: few distinct shapes, so few compilations.
+  the run is `train_example(..., seed, i, max_length=...)`) is sorted by (long target, input
+  length) and cut into batches, which come in a seeded random order. A batch is padded to its
+  longest input rounded up to `input_multiple` (at most `max_length`), and its targets to
+  `short_target` when they all fit, else `target_length`: few distinct shapes, so few
+  compilations.
   """
   g, skip = divmod(start_step, group)
   n = group * batch_size
   while True:
-    examples = [train_example(vocab, mix, seed, g * n + j) for j in range(n)]
+    examples = [train_example(vocab, mix, seed, g * n + j, max_length=max_length)
+                for j in range(n)]
     examples.sort(key=lambda e: (len(e.target_ids) > short_target, len(e.input_ids)))
     order = data.rng_for(seed, g, group).permutation(group)  # 3 keys: not an example's.
     for k in order[skip:]:
       chunk = examples[k * batch_size:(k + 1) * batch_size]
-      length = min(mix.max_length,
+      length = min(max_length,
                    batching.round_up(max(len(e.input_ids) for e in chunk), input_multiple))
       short = max(len(e.target_ids) for e in chunk) <= short_target
       yield batch_arrays(chunk, length, short_target if short else target_length)

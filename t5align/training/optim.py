@@ -13,7 +13,8 @@ LEARNING_RATE_SCHEDULES = ('cosine', 'wsd', 'constant')
 class OptimizerConfig:
   """AdamW or Adafactor with a learning-rate schedule.
 
-  Schedules: 'cosine' (linear warmup, cosine decay to 10% of the peak at `total_steps`) or 'wsd'
+  Schedules, over the run's `total_steps` (`make`): 'cosine' (linear warmup, cosine decay to 10%
+  of the peak at the last step) or 'wsd'
   (warmup, stable at the peak, then linear decay to 10% over the last `decay_fraction` of the
   steps; it keeps the peak rate while the model first learns to retrieve) or 'constant' (warmup,
   then the peak: t5x's fine-tuning rate, 1e-3 with Adafactor). AdamW clips the global
@@ -22,11 +23,10 @@ class OptimizerConfig:
   static argument and reuses compilations.
 
   gin builds it for `jobs.TrainJob.optimizer` (gin/runs/*.gin: LEARNING_RATE, WARMUP_STEPS,
-  OPTIMIZER, SCHEDULE); there `total_steps` None is the job's NUM_STEPS.
+  OPTIMIZER, SCHEDULE); the job's NUM_STEPS is `total_steps`.
   """
 
   learning_rate: float = 1e-3
-  total_steps: int | None = None
   warmup_steps: int = 100
   weight_decay: float = 0.0
   clip_norm: float = 1.0
@@ -34,12 +34,10 @@ class OptimizerConfig:
   schedule: str = 'cosine'
   decay_fraction: float = 0.2
 
-  def learning_rate_schedule(self) -> optax.Schedule:
-    if self.total_steps is None:
-      raise ValueError('training.OptimizerConfig.total_steps is None: give the steps the '
-                       'schedule spans (NUM_STEPS).')
+  def learning_rate_schedule(self, total_steps: int) -> optax.Schedule:
+    """The learning rate at each step of a run of `total_steps`."""
     peak, end = self.learning_rate, 0.1 * self.learning_rate
-    total = max(self.total_steps, self.warmup_steps + 1)
+    total = max(total_steps, self.warmup_steps + 1)
     if self.schedule == 'cosine':
       return optax.warmup_cosine_decay_schedule(0.0, peak, self.warmup_steps, total,
                                                 end_value=end)
@@ -58,8 +56,9 @@ class OptimizerConfig:
                                    optax.constant_schedule(peak)], [self.warmup_steps])
     raise ValueError(f"schedule={self.schedule!r}; expected 'cosine', 'wsd' or 'constant'.")
 
-  def make(self) -> optax.GradientTransformation:
-    schedule = self.learning_rate_schedule()
+  def make(self, total_steps: int) -> optax.GradientTransformation:
+    """The optimizer of a run of `total_steps`."""
+    schedule = self.learning_rate_schedule(total_steps)
     if self.name == 'adamw':
       return optax.chain(optax.clip_by_global_norm(self.clip_norm),
                          optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=self.weight_decay))

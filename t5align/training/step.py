@@ -14,12 +14,13 @@ from t5align.training import optim
 Array = jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=('model', 'optimizer', 'per_example_loss'))
+@functools.partial(jax.jit, static_argnames=('model', 'optimizer', 'total_steps',
+                                             'per_example_loss'))
 def train_step(params: Any, opt_state: Any, batch: Mapping[str, Array], rng: Array, *,
-               model: network.Transformer, optimizer: optim.OptimizerConfig,
+               model: network.Transformer, optimizer: optim.OptimizerConfig, total_steps: int,
                per_example_loss: bool = False) -> tuple[Any, Any, dict[str, Array]]:
   """One optimizer step on the cross entropy of `batch` (t5x's feature dict; see
-  `loss.cross_entropy`).
+  `loss.cross_entropy`), `optimizer`'s schedule over a run of `total_steps`.
 
   Returns:
     (params, opt_state, {'loss', 'token_accuracy', 'grad_norm'}).
@@ -33,7 +34,7 @@ def train_step(params: Any, opt_state: Any, batch: Mapping[str, Array], rng: Arr
     return loss_lib.cross_entropy(logits, batch['decoder_target_tokens'], per_example_loss)
 
   (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  updates, opt_state = optimizer.make().update(grads, opt_state, params)
+  updates, opt_state = optimizer.make(total_steps).update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
   return params, opt_state, {'loss': loss, 'token_accuracy': acc,
                              'grad_norm': optax.tree.norm(grads)}
