@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping
 
 import gin
 
@@ -39,6 +39,7 @@ from seqio_tasks import qa
 from seqio_tasks import retrieval
 from seqio_tasks import ruler
 from seqio_tasks import scrolls
+from seqio_tasks import suite
 from seqio_tasks import zeroscrolls
 
 PREFIX = 't5align_'
@@ -48,19 +49,12 @@ TOPICS = (1, 5, 10, 15, 20, 25, 30)
 KV_KEYS = (75, 140, 300)
 CODE_KEY_TOKENS = (2000, 4000, 8000, 16000)
 LM_LENGTHS = (512, 1024, 2048, 4096, 8192, 15000)
+# The long-context suites (`suite.Suite`), each a spec per task and length and a mixture per length.
+SUITES: tuple[suite.Suite, ...] = (zeroscrolls.SUITE, scrolls.SUITE, ruler.SUITE)
 # The paper's Table 4 columns.
 PAPER_RETRIEVAL = (tuple(f'topics_{n}' for n in (5, 10, 15, 20, 25))
                    + tuple(f'lines_{n}' for n in (200, 300, 400, 500, 600, 680))
                    + tuple(f'passkey_{n}k' for n in (20, 30, 40, 50, 55)))
-
-
-class Tokenizer:
-  """What builders need from a vocabulary: `encode(text) -> ids` and `eos_id`."""
-
-  eos_id: int
-
-  def encode(self, text: str) -> Sequence[int]:
-    raise NotImplementedError
 
 
 @gin.configurable(module='seqio_tasks')
@@ -113,7 +107,7 @@ class TaskSpec:
   def task_name(self) -> str:
     return PREFIX + self.name
 
-  def examples(self, tokenizer: Tokenizer, split: str = 'test') -> Iterator[dict]:
+  def examples(self, tokenizer: suite.Tokenizer, split: str = 'test') -> Iterator[dict]:
     """The examples of `split`; raises ValueError for a split the task does not have."""
     if split not in self.splits:
       raise ValueError(f'{self.task_name} has the split(s) {", ".join(self.splits)}; got '
@@ -121,7 +115,7 @@ class TaskSpec:
     return self.build(tokenizer) if len(self.splits) == 1 else self.build(tokenizer, split)
 
 
-def _count(tokenizer: Tokenizer) -> Callable[[str], int]:
+def _count(tokenizer: suite.Tokenizer) -> Callable[[str], int]:
   return lambda text: len(tokenizer.encode(text))
 
 
@@ -177,26 +171,21 @@ def _specs() -> list[TaskSpec]:
                      options()['lm_examples'], tok.encode,
                      continuation=options()['lm_continuation'], eos_id=tok.eos_id),
                  tokenized=True))
-  # The suites read from files with splits, each example built by `suite.examples(task, split,
-  # L, encode, eos_id)`.
-  for table, suite, splits in (('zeroscrolls', zeroscrolls, zeroscrolls.SPLITS),
-                               ('scrolls', scrolls, scrolls.EVAL_SPLITS)):
-    for n in suite.LENGTHS:
-      for task in suite.TASKS:
-        add(TaskSpec(f'{table}_{task}_{n}', suite.FAMILIES[task], table, str(n),
-                     suite.COLUMNS[task], suite.MAX_DECODE_LENGTH,
-                     lambda tok, split, suite=suite, task=task, n=n: suite.examples(
-                         task, split, n, tok.encode, tok.eos_id),
-                     tokenized=True, splits=splits))
-  for n in ruler.LENGTHS:
-    for task in ruler.TASKS:
-      add(TaskSpec(f'ruler_{task}_{n}', ruler.FAMILIES[task], 'ruler', str(n), task,
-                   ruler.MAX_DECODE_LENGTH[task],
-                   lambda tok, task=task, n=n: ruler.suite.examples(
-                       task, n, tok.encode, seed=options()['seed'],
-                       num_samples=options()['ruler_examples'], budget=options()['ruler_budget'],
-                       files=options())))
+  for one in SUITES:  # Table: the suite; group: the length; column: the task's.
+    for n in one.lengths:
+      for task in one.tasks:
+        add(TaskSpec(f'{one.name}_{task}_{n}', one.families[task], one.name, str(n),
+                     one.columns[task], one.decode_lengths[task], _suite_build(one, task, n),
+                     tokenized=one.tokenized, splits=one.splits))
   return specs
+
+
+def _suite_build(one: suite.Suite, task: str, n: int) -> Callable[..., Iterator[dict]]:
+  """A suite task's `build`: `build(tokenizer)` for a suite of one split, else
+  `build(tokenizer, split)`."""
+  if len(one.splits) == 1:
+    return lambda tok: one.examples(task, one.splits[0], n, tok, options())
+  return lambda tok, split: one.examples(task, split, n, tok, options())
 
 
 SPECS: Mapping[str, TaskSpec] = {s.task_name: s for s in _specs()}
@@ -216,12 +205,11 @@ def _mixtures() -> dict[str, tuple[str, ...]]:
   }
   for n in KV_KEYS:
     out[f'kv_{n}keys'] = [t for t in names if t.startswith(f'{PREFIX}kv_{n}keys_')]
-  for table, suite in (('zeroscrolls', zeroscrolls), ('scrolls', scrolls)):
-    for n in suite.LENGTHS:
-      out[f'{table}_{n}'] = [f'{PREFIX}{table}_{task}_{n}' for task in suite.TASKS]
-  for n in ruler.LENGTHS:
-    out[f'ruler_{n}'] = [f'{PREFIX}ruler_{task}_{n}' for task in ruler.TASKS]
-    out[f'ruler_offline_{n}'] = [f'{PREFIX}ruler_{task}_{n}' for task in ruler.OFFLINE_TASKS]
+  for one in SUITES:  # All tasks at a length, then each subset.
+    for n in one.lengths:
+      for subset, tasks in {'': one.tasks, **one.subsets}.items():
+        name = f'{one.name}_{subset}_{n}' if subset else f'{one.name}_{n}'
+        out[name] = [f'{PREFIX}{one.name}_{task}_{n}' for task in tasks]
   for variant in ('mdqa', 'mdqa_oracle'):
     for n in qa.GOLD_POSITIONS:
       out[f'{variant}_{n}docs'] = [t for t in names if t.startswith(f'{PREFIX}{variant}_{n}docs_')]

@@ -1,9 +1,11 @@
 """Scoring rules of the paper's evaluations, per example and aggregated (no seqio needed).
 
-Per task family, `score_example(family, target, prediction)` gives the example's scores and
-`aggregate(family, targets, scores)` the task's metrics, in percent as in the paper's tables.
-`make_metric_fn(family)` wraps both as a seqio metric function `(targets, predictions)` (or
-`(targets, scores)` for perplexity); targets are the dicts that `postprocess` builds.
+Each task family is a `family.Family` of `FAMILIES`, the one registry: its per-example scores,
+its task metrics (in percent as in the paper's tables) and its primary metric.
+`score_example(family, target, prediction)`, `aggregate(family, targets, scores)` and
+`primary_metric(family)` look it up; `make_metric_fn(family)` wraps it as a seqio metric function
+`(targets, predictions)` (or `(targets, scores)` for perplexity); targets are the dicts that
+`postprocess` builds.
 
 Rules (the upstream benchmarks' conventions):
   passkey, code_key  the first integer in the output equals the key.
@@ -33,21 +35,11 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from seqio_tasks import family
 from seqio_tasks import suite_metrics
 from seqio_tasks.ruler import metrics as ruler_metrics
 
 _INT = re.compile(r'\d+')
-
-FAMILIES = ('passkey', 'lines', 'topics', 'kv', 'mdqa', 'code_completion', 'code_key', 'lm',
-            *suite_metrics.FAMILIES, *ruler_metrics.FAMILIES)
-# Each family's primary metric: the key of `aggregate`'s (or `aggregate_perplexity`'s) result a
-# report's cell shows. `t5align.eval` writes it into metrics.json ('primary_metric'), where
-# `t5align.report` reads it.
-PRIMARY_METRICS = {'passkey': 'accuracy', 'lines': 'accuracy', 'topics': 'accuracy',
-                   'kv': 'accuracy', 'mdqa': 'accuracy', 'code_completion': 'em',
-                   'code_key': 'accuracy', 'lm': 'perplexity',
-                   **dict.fromkeys(suite_metrics.FAMILIES, 'score'),
-                   **dict.fromkeys(ruler_metrics.FAMILIES, 'score')}
 
 
 def first_integer(text: str) -> int | None:
@@ -110,77 +102,54 @@ def length_bucket(length: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-example scores and aggregation.
-
-
-def score_example(family: str, target: Mapping[str, Any], prediction: str) -> dict[str, float]:
-  """Scores one prediction; values are 0/1 (or 0..100 for ES and the suites' rules).
-
-  Args:
-    family: one of `FAMILIES` except 'lm'.
-    target: {'target': reference text, 'meta': dict, 'length': input tokens} (see `postprocess`).
-    prediction: the decoded model output.
-  """
-  ref = target['target']
-  meta = target.get('meta') or {}
-  if family in suite_metrics.FAMILIES:  # Every reference; none (a test split): not scored.
-    references = meta.get('outputs', [ref] if ref else [])
-    return suite_metrics.score_example(family, prediction, references)
-  if family in ruler_metrics.FAMILIES:  # RULER: every reference of the record, as upstream.
-    if 'outputs' not in meta:
-      raise ValueError(f'{family}: the target has no meta \'outputs\' (the RULER record\'s '
-                       f'references); target {ref!r:.80}.')
-    return ruler_metrics.score_example(family, prediction, meta['outputs'])
-  if family in ('passkey', 'code_key'):
-    return {'accuracy': float(first_integer(prediction) == int(ref))}
-  if family == 'lines':
-    return {'accuracy': float(last_integer(prediction) == int(ref))}
-  if family == 'topics':
-    return {'accuracy': topic_match(prediction, meta.get('topics') or [ref])}
-  if family == 'kv':
-    return {'accuracy': float(ref.lower() in prediction.lower())}
-  if family == 'mdqa':
-    return {'accuracy': best_subspan_em(first_line(prediction), meta.get('answers') or [ref])}
-  if family == 'code_completion':
-    pred, gold = first_code_line(prediction), ref.strip()
-    return {'em': float(pred.split() == gold.split()), 'es': edit_similarity(pred, gold)}
-  raise ValueError(f'no prediction scoring for family {family!r}; expected one of '
-                   f'{[f for f in FAMILIES if f != "lm"]}.')
+# The families: per-example scores, aggregation, the primary metric.
 
 
 def _mean(values: Sequence[float]) -> float:
   return float(sum(values) / len(values)) if values else float('nan')
 
 
-def aggregate(family: str, targets: Sequence[Mapping[str, Any]],
+def _accuracy(targets: Sequence[Mapping[str, Any]],
               scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
-  """Task metrics from per-example scores: accuracy in percent; code EM/ES also per bucket; the
-  suites' families as `suite_metrics.aggregate` (their 'score' among them)."""
-  if len(targets) != len(scores):
-    raise ValueError(f'{len(targets)} targets but {len(scores)} scores.')
-  if family in suite_metrics.FAMILIES:
-    return suite_metrics.aggregate(family, scores)
-  if family in ruler_metrics.FAMILIES:
-    return ruler_metrics.aggregate(family, scores)
-  if family == 'code_completion':
-    out = {'em': 100 * _mean([s['em'] for s in scores]), 'es': _mean([s['es'] for s in scores])}
-    buckets: dict[str, list[Mapping[str, float]]] = {}
-    for t, s in zip(targets, scores):
-      buckets.setdefault(length_bucket(int(t['length'])), []).append(s)
-    for name, items in buckets.items():
-      out[f'em_{name}'] = 100 * _mean([s['em'] for s in items])
-      out[f'es_{name}'] = _mean([s['es'] for s in items])
-      out[f'count_{name}'] = float(len(items))
-    return out
+  del targets
   return {'accuracy': 100 * _mean([s['accuracy'] for s in scores])}
 
 
-def primary_metric(family: str) -> str:
-  """The metric a report shows for a task of `family` (`PRIMARY_METRICS`); raises ValueError
-  naming an unknown family."""
-  if family not in PRIMARY_METRICS:
-    raise ValueError(f'no primary metric for family {family!r}; expected one of {FAMILIES}.')
-  return PRIMARY_METRICS[family]
+def _integer_is(pick: Callable[[str], int | None]) -> Callable[..., dict[str, float]]:
+  return lambda target, prediction: {'accuracy': float(pick(prediction) == int(target['target']))}
+
+
+def _topics(target: Mapping[str, Any], prediction: str) -> dict[str, float]:
+  topics = (target.get('meta') or {}).get('topics') or [target['target']]
+  return {'accuracy': topic_match(prediction, topics)}
+
+
+def _kv(target: Mapping[str, Any], prediction: str) -> dict[str, float]:
+  return {'accuracy': float(target['target'].lower() in prediction.lower())}
+
+
+def _mdqa(target: Mapping[str, Any], prediction: str) -> dict[str, float]:
+  answers = (target.get('meta') or {}).get('answers') or [target['target']]
+  return {'accuracy': best_subspan_em(first_line(prediction), answers)}
+
+
+def _code_line(target: Mapping[str, Any], prediction: str) -> dict[str, float]:
+  pred, gold = first_code_line(prediction), target['target'].strip()
+  return {'em': float(pred.split() == gold.split()), 'es': edit_similarity(pred, gold)}
+
+
+def _code_buckets(targets: Sequence[Mapping[str, Any]],
+                  scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+  """EM (%) and ES overall and per context-length bucket, with each bucket's count."""
+  out = {'em': 100 * _mean([s['em'] for s in scores]), 'es': _mean([s['es'] for s in scores])}
+  buckets: dict[str, list[Mapping[str, float]]] = {}
+  for t, s in zip(targets, scores):
+    buckets.setdefault(length_bucket(int(t['length'])), []).append(s)
+  for name, items in buckets.items():
+    out[f'em_{name}'] = 100 * _mean([s['em'] for s in items])
+    out[f'es_{name}'] = _mean([s['es'] for s in items])
+    out[f'count_{name}'] = float(len(items))
+  return out
 
 
 def perplexity_scores(log_likelihood: float, num_tokens: int) -> dict[str, float]:
@@ -197,6 +166,59 @@ def aggregate_perplexity(scores: Sequence[Mapping[str, float]]) -> dict[str, flo
   return {'perplexity': _mean([s['perplexity'] for s in scores]),
           'token_perplexity': math.exp(sum(s['nll'] for s in scores) / total) if total else
                               float('nan')}
+
+
+# Every family of the catalog's tasks, by name: the paper's, the long-context suites'
+# (`suite_metrics.FAMILIES`) and RULER's (`ruler.metrics.FAMILIES`).
+FAMILIES: Mapping[str, family.Family] = family.registry(
+    family.Family('passkey', _integer_is(first_integer), _accuracy, 'accuracy'),
+    family.Family('lines', _integer_is(last_integer), _accuracy, 'accuracy'),
+    family.Family('topics', _topics, _accuracy, 'accuracy'),
+    family.Family('kv', _kv, _accuracy, 'accuracy'),
+    family.Family('mdqa', _mdqa, _accuracy, 'accuracy'),
+    family.Family('code_completion', _code_line, _code_buckets, 'em'),
+    family.Family('code_key', _integer_is(first_integer), _accuracy, 'accuracy'),
+    family.Family('lm', lambda target, log_likelihood: perplexity_scores(
+        log_likelihood, target['num_tokens']), lambda targets, scores: aggregate_perplexity(
+            scores), 'perplexity', scored=True),
+    *suite_metrics.FAMILIES.values(), *ruler_metrics.FAMILIES.values())
+
+
+def _family(name: str, what: str) -> family.Family:
+  if name not in FAMILIES:
+    raise ValueError(f'no {what} for family {name!r}; expected one of {tuple(FAMILIES)}.')
+  return FAMILIES[name]
+
+
+def score_example(family_name: str, target: Mapping[str, Any],
+                  prediction: str) -> dict[str, float]:
+  """Scores one prediction; values are 0/1 (or 0..100 for ES and the suites' rules).
+
+  Args:
+    family_name: a family of `FAMILIES` scored by prediction (any but 'lm').
+    target: {'target': reference text, 'meta': dict, 'length': input tokens} (see `postprocess`).
+    prediction: the decoded model output.
+  """
+  rule = FAMILIES.get(family_name)
+  if rule is None or rule.scored:
+    raise ValueError(f'no prediction scoring for family {family_name!r}; expected one of '
+                     f'{[f for f, r in FAMILIES.items() if not r.scored]}.')
+  return rule.score(target, prediction)
+
+
+def aggregate(family_name: str, targets: Sequence[Mapping[str, Any]],
+              scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+  """Task metrics from per-example scores (the family's `aggregate`): accuracy in percent; code
+  EM/ES also per bucket; the suites' families their 'score' among them."""
+  if len(targets) != len(scores):
+    raise ValueError(f'{len(targets)} targets but {len(scores)} scores.')
+  return _family(family_name, 'aggregation').aggregate(targets, scores)
+
+
+def primary_metric(family_name: str) -> str:
+  """The metric a report shows for a task of the family (its `primary`); raises ValueError
+  naming an unknown family."""
+  return _family(family_name, 'primary metric').primary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,16 +245,17 @@ def postprocess(output: Any, example: Mapping[str, Any] | None = None,
           'num_tokens': int(len(targets))}
 
 
-def make_metric_fn(family: str) -> Callable[..., dict[str, float]]:
-  """A seqio metric function for `family`: `(targets, predictions)`, or `(targets, scores)`."""
-  if family == 'lm':
+def make_metric_fn(family_name: str) -> Callable[..., dict[str, float]]:
+  """A seqio metric function for the family: `(targets, predictions)`, or `(targets, scores)`
+  for a family scored by log-likelihood."""
+  rule = _family(family_name, 'metric function')
+  if rule.scored:
     def lm_metric(targets, scores):
-      return aggregate_perplexity([perplexity_scores(s, t['num_tokens'])
-                                   for t, s in zip(targets, scores)])
+      return rule.aggregate(targets, [rule.score(t, s) for t, s in zip(targets, scores)])
     return lm_metric
 
   def metric(targets, predictions):
-    return aggregate(family, targets, [score_example(family, t, p)
-                                       for t, p in zip(targets, predictions)])
-  metric.__name__ = f'{family}_metric'
+    return aggregate(family_name, targets, [score_example(family_name, t, p)
+                                            for t, p in zip(targets, predictions)])
+  metric.__name__ = f'{family_name}_metric'
   return metric

@@ -24,7 +24,6 @@ and, in the catalog, `t5align_scrolls_{L}` (the 7 evaluation tasks at L).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 from typing import Any, Callable, Iterator, Sequence
@@ -33,6 +32,7 @@ import gin
 import numpy as np
 
 from seqio_tasks import data
+from seqio_tasks import suite
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -166,19 +166,6 @@ def read_rows(config: str, split: str) -> Iterator[tuple[int, dict[str, str]]]:
     yield index, row
 
 
-@dataclasses.dataclass
-class _Entry:
-  """One evaluation example being gathered: an id's first row and every reference."""
-
-  id: str
-  row: int  # its first row
-  digest: bytes  # of its input, to check later rows against
-  tokens: np.ndarray  # int32 [n <= L], EOS last
-  input_tokens: int  # the untruncated input's, EOS included
-  outputs: list[str]
-  pids: list[str]
-
-
 def model_input(text: str, max_tokens: int, encode: Encode,
                 eos_id: int) -> tuple[np.ndarray, int]:
   """An input cut as SCROLLS' baselines cut it: its first `max_tokens - 1` tokens and EOS.
@@ -210,30 +197,33 @@ def examples(config: str, split: str, max_tokens: int, encode: Encode,
   """
   _check(config, split, EVAL_SPLITS)
   where = f'{tfds_name(config)} split {split!r}'
-  entries: dict[str, _Entry] = {}
-  for index, row in read_rows(config, split):
-    if split == 'validation' and not row['output']:
-      raise data.DataError(f'{where}, row {index} (pid {row["pid"]!r}): empty output; the '
-                           'validation split holds gold outputs (a null one reads as "").')
-    digest = hashlib.sha256(row['input'].encode('utf-8')).digest()
-    entry = entries.get(row['id'])
-    if entry is None:
-      tokens, full = model_input(row['input'], max_tokens, encode, eos_id)
-      entry = entries[row['id']] = _Entry(row['id'], index, digest, tokens, full, [], [])
-    elif entry.digest != digest:
-      raise data.DataError(f'{where}, row {index} (pid {row["pid"]!r}): id {row["id"]!r} '
-                           f'repeats row {entry.row} with another input.')
-    entry.pids.append(row['pid'])
-    if row['output']:
-      entry.outputs.append(row['output'])
-  for entry in entries.values():
-    target = entry.outputs[0] if entry.outputs else ''
-    example = data.example(entry.id, '', target, outputs=entry.outputs, config=config,
-                           row=entry.row, pids=entry.pids, input_tokens=entry.input_tokens)
-    example['inputs'] = entry.tokens
+
+  def as_row(index: int, fields: dict[str, str]) -> suite.Row[tuple[np.ndarray, int]]:
+    at = f'{where}, row {index} (pid {fields["pid"]!r})'
+    if split == 'validation' and not fields['output']:
+      raise data.DataError(f'{at}: empty output; the validation split holds gold outputs (a '
+                           'null one reads as "").')
+    return suite.Row(fields['id'], hashlib.sha256(fields['input'].encode('utf-8')).digest(),
+                     fields['output'] or None, index,
+                     lambda: model_input(fields['input'], max_tokens, encode, eos_id),
+                     lambda first: f'{at}: id {fields["id"]!r} repeats row {first} with another '
+                     'input.', fields['pid'])
+
+  for group in suite.group_by_id(as_row(*r) for r in read_rows(config, split)):
+    tokens, full = group.first
+    target = group.outputs[0] if group.outputs else ''
+    example = data.example(group.id, '', target, outputs=group.outputs, config=config,
+                           row=group.position, pids=group.pids, input_tokens=full)
+    example['inputs'] = tokens
     example['targets'] = np.asarray([*encode(target), eos_id] if target else [eos_id], np.int32)
     example['targets_pretokenized'] = target
     yield example
+
+
+# SCROLLS' evaluation tasks as a `suite.Suite`: `t5align_scrolls_{config}_{L}`, splits
+# 'validation' and 'test', read where `scrolls_data_dir()` says.
+SUITE = suite.FileSuite('scrolls', TASKS, COLUMNS, FAMILIES, EVAL_SPLITS, LENGTHS,
+                        dict.fromkeys(TASKS, MAX_DECODE_LENGTH), examples)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,8 +20,10 @@ Every rule takes the max over an example's references; per-example scores are in
                 are summary IDs; 0 unless they are the reference's IDs (as a multiset), else the
                 fraction of ID pairs in the reference's relative order (BookSumSort).
 
-A task's metrics (`aggregate`) are means over its examples, plus 'score', the suite's number for
-the task. Examples without references (a test split, whose gold is private) are not scored.
+Each rule is a `family.Family` of `FAMILIES` (`seqio_tasks.metrics.FAMILIES` holds them with the
+others): its per-example scores, and a task's metrics, means over its examples plus 'score', the
+suite's number for the task. Examples without references (a test split, whose gold is private)
+are not scored.
 `rouge-score` and `unidecode` (setup.cfg's seqio extras) are imported when first needed.
 """
 from __future__ import annotations
@@ -32,10 +34,11 @@ import importlib
 import math
 import re
 import string
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-FAMILIES = ('rouge_geo', 'f1', 'f1_unidecode', 'exact_match', 'letter_acc', 'exp_sim', 'c_index')
-# The per-example score each family averages into 'score' (rouge_geo: see `aggregate`).
+from seqio_tasks import family
+
+# The per-example score each family averages into 'score' (rouge_geo: see `_rouge_aggregate`).
 SCORE_KEY = {'rouge_geo': 'rouge_geometric_mean', 'f1': 'f1', 'f1_unidecode': 'f1',
              'exact_match': 'exact_match', 'letter_acc': 'accuracy',
              'exp_sim': 'exp_similarity', 'c_index': 'concordance_index'}
@@ -178,39 +181,12 @@ def concordance_index(prediction: str, reference: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Per example and per task.
+# The families: per example (the max over the references) and per task.
 
 
-def score_example(family: str, prediction: str,
-                  references: Sequence[str]) -> dict[str, float]:
-  """One prediction's scores (each the max over `references`); {} without references.
-
-  Args:
-    family: one of `FAMILIES`.
-    prediction: the decoded model output.
-    references: the example's gold outputs.
-  """
-  if family not in FAMILIES:
-    raise ValueError(f'no suite metric {family!r}; expected one of {FAMILIES}.')
-  if not references:
-    return {}
-  if family == 'rouge_geo':
-    scores = rouge(prediction, references)
-    return {**scores, 'rouge_geometric_mean': geometric_mean(list(scores.values()))}
-  one = {'f1': lambda r: token_f1(prediction, r),
-         'f1_unidecode': lambda r: token_f1(prediction, r, transliterate=True),
-         'exact_match': lambda r: exact_match(prediction, r),
-         'letter_acc': lambda r: letter_accuracy(prediction, r),
-         'exp_sim': lambda r: exp_similarity(prediction, r),
-         'c_index': lambda r: concordance_index(prediction, r)}[family]
-  return {SCORE_KEY[family]: max(one(r) for r in references)}
-
-
-def aggregate(family: str, scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
-  """A task's metrics from its examples' `score_example` results: the mean of each score and
-  'score', the suite's number (rouge_geo: the geometric mean of the mean ROUGE-1/2/L, with the
-  mean per-example geometric mean as 'rouge_geometric_mean_per_example'); {} when no example
-  was scored (a test split).
+def _task_metrics(keys: Sequence[str], scores: Sequence[Mapping[str, float]]
+                  ) -> dict[str, float]:
+  """The mean of each of `keys` over the scored examples; {} when none was scored (a test split).
 
   Raises:
     ValueError: when only some examples were scored (references missing from some).
@@ -221,10 +197,55 @@ def aggregate(family: str, scores: Sequence[Mapping[str, float]]) -> dict[str, f
   if len(scored) != len(scores):
     raise ValueError(f'{len(scores) - len(scored)} of {len(scores)} examples have no reference '
                      'to score against: a task is scored as a whole (validation) or not (test).')
-  keys = (*ROUGE_TYPES, 'rouge_geometric_mean') if family == 'rouge_geo' else (SCORE_KEY[family],)
-  out = {k: float(sum(s[k] for s in scored) / len(scored)) for k in keys}
-  if family == 'rouge_geo':
+  return {k: float(sum(s[k] for s in scored) / len(scored)) for k in keys}
+
+
+def _rouge_score(target: family.Target, prediction: str) -> dict[str, float]:
+  references = family.references(target)
+  if not references:
+    return {}
+  scores = rouge(prediction, references)
+  return {**scores, 'rouge_geometric_mean': geometric_mean(list(scores.values()))}
+
+
+def _rouge_aggregate(targets: Sequence[family.Target],
+                     scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+  """The mean ROUGE-1/2/L, their geometric mean as 'rouge_geometric_mean' and 'score', and the
+  mean per-example geometric mean as 'rouge_geometric_mean_per_example'."""
+  del targets
+  out = _task_metrics((*ROUGE_TYPES, 'rouge_geometric_mean'), scores)
+  if out:
     out['rouge_geometric_mean_per_example'] = out.pop('rouge_geometric_mean')
     out['rouge_geometric_mean'] = geometric_mean([out[k] for k in ROUGE_TYPES])
-  out['score'] = out[SCORE_KEY[family]]
+    out['score'] = out['rouge_geometric_mean']
   return out
+
+
+def _best_of(name: str, one: Callable[[str, str], float]) -> family.Family:
+  """A family scoring `one(prediction, reference)`, the max over the references, as
+  `SCORE_KEY[name]`; the task's 'score' is its mean."""
+  key = SCORE_KEY[name]
+
+  def score(target: family.Target, prediction: str) -> dict[str, float]:
+    references = family.references(target)
+    return {key: max(one(prediction, r) for r in references)} if references else {}
+
+  def aggregate(targets: Sequence[family.Target],
+                scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    del targets
+    out = _task_metrics((key,), scores)
+    return {**out, 'score': out[key]} if out else out
+
+  return family.Family(name, score, aggregate, 'score')
+
+
+# Each example's scores are {} without references (a test split, whose gold is private); a
+# task's metrics then are {} too.
+FAMILIES = family.registry(
+    family.Family('rouge_geo', _rouge_score, _rouge_aggregate, 'score'),
+    _best_of('f1', token_f1),
+    _best_of('f1_unidecode', functools.partial(token_f1, transliterate=True)),
+    _best_of('exact_match', exact_match),
+    _best_of('letter_acc', letter_accuracy),
+    _best_of('exp_sim', exp_similarity),
+    _best_of('c_index', concordance_index))

@@ -29,6 +29,7 @@ import tensorflow as tf
 from seqio_tasks import catalog
 from seqio_tasks import metrics
 from seqio_tasks import scrolls
+from seqio_tasks import suite
 from t5align import vocabularies
 
 T5_VOCABULARY = 'gs://t5-data/vocabs/cc_all.32000.100extra/sentencepiece.model'
@@ -151,7 +152,7 @@ class ConfiguredVocabulary(seqio.SentencePieceVocabulary):  # pylint: disable=pr
 VOCABULARY = ConfiguredVocabulary()
 
 
-class _Tokenizer(catalog.Tokenizer):
+class _Tokenizer(suite.Tokenizer):
 
   def __init__(self, vocabulary: seqio.Vocabulary):
     self._vocabulary = vocabulary

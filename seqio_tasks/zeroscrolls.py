@@ -41,6 +41,7 @@ import gin
 import numpy as np
 
 from seqio_tasks import data
+from seqio_tasks import suite
 
 Encode = Callable[[str], Sequence[int]]
 
@@ -197,30 +198,20 @@ class Entry:
   line: int  # of its first row
 
 
-def _model_side(entry: Entry) -> tuple[str, int, str]:
-  return entry.input, entry.query_start_index, entry.separator
-
-
 def read_entries(task: str, split: str) -> list[Entry]:
   """The task's examples in file order, rows sharing an id merged (their outputs in order).
 
   Raises:
     data.DataError: see `read_records`; also for rows sharing an id with different inputs.
   """
-  entries: dict[str, Entry] = {}
-  for where, line, record in read_records(task, split):
-    outputs = () if record.get('output') is None else (record['output'],)
-    entry = Entry(record['id'], record['input'], record['query_start_index'],
-                  record['truncation_seperator'], outputs, line)
-    first = entries.get(entry.id)
-    if first is None:
-      entries[entry.id] = entry
-    elif _model_side(first) != _model_side(entry):
-      raise data.DataError(f'{where}:{line}: id {entry.id!r} repeats line {first.line} with '
-                           'another input, query_start_index or truncation_seperator.')
-    else:
-      entries[entry.id] = dataclasses.replace(first, outputs=first.outputs + outputs)
-  return list(entries.values())
+  def as_row(where: str, line: int, record: dict[str, Any]) -> suite.Row[None]:
+    same = (record['input'], record['query_start_index'], record['truncation_seperator'])
+    return suite.Row(record['id'], same, record.get('output'), line, lambda: None,
+                     lambda first: f'{where}:{line}: id {record["id"]!r} repeats line {first} '
+                     'with another input, query_start_index or truncation_seperator.')
+
+  groups = suite.group_by_id(as_row(*r) for r in read_records(task, split))
+  return [Entry(g.id, *g.same, tuple(g.outputs), g.position) for g in groups]
 
 
 def record_ids(task: str, split: str = 'test') -> list[str]:
@@ -273,6 +264,12 @@ def examples(task: str, split: str, max_tokens: int, encode: Encode,
                                     np.int32)
     example['targets_pretokenized'] = target
     yield example
+
+
+# ZeroSCROLLS as a `suite.Suite`: `t5align_zeroscrolls_{task}_{L}`, splits 'validation' and
+# 'test', read from `zeroscrolls_dir()`.
+SUITE = suite.FileSuite('zeroscrolls', TASKS, COLUMNS, FAMILIES, SPLITS, LENGTHS,
+                        dict.fromkeys(TASKS, MAX_DECODE_LENGTH), examples)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ when all are there: the lines under the table say what a row lacks), a row per m
 (from run.json), input length and label. `--published zeroscrolls` adds the paper's published
 rows (Flan-T5 small to XXL, Flan-UL2, T0pp; test split), labelled '(published, test)', from
 t5align/evaluation/zeroscrolls_published.json, which names its source; with it the folders may
-be left out, to print the published rows alone.
+be left out, to print the published rows alone. Each suite's layout: t5align/evaluation/suites/.
 
 SCROLLS (the t5align_scrolls_{config}_{L} folders) is one table shaped like its leaderboard: the
 columns Avg (the mean of the 7 tasks' scores, only when all are there), GovRep SumScr QMSum (each
@@ -41,6 +41,7 @@ import os
 import sys
 from typing import Sequence
 
+from t5align.evaluation import suites
 from t5align.evaluation import tables
 
 
@@ -48,10 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m t5align.report', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('folders', nargs='*', help='evaluation output folders')
-  parser.add_argument('--published', action='append', default=[], choices=sorted(tables.PUBLISHED),
-                      metavar='SUITE',
+  parser.add_argument('--published', action='append', default=[],
+                      choices=sorted(suites.PUBLISHED), metavar='SUITE',
                       help="add a suite's published rows to its table (repeatable; suites: "
-                           f'{", ".join(sorted(tables.PUBLISHED))})')
+                           f'{", ".join(sorted(suites.PUBLISHED))})')
   parser.add_argument('--ruler-tasks', action='store_true',
                       help='add the RULER table per task (a row per model, label and task)')
   parser.add_argument('--output', help='write the Markdown here instead of stdout')

@@ -40,10 +40,15 @@ def _loaded(module: str) -> tuple[set[str], set[str]]:
                  SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
                                          't5align.layers'},
                  {'jax', 'flax'}, marks=pytest.mark.slow),
-    # Tables from finished runs (and their run identities, to keep runs apart): no JAX at all.
+    # Tables from finished runs (and their run identities, to keep runs apart), with the
+    # suites' layouts: no JAX, no seqio at all.
     ('t5align.report', {'t5align', 't5align.labels', 't5align.report', 't5align.evaluation',
-                        't5align.evaluation.tables', 't5align.run_identity', 't5align.runtime',
-                        't5align.runtime.fileio', 't5align.runtime.outputs'},
+                        't5align.evaluation.tables', 't5align.evaluation.markdown',
+                        't5align.evaluation.suites', 't5align.evaluation.suites.layout',
+                        't5align.evaluation.suites.zeroscrolls',
+                        't5align.evaluation.suites.scrolls', 't5align.evaluation.suites.ruler',
+                        't5align.run_identity', 't5align.runtime', 't5align.runtime.fileio',
+                        't5align.runtime.outputs'},
      set()),
 ])
 def test_import_loads_only_what_it_uses(module, expected, heavy):
@@ -65,7 +70,7 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def test_seqio_tasks_import_nothing_of_t5align_but_vocabularies():
-  for path in sorted((REPO_ROOT / 'seqio_tasks').glob('*.py')):
+  for path in sorted((REPO_ROOT / 'seqio_tasks').rglob('*.py')):  # Subfolders too (ruler/).
     ours = {m for m in _imports(path) if m.split('.')[0] == 't5align'}
     assert ours <= {'t5align.vocabularies'}, f'{path.name} imports {sorted(ours)}'
 

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 import t5align
-from t5align.evaluation import tables
+from t5align.evaluation import suites
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Every gin file of the repository, as the includes name them ('gin/t5x/eval.gin', ...).
@@ -41,5 +41,5 @@ def test_setuptools_copies_every_gin_file_into_the_wheel(monkeypatch):
 
 def test_setuptools_ships_the_published_results(monkeypatch):
   shipped = _shipped(monkeypatch)
-  for path in tables.PUBLISHED.values():
+  for path in suites.PUBLISHED.values():
     assert pathlib.Path(path).relative_to(REPO_ROOT).as_posix() in shipped

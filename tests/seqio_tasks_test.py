@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from seqio_tasks import catalog
+from seqio_tasks import suite
 from seqio_tasks import code
 from seqio_tasks import data
 from seqio_tasks import lm
@@ -61,7 +62,7 @@ def spm_model(tmp_path_factory, toy_sentencepiece):
 def tokenizer(spm_model):
   import sentencepiece  # pylint: disable=g-import-not-at-top
 
-  class Tok(catalog.Tokenizer):
+  class Tok(suite.Tokenizer):
     eos_id = 1
     processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
 

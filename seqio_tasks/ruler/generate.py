@@ -6,7 +6,7 @@
 no --remove_newline_tab), for a tokenizer whose `text_to_tokens` counts as the one given there
 does: same keys and values, example for example, because every random draw is made in upstream's
 order from `random.Random(seed)` / `np.random.RandomState(seed)` (the states upstream's
-`random.seed(seed)` / `np.random.seed(seed)` set). tests/ruler_generate_test.py checks this
+`random.seed(seed)` / `np.random.seed(seed)` set). tests/suites/ruler_generate_test.py checks this
 against records written by upstream's own scripts.
 
 A record: 'index', 'input' (the prompt up to the answer prefix), 'outputs' (the answers),

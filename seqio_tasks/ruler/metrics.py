@@ -17,14 +17,16 @@ operations, so it equals the number upstream's summary.csv shows. lm-eval's port
 `string_match_part` gives the fraction of references found, as `string_match_all` does, where
 upstream gives 1 for any reference found (the author in NVIDIA/RULER#15); this module follows
 upstream. `nulls` counts the predictions that are empty after postprocessing (upstream's "Nulls"
-row). Stdlib only.
+row). Each rule is a `family.Family` of `FAMILIES` (`seqio_tasks.metrics.FAMILIES` holds them with
+the others). Stdlib only.
 """
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-FAMILIES = ('string_match_all', 'string_match_part')
+from seqio_tasks import family
+
 _CONTROL = re.compile(r'[\x00-\x1f]')
 
 
@@ -59,31 +61,33 @@ def match_part(prediction: str, references: Sequence[str]) -> float:
   return max(_found(postprocess_prediction(prediction), references))
 
 
-_PER_EXAMPLE = {'string_match_all': match_all, 'string_match_part': match_part}
+def _family(name: str, rule: Callable[[str, Sequence[str]], float]) -> family.Family:
+  """A RULER metric: per example {name: `rule`'s value in [0, 1], 'null': 1.0 if the
+  postprocessed prediction is empty}, against the record's references (the target's meta
+  'outputs'); per task {'score': upstream's rounded task score (0..100), name: the same, 'nulls':
+  how many predictions were empty}."""
+
+  def score(target: family.Target, prediction: str) -> dict[str, float]:
+    meta = target.get('meta') or {}
+    if 'outputs' not in meta:
+      raise ValueError(f'{name}: the target has no meta \'outputs\' (the RULER record\'s '
+                       f'references); target {target["target"]!r:.80}.')
+    return {name: rule(prediction, meta['outputs']),
+            'null': float(not postprocess_prediction(prediction))}
+
+  def aggregate(targets: Sequence[family.Target],
+                scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    del targets
+    if not scores:
+      raise ValueError(f'{name}: no examples to score.')
+    value = round(sum(s[name] for s in scores) / len(scores) * 100, 2)
+    return {'score': value, name: value, 'nulls': float(sum(s['null'] for s in scores))}
+
+  return family.Family(name, score, aggregate, 'score')
 
 
-def _family(family: str) -> None:
-  if family not in FAMILIES:
-    raise ValueError(f'no RULER metric {family!r}; expected one of {FAMILIES}.')
-
-
-def score_example(family: str, prediction: str,
-                  references: Sequence[str]) -> dict[str, float]:
-  """{family: the example's value in [0, 1], 'null': 1.0 if the postprocessed prediction is
-  empty}."""
-  _family(family)
-  return {family: _PER_EXAMPLE[family](prediction, references),
-          'null': float(not postprocess_prediction(prediction))}
-
-
-def aggregate(family: str, scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
-  """{'score': upstream's rounded task score (0..100), family: the same, 'nulls': how many
-  predictions were empty}; raises ValueError on no scores."""
-  _family(family)
-  if not scores:
-    raise ValueError(f'{family}: no examples to score.')
-  score = round(sum(s[family] for s in scores) / len(scores) * 100, 2)
-  return {'score': score, family: score, 'nulls': float(sum(s['null'] for s in scores))}
+FAMILIES = family.registry(_family('string_match_all', match_all),
+                           _family('string_match_part', match_part))
 
 
 def string_match_all(predictions: Sequence[str],
@@ -98,10 +102,11 @@ def string_match_part(predictions: Sequence[str],
   return _task_score('string_match_part', predictions, references)
 
 
-def _task_score(family: str, predictions: Sequence[str],
+def _task_score(name: str, predictions: Sequence[str],
                 references: Sequence[Sequence[str]]) -> float:
   if len(predictions) != len(references):
-    raise ValueError(f'{family}: {len(predictions)} predictions but {len(references)} '
+    raise ValueError(f'{name}: {len(predictions)} predictions but {len(references)} '
                      'reference lists.')
-  return aggregate(family, [score_example(family, p, r)
-                            for p, r in zip(predictions, references)])['score']
+  rule = FAMILIES[name]
+  targets = [{'target': '', 'meta': {'outputs': list(r)}} for r in references]
+  return rule.aggregate(targets, [rule.score(t, p) for t, p in zip(targets, predictions)])['score']

@@ -1,13 +1,13 @@
 """RULER's 13 tasks as t5align examples: names, lengths, metrics, decode lengths (no seqio needed).
 
-`seqio_tasks.catalog` makes a spec `ruler_{task}_{L}` of each task and length here; its examples
-are `examples(task, L, tokenizer)`: the generator's records (`seqio_tasks.ruler.generate.samples`,
-RULER's jsonl records, with the task vocabulary as the generator's tokenizer) as
-{'id', 'inputs': RULER's `input` + `answer_prefix` (what upstream's call_api.py sends the model),
-'targets', 'meta'}. Every reference of a record (its `outputs`) goes into the meta's 'outputs',
-which the metric reads; 'targets' (what the target feature holds, and the records show) is their
-', '-joined text for a task scored with `string_match_all` (all are wanted) and the first for the
-QA tasks (alternatives).
+`seqio_tasks.catalog` makes a spec `ruler_{task}_{L}` of each task and length of `SUITE` (a
+`seqio_tasks.suite.Suite`); its examples are `examples(task, L, tokenizer)`: the generator's records
+(`seqio_tasks.ruler.generate.samples`, RULER's jsonl records, with the task vocabulary as the
+generator's tokenizer) as {'id', 'inputs': RULER's `input` + `answer_prefix` (what upstream's
+call_api.py sends the model), 'targets', 'meta'}. Every reference of a record (its `outputs`) goes
+into the meta's 'outputs', which the metric reads; 'targets' (what the target feature holds, and the
+records show) is their ', '-joined text for a task scored with `string_match_all` (all are wanted)
+and the first for the QA tasks (alternatives).
 
 Decoding is greedy, up to upstream's `tokens_to_generate` per task (NVIDIA/RULER:
 scripts/data/synthetic/constants.py): NIAH 128, variable tracking 30, CWE 120, FWE 50, QA 32.
@@ -37,6 +37,7 @@ import pathlib
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from seqio_tasks import data
+from seqio_tasks.suite import Tokenizer
 
 # NVIDIA/RULER:scripts/synthetic.yaml's names and order (the README table's).
 TASKS = ('niah_single_1', 'niah_single_2', 'niah_single_3', 'niah_multikey_1', 'niah_multikey_2',
@@ -171,6 +172,32 @@ def examples(task: str, length: int, encode: Callable[[str], Sequence[int]], *, 
                              num_samples=num_samples, assets=assets, budget=budget)
   for number, record in enumerate(records):
     yield to_example(task, length, record, number)
+
+
+class Ruler:
+  """RULER as a `seqio_tasks.suite.Suite`: `t5align_ruler_{task}_{L}`, split 'test', examples
+  generated (`examples`) from `seqio_tasks.options`' seed, ruler_examples, ruler_budget and
+  file settings; the subset 'offline' (`OFFLINE_TASKS`)."""
+
+  name = 'ruler'
+  tasks = TASKS
+  columns = {t: t for t in TASKS}
+  families = FAMILIES
+  splits = ('test',)
+  lengths = LENGTHS
+  decode_lengths = MAX_DECODE_LENGTH
+  tokenized = False
+  subsets = {'offline': OFFLINE_TASKS}
+
+  def examples(self, task: str, split: str, length: int, tokenizer: Tokenizer,
+               options: Mapping[str, Any]) -> Iterator[dict[str, str]]:
+    del split  # 'test' only (the catalog's spec checks it).
+    return examples(task, length, tokenizer.encode, seed=options['seed'],
+                    num_samples=options['ruler_examples'], budget=options['ruler_budget'],
+                    files=options)
+
+
+SUITE = Ruler()
 
 
 def meta_of(example: dict[str, str]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """RULER's prompt strings, needle formats and per-task settings (NVIDIA/RULER at c3f5e3b).
 
-The strings are upstream's, character for character (tests/ruler_generate_test.py compares them
-with the constants stored beside the golden samples, read from upstream's
+The strings are upstream's, character for character (tests/suites/ruler_generate_test.py compares
+them with the constants stored beside the golden samples, read from upstream's
 scripts/data/synthetic/constants.py): a generator's prompt is its `template` followed by its
 `answer_prefix` (scripts/data/prepare.py with the 'base' model template, `{task_template}`), and an
 example's encoder input is RULER's `input` + `answer_prefix`, as scripts/pred/call_api.py sends it.

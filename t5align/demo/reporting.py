@@ -11,6 +11,7 @@ import numpy as np
 
 from t5align import calibration
 from t5align import labels
+from t5align.evaluation import markdown
 from t5align.evaluation import tables
 from t5align.demo import planning
 from t5align.runtime import fileio
@@ -33,7 +34,7 @@ def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
       continue
     table.append([planning.ROW_LABELS[row],
                   *('' if c is None else tables.accuracy_cell(c, trials) for c in cells)])
-  return tables.markdown_table(['', *map(str, lengths)], table)
+  return markdown.markdown_table(['', *map(str, lengths)], table)
 
 
 def headline_table(results: Mapping[str, Any], plan: planning.Plan) -> str:
@@ -52,7 +53,7 @@ def headline_table(results: Mapping[str, Any], plan: planning.Plan) -> str:
   if controls:
     table.append([f'{labels.TAU_ONE}: {" / ".join(controls)} (control)',
                   *(fmt('tau=1', controls, L) for L in plan.eval_lengths)])
-  return tables.markdown_table(header, table)
+  return markdown.markdown_table(header, table)
 
 
 def observations(results: Mapping[str, Any], plan: planning.Plan) -> list[str]:

