@@ -11,7 +11,7 @@
 #                   what each means), on 2 workers; a test of the lane slower than 10 s fails
 #                   (--unmarked-limit, tests/conftest.py): give it its marker
 #   make docs       the same venv, the docs site (mkdocs.yml: docs/ and the API reference from
-#                   the docstrings) built in strict mode into site/; tests/docs_test.py builds it
+#                   the docstrings) built in strict mode into site/; tests/project/docs_test.py builds it
 #                   too, so `make test` fails where this does
 #   make test-newest-jax
 #                   .venv-newest-jax: Python 3.12 (what Colab and a GPU image run) with the newest

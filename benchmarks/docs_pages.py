@@ -779,10 +779,10 @@ tiles, with the online-softmax accumulators of `blockwise` in VMEM. It computes 
 from the `[heads, 32]` table inside the kernel, skips tiles whose segment ids cannot meet without
 fetching their keys, runs a tile without padding or a causal cut without any mask, and takes P_max
 and entropy from the same pass. Its numerics equal `reference` in Pallas interpret mode on a CPU
-(`tests/attention_test.py`, `tests/network_impl_test.py`, `tests/pallas_tpu_test.py`), and Mosaic
-compiles it for TPU topologies on a CPU host. `python -m benchmarks.tpu_kernel_bench` compiles
-attention alone at Flan-T5-XXL's per-chip share (8 heads x 64, batch 1, bfloat16, statistics
-on), as XLA reports it:
+(`tests/attention/attention_test.py`, `tests/model/network_impl_test.py`,
+`tests/attention/pallas_tpu_test.py`), and Mosaic compiles it for TPU topologies on a CPU host.
+`python -m benchmarks.tpu_kernel_bench` compiles attention alone at Flan-T5-XXL's per-chip share
+(8 heads x 64, batch 1, bfloat16, statistics on), as XLA reports it:
 
 {tpu_attention_table(kernel)}
 

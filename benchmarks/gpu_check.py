@@ -32,7 +32,7 @@ so that XLA's memory figures (`jax.jit(f).lower(...).compile().memory_analysis()
 arguments, outputs) come with it; `peak_bytes` is the device's `peak_bytes_in_use` on a GPU
 (torch: `max_memory_allocated`, reset per row), the process's max RSS on the CPU: a running
 maximum over the rows of a group (`peak_set_by_this_row` says whether this row raised it).
-1. tests: pytest on tests/pallas_mgpu_test.py, attention_test.py, network_impl_test.py,
+1. tests: pytest on tests/attention/pallas_mgpu_test.py, attention_test.py, network_impl_test.py,
    network_test.py (in that order, JAX_PLATFORMS=cuda, cut at 150 s, which on an H200 ends in
    network_impl_test; on a Hopper GPU the 'pallas_mgpu' kernel runs natively against
    'reference'; smoke: a `-k` selection on the CPU), before any other GPU work: passed / failed

@@ -11,8 +11,8 @@ from __future__ import annotations
 from benchmarks import encoder_bench
 
 GROUPS = ('tests', 'attention', 'encoder', 'sweep', 'xxl', 'decode', 'hf')
-TEST_FILES = ('tests/pallas_mgpu_test.py', 'tests/attention_test.py', 'tests/network_impl_test.py',
-              'tests/network_test.py')
+TEST_FILES = ('tests/attention/pallas_mgpu_test.py', 'tests/attention/attention_test.py',
+              'tests/model/network_impl_test.py', 'tests/model/network_test.py')
 
 
 # What each group runs. `impls`: implementation -> the lengths it runs at (None: all of the

@@ -27,10 +27,10 @@ MODELS = {
     'base': dict(vocab_size=32128, emb_dim=768, num_heads=12, num_encoder_layers=12,
                  num_decoder_layers=12, head_dim=64, mlp_dim=2048,
                  mlp_activations=('gelu', 'linear'), logits_via_embedding=False),
-    # The CI test's model (tests/sharded_loading_test.py): 6+6 layers of width 512, mlp 2048,
-    # vocab 4096: 61 M parameters, 243 MB. Its largest stored chunk (the 8.4 MB embedding or
-    # head, one chunk in either format) is 3.5% of the model (base: 5% legacy, 10% Orbax default;
-    # XXL: 0.2% legacy, 1.2% Orbax default).
+    # The CI test's model (tests/checkpoints/sharded_loading_test.py): 6+6 layers of width 512,
+    # mlp 2048, vocab 4096: 61 M parameters, 243 MB. Its largest stored chunk (the 8.4 MB
+    # embedding or head, one chunk in either format) is 3.5% of the model (base: 5% legacy, 10%
+    # Orbax default; XXL: 0.2% legacy, 1.2% Orbax default).
     'ci': dict(vocab_size=4096, emb_dim=512, num_heads=8, num_encoder_layers=6,
                num_decoder_layers=6, head_dim=64, mlp_dim=2048,
                mlp_activations=('gelu', 'linear'), logits_via_embedding=False),

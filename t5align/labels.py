@@ -6,7 +6,8 @@ the demo's report all name a strategy through `strategy_label`. Nothing here imp
 from __future__ import annotations
 
 TAU_ONE = 'tau = 1'
-# Every `calibration.STRATEGIES` name (tests/labels_test.py checks they are the same set).
+# Every `calibration.STRATEGIES` name (tests/calibration/labels_test.py checks they are the same
+# set).
 STRATEGY_LABELS = {
     'pmax': 'w/ P_max',
     'entropy': 'w/ H',

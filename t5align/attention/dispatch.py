@@ -48,7 +48,7 @@ def _interpret(impl: str, platform: str) -> bool:
         "attention_impl='pallas_mgpu' is the Hopper (sm_90) GPU kernel and does not run on the "
         "CPU; use 'pallas' (here the TPU kernel in interpret mode), 'blockwise' or 'reference'. "
         'Its interpret mode is for tests: pallas_mgpu.pallas_mgpu_attention(..., '
-        'interpret=True) in a process started with NPROC>=8 (tests/pallas_mgpu_test.py).')
+        'interpret=True) in a process started with NPROC>=8 (tests/attention/pallas_mgpu_test.py).')
   if platform == 'cpu':
     return True
   if platform not in IMPLEMENTATIONS[impl].platforms:

@@ -53,8 +53,9 @@ On CPU the kernel runs in Mosaic GPU's interpret mode (`interpret=True`), which 
 warpgroups, barriers and TMA copies; there p.v (and with jax < 0.12 q.k) is a plain dot of the
 same shared-memory tiles, as the interpreter has no wgmma with a register operand (nor, before
 0.12, with a transposed one). Interpret mode needs an XLA CPU client of several threads (`NPROC`
->= 8 where there are fewer cores; see tests/pallas_mgpu_test.py) and takes about a minute for
-300 tokens. tests/pallas_mgpu_test.py also lowers the real kernel for sm_90 without a GPU.
+>= 8 where there are fewer cores; see tests/attention/pallas_mgpu_test.py) and takes about a
+minute for 300 tokens. tests/attention/pallas_mgpu_test.py also lowers the real kernel for sm_90
+without a GPU.
 """
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ class CalibrationJob:
   lengths: Sequence[int] = dataclasses.field(
       default=(1024, 2048, 4096, 8192, 15000),
       metadata={run_identity.RECORDED_AS: lambda lengths: sorted(set(lengths))})
-  # gin/calibrate.gin's STRATEGIES, ATTENTION_IMPL and BATCH_SIZE (tests/defaults_test.py).
+  # gin/calibrate.gin's STRATEGIES, ATTENTION_IMPL and BATCH_SIZE (tests/jobs/defaults_test.py).
   strategies: Sequence[str] = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'infoscale_head',
                                'infoscale_model', 'llama4_length', 'yarn_mscale')
   reference_length: int = 512
@@ -114,7 +114,7 @@ class CalibrationJob:
   config: Any = run_identity.unrecorded(
       'checked against the checkpoint, whose content is recorded', None)
   dtype: str | None = run_identity.unrecorded("recorded as the dtype computed in ('dtype')", None)
-  # gin/calibrate.gin's ATTENTION_IMPL and BATCH_SIZE (tests/defaults_test.py).
+  # gin/calibrate.gin's ATTENTION_IMPL and BATCH_SIZE (tests/jobs/defaults_test.py).
   attention_impl: str | None = run_identity.unrecorded(
       "recorded as the implementation that runs ('attention_impl')", 'blockwise')
   mesh_shape: tuple[int, ...] | None = None

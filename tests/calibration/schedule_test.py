@@ -1,0 +1,296 @@
+"""Schedule tests: JSON and gin round trips, log-length interpolation, per-example taus reaching
+the encoder, and the calibrate CLI end to end on the t5x fixture checkpoint."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import calibrate
+from t5align import calibration
+from t5align.calibration import samples
+from t5align import network
+from t5align import schedule
+
+pytestmark = pytest.mark.newest_jax
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURE_CKPT = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
+
+
+def _cal(strategy, length, tau, **kw):
+  return calibration.Calibration(strategy=strategy, length=length, reference_length=512, tau=tau,
+                                 **kw)
+
+
+def _schedule() -> schedule.TemperatureSchedule:
+  return schedule.TemperatureSchedule(
+      reference_length=512, strategy='pmax',
+      calibrations={
+          'pmax': (_cal('pmax', 2048, 0.85, target=0.28, achieved=0.279,
+                        details={'grid': [1.0, 0.95], 'values': [0.1, 0.2]}),
+                   _cal('pmax', 1024, 0.9, target=0.28, achieved=0.281),
+                   _cal('pmax', 4096, 0.8, target=0.28, achieved=0.28, clamped=True)),
+          'pmax_per_layer': (_cal('pmax_per_layer', 1024, (0.9, 0.8), target=(0.3, 0.2)),
+                             _cal('pmax_per_layer', 4096, (0.7, 0.6), target=(0.3, 0.2))),
+          'log_length': tuple(_cal('log_length', L, math.log(512) / math.log(L))
+                              for L in (1024, 2048, 4096)),
+      },
+      provenance={'checkpoint': 'gs://bucket/checkpoint_1', 'num_samples': 8, 'seed': 0})
+
+
+def test_json_round_trip_is_atomic_and_exact(tmp_path):
+  sched = _schedule()
+  path = tmp_path / 'out' / 'schedule.json'
+  sched.save(str(path))
+  sched.save(str(path))  # Overwrites in place.
+  assert os.listdir(path.parent) == ['schedule.json']  # No temporary file left behind.
+  data = json.loads(path.read_text())
+  assert data['format'] == schedule.FORMAT
+  assert data['provenance']['checkpoint'] == 'gs://bucket/checkpoint_1'
+  assert [c['length'] for c in data['calibrations']['pmax']] == [1024, 2048, 4096]
+  loaded = schedule.load_schedule(str(path))
+  assert loaded == sched
+  assert schedule.load_schedule(str(path), strategy='log_length').strategy == 'log_length'
+
+
+def test_gin_loads_schedule(tmp_path, clean_gin):
+  path = tmp_path / 'schedule.json'
+  _schedule().save(str(path))
+  gin.parse_config([f"t5align.schedule.load_schedule.path = '{path}'",
+                    "t5align.schedule.load_schedule.strategy = 'pmax_per_layer'"])
+  loaded = schedule.load_schedule()
+  assert loaded == _schedule().with_strategy('pmax_per_layer')
+  gin.clear_config()
+  # The dynamic-registration style of t5x run files.
+  gin.parse_config('\n'.join([
+      'from __gin__ import dynamic_registration',
+      'from t5align import schedule',
+      f"schedule.load_schedule.path = '{path}'"]))
+  assert schedule.load_schedule() == _schedule()
+
+
+def test_log_length_interpolation_clamps_at_the_ends():
+  sched = _schedule()
+  np.testing.assert_allclose(sched.tau_for_length([1024, 2048, 4096]), [0.9, 0.85, 0.8])
+  np.testing.assert_allclose(sched.tau_for_length(math.sqrt(1024 * 2048)), 0.875)
+  np.testing.assert_allclose(sched.tau_for_length(math.sqrt(512 * 1024)), 0.95)  # L_tr anchor
+  np.testing.assert_allclose(sched.tau_for_length([10, 512, 10**6]), [1.0, 1.0, 0.8])
+  per_layer = sched.tau_for_length([300, 2048, 9000], strategy='pmax_per_layer')
+  np.testing.assert_allclose(per_layer, [[1.0, 1.0], [0.8, 0.7], [0.7, 0.6]])
+  tokens = np.zeros((3, 5000), np.int32)
+  for row, n in zip(tokens, (300, 1500, 5000)):
+    row[:n] = 7
+  taus = jax.jit(sched.temperatures)(tokens)
+  assert taus.shape == (3, 1)
+  np.testing.assert_allclose(taus[:, 0], sched.tau_for_length([300, 1500, 5000]), rtol=1e-6)
+  assert sched.temperatures(tokens, strategy='pmax_per_layer').shape == (3, 2)
+
+
+def test_invalid_schedules_raise():
+  with pytest.raises(ValueError, match='finite and > 0'):
+    schedule.TemperatureSchedule(512, {'pmax': (_cal('pmax', 1024, float('nan')),)}, 'pmax')
+  with pytest.raises(ValueError, match='distinct'):
+    schedule.TemperatureSchedule(512, {'pmax': (_cal('pmax', 1024, 0.9),) * 2}, 'pmax')
+  with pytest.raises(ValueError, match=r'mixes tau shapes \[\(\), \(2,\)\]'):
+    schedule.TemperatureSchedule(
+        512, {'pmax': (_cal('pmax', 1024, 0.9), _cal('pmax', 2048, (0.8, 0.7)))}, 'pmax')
+  with pytest.raises(ValueError, match='this schedule has'):
+    _schedule().with_strategy('entropy')
+  with pytest.raises(ValueError, match='not a temperature schedule'):
+    schedule.TemperatureSchedule.from_dict({'format': 'other'})
+  with pytest.raises(FileNotFoundError):
+    schedule.load_schedule('/nonexistent/schedule.json')
+
+
+@pytest.mark.slow
+def test_per_example_taus_reach_the_encoder():
+  config = network.T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_layers=2,
+                            num_decoder_layers=1, head_dim=4, mlp_dim=16, dropout_rate=0.0)
+  params = network.init_variables(config, jax.random.PRNGKey(0))['params']
+  model = network.Transformer(config)
+  encode = jax.jit(lambda tokens, tau: model.apply(
+      {'params': params}, tokens, method='encode', enable_dropout=False, temperature=tau))
+  cal = lambda s, L, tau: calibration.Calibration(s, L, 8, tau)
+  sched = schedule.TemperatureSchedule(8, {
+      'pmax': (cal('pmax', 16, 0.8), cal('pmax', 32, 0.6)),
+      'pmax_per_layer': (cal('pmax_per_layer', 16, (0.8, 0.9)),
+                         cal('pmax_per_layer', 32, (0.5, 0.7)))}, 'pmax')
+  rng = np.random.default_rng(0)
+  lengths = (40, 20, 6)
+  tokens = rng.integers(2, 32, (3, 40)).astype(np.int32)
+  for row, n in zip(tokens, lengths):
+    row[n:] = 0
+  for strategy in sched.strategies:
+    taus = sched.temperatures(tokens, strategy)  # [3, 1] or [3, 2]
+    batched = encode(tokens, taus)
+    for i, n in enumerate(lengths):
+      # The example run alone, unpadded, with its own tau (as [1, layers]: one compilation).
+      alone = encode(tokens[i:i + 1, :n], jnp.broadcast_to(taus[i:i + 1], (1, 2)))
+      np.testing.assert_allclose(batched[i, :n], alone[0], rtol=1e-5, atol=1e-6)
+      if i == 1:  # The output depends on the tau: tau = 1 differs.
+        assert not np.allclose(encode(tokens[1:2, :n], jnp.ones((1, 2)))[0], alone[0], atol=1e-4)
+    # Different lengths really got different temperatures.
+    assert len(np.unique(np.round(np.asarray(taus), 6), axis=0)) == 3
+
+
+def _train_sentencepiece(tmp_path) -> tuple[str, str]:
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  words = ['alpha', 'beta', 'gamma', 'delta', 'kappa', 'lambda', 'sigma', 'omega', 'tau', 'rho',
+           'river', 'stone', 'cloud', 'green', 'blue', 'quiet', 'swift', 'north', 'south', 'east']
+  lines = [' '.join(rng.choice(words, 12)) for _ in range(200)]
+  text = tmp_path / 'corpus.txt'
+  text.write_text('\n'.join(lines) + '\n')
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines), model_prefix=str(tmp_path / 'spm'), vocab_size=40,
+      hard_vocab_limit=False, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+  return str(text), str(tmp_path / 'spm.model')
+
+
+@pytest.mark.cli
+def test_cli_end_to_end(tmp_path, capsys, clean_gin):
+  text, vocab = _train_sentencepiece(tmp_path)
+  out = tmp_path / 'schedule.json'
+  analysis_dir = tmp_path / 'analysis'
+  calibrate.main([
+      f'--gin_file={REPO_ROOT / "gin" / "calibrate.gin"}',
+      f'--gin_search_paths={REPO_ROOT}',
+      f"--gin.CHECKPOINT_PATH='{FIXTURE_CKPT}'",
+      f"--gin.TEXT_FILE='{text}'",
+      f"--gin.VOCABULARY_PATH='{vocab}'",
+      f"--gin.OUTPUT_PATH='{out}'",
+      f"--gin.ANALYSIS_DIR='{analysis_dir}'",
+      '--gin.LENGTHS=(32, 64)',
+      '--gin.REFERENCE_LENGTH=16',
+      '--gin.NUM_SAMPLES=2',
+      "--gin.ATTENTION_IMPL='reference'",
+      "--gin.STRATEGIES=('pmax', 'log_length', 'prop2', 'pmax_per_layer')",
+  ])
+  printed = capsys.readouterr()
+  assert 'Temperatures (L_tr = 16' in printed.out and 'w/ P_max' in printed.out
+  assert '[  8/8]' in printed.err  # Progress lines.
+  loaded = schedule.load_schedule(str(out))
+  assert loaded.strategies == ('pmax', 'log_length', 'prop2', 'pmax_per_layer')
+  assert loaded.provenance['checkpoint'] == str(FIXTURE_CKPT)
+  assert loaded.provenance['num_samples'] == 2 and loaded.provenance['lengths'] == [32, 64]
+  assert loaded.provenance['text_file'] == text
+  np.testing.assert_allclose(loaded.tau_for_length([32, 64], 'log_length'),
+                             [math.log(16) / math.log(32), math.log(16) / math.log(64)])
+  grid_cal = loaded.calibrations['pmax'][0]
+  assert grid_cal.tau in calibration.PAPER_GRID and len(grid_cal.details['values']) == 11
+  assert len(loaded.calibrations['pmax_per_layer'][0].tau) == 2
+  for name in ('analysis.json', 'statistic_curves.png', 'temperature_curves.png',
+               'relpos_bias.png', 'qq_layer0.png'):
+    assert (analysis_dir / name).stat().st_size > 0
+
+
+@pytest.mark.cli
+def test_cli_module_entry_point_and_flag_errors(tmp_path):
+  # `python -m` runs the module as __main__; the gin file's import must not register twice.
+  env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), JAX_PLATFORMS='cpu')
+  proc = subprocess.run(
+      [sys.executable, '-m', 't5align.calibrate', f'--gin_file={REPO_ROOT}/gin/calibrate.gin'],
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0
+  assert ('CHECKPOINT_PATH (jobs.Checkpoint.path) is required: pass '
+          '--gin.CHECKPOINT_PATH=VALUE') in proc.stderr, proc.stderr[-2000:]
+  with pytest.raises(ValueError, match='has 5 tokens'):
+    samples.sample_windows(np.arange(5), 2, 64, eos_id=1)
+  windows = samples.sample_windows(np.arange(3, 200), 3, 16, seed=1, eos_id=1)
+  assert windows.shape == (3, 16) and np.all(windows[:, -1] == 1) and np.all(windows > 0)
+
+
+def _per_head_schedule(tasks=None) -> schedule.TemperatureSchedule:
+  taus = {1024: ((0.9, 0.8, 1.0), (0.85, 0.95, 0.7)), 4096: ((0.7, 0.6, 0.9), (0.65, 0.75, 0.5))}
+  cals = {'pmax_per_head': tuple(
+              _cal('pmax_per_head', L, t, target=((0.3, 0.2, 0.1), (0.4, 0.5, 0.6)),
+                   achieved=((0.3, 0.2, 0.1), (0.4, 0.5, 0.61)),
+                   details={'layers': [{'calls': 3, 'heads': [{'calls': 3}] * 3}] * 2})
+              for L, t in taus.items()),
+          'pmax': (_cal('pmax', 1024, 0.9), _cal('pmax', 4096, 0.8))}
+  return schedule.TemperatureSchedule(512, cals, 'pmax_per_head', tasks=tasks or {})
+
+
+def test_per_head_schedule_round_trip_interpolation_and_tasks(tmp_path):
+  """`[layers, heads]` taus: JSON round trip (pooled and per task), log-length interpolation
+  of every head, per-example `[batch, layers, heads]` taus, the `encode` form and the table."""
+  task = {'pmax_per_head': (_cal('pmax_per_head', 2048, ((0.5,) * 3, (0.6,) * 3)),)}
+  sched = _per_head_schedule({'lines': task})
+  path = tmp_path / 'schedule.json'
+  sched.save(str(path))
+  data = json.loads(path.read_text())
+  assert data['calibrations']['pmax_per_head'][0]['tau'] == [[0.9, 0.8, 1.0], [0.85, 0.95, 0.7]]
+  loaded = schedule.load_schedule(str(path))
+  assert loaded == sched and loaded.calibrations['pmax_per_head'][1].tau == (
+      (0.7, 0.6, 0.9), (0.65, 0.75, 0.5))
+  # Halfway in log-length between 1024 and 4096 (2048): the mean of the two, head by head.
+  expected = np.array([[0.8, 0.7, 0.95], [0.75, 0.85, 0.6]])
+  np.testing.assert_allclose(loaded.tau_for_length(2048), expected)
+  np.testing.assert_allclose(loaded.tau_for_length([512, 10**6]),
+                             [np.ones((2, 3)), [[0.7, 0.6, 0.9], [0.65, 0.75, 0.5]]])
+  assert loaded.tau_for_length(4096, 'pmax').shape == ()
+  tokens = np.zeros((2, 4096), np.int32)
+  tokens[0, :2048], tokens[1, :] = 7, 7
+  taus = np.asarray(loaded.temperatures(tokens))
+  assert taus.shape == (2, 2, 3)
+  np.testing.assert_allclose(taus, [expected, loaded.tau_for_length(4096)], rtol=1e-6)
+  form = loaded.encode_temperature(2048)
+  assert form.shape == (1, 2, 3) and form.dtype == np.float32
+  assert loaded.encode_temperature(2048, 'pmax') == pytest.approx(0.85)
+  np.testing.assert_allclose(loaded.for_task('lines').tau_for_length(2048), np.full((2, 3), 0.5)
+                             + np.array([[0.0], [0.1]]))
+  table = loaded.table()
+  assert 'w/ P_max (per head) L1 mean' in table and f'{np.mean([0.85, 0.95, 0.7]):.3f}' in table
+
+
+@pytest.mark.parametrize('tau,where', [
+    ([[0.9, 0.8], [0.7]], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[[0.9, 0.8]], [[0.7, 0.6]]], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[0.9, 'x'], [0.7, 0.6]], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[], []], "calibrations['pmax_per_head'][0]['tau']"),
+    ([[0.9, True], [0.7, 0.6]], "calibrations['pmax_per_head'][0]['tau']"),
+])
+def test_malformed_per_head_taus_name_the_file_and_field(tmp_path, tau, where):
+  data = _per_head_schedule().to_dict()
+  data['calibrations']['pmax_per_head'][0]['tau'] = tau
+  path = tmp_path / 'bad.json'
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=rf'temperature schedule {path}: {re.escape(where)} must be '
+                                       'a number, a list of numbers .* or a list of equal-length '
+                                       'lists of numbers'):
+    schedule.load_schedule(str(path))
+
+
+def test_per_head_schedule_rejects_mixed_shapes_and_bad_values(tmp_path):
+  data = _per_head_schedule().to_dict()
+  first = data['calibrations']['pmax_per_head'][0]
+  data['tasks'] = {'kv': {'pmax_per_head': [dict(first, length=2048, tau=[0.5, 0.6]),
+                                            dict(first, length=4096)]}}
+  path = tmp_path / 'mixed.json'
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=rf"temperature schedule {path}: task 'kv': strategy "
+                                       r"'pmax_per_head' mixes tau shapes \[\(2,\), \(2, 3\)\]"):
+    schedule.load_schedule(str(path))
+  data = _per_head_schedule().to_dict()
+  data['calibrations']['pmax_per_head'][1]['tau'][1][2] = -0.5
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=rf'temperature schedule {path}: pmax_per_head taus must be '
+                                       'finite and > 0'):
+    schedule.load_schedule(str(path))
+  data = _per_head_schedule().to_dict()
+  data['tasks'] = {'kv': {'pmax_per_head': [dict(data['calibrations']['pmax_per_head'][0],
+                                                 tau=[[0.5, 0.6], [0.7]])]}}
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=re.escape("tasks['kv']['pmax_per_head'][0]['tau'] must be")):
+    schedule.load_schedule(str(path))

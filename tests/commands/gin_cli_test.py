@@ -1,0 +1,201 @@
+"""t5x-style flag parsing shared by the eval, calibrate and train entry points."""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from t5align import gin_cli
+from t5align import jobs
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_binding_quotes_only_non_literals():
+  assert gin_cli.binding('TEMPERATURE', '0.8') == 'TEMPERATURE = 0.8'
+  assert gin_cli.binding('CHECKPOINT_PATH', '/a/b') == "CHECKPOINT_PATH = '/a/b'"
+  assert gin_cli.binding('NAME', "'x'") == "NAME = 'x'"
+  assert gin_cli.binding('NAME', 'None') == 'NAME = None'
+  assert gin_cli.binding('TAUS', '(0.9, 0.8)') == 'TAUS = (0.9, 0.8)'
+
+
+def test_parse_flags():
+  files, bindings, paths = gin_cli.parse_flags(
+      ['--gin.A=1', '--gin_search_paths=a,b', '--gin_file=x.gin', '--gin_file', 'y.gin',
+       '--gin_bindings=B = 2', '--gin.C=/some/path'], prog='t')
+  assert files == ['x.gin', 'y.gin']
+  assert bindings == ['B = 2', 'A = 1', "C = '/some/path'"]
+  assert paths == ['a', 'b', os.getcwd(), gin_cli.REPO_ROOT]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--lengths=3', '--gin_file=x.gin'], "unrecognized argument '--lengths=3'"),
+    (['schedule.json', '--gin_file=x.gin'], "unrecognized argument 'schedule.json'"),
+    (['--gin.A'], "unrecognized argument '--gin.A'"),
+    ([], 'at least one --gin_file is needed'),
+])
+def test_parse_flags_errors(argv, message, capsys):
+  with pytest.raises(SystemExit) as e:
+    gin_cli.parse_flags(argv, prog='t', example_file='gin/runs/eval.gin')
+  assert e.value.code == 2
+  assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def clean_gin(clean_gin, monkeypatch):
+  """conftest's clean gin config, with the repository root as the working directory (the gin
+  files' paths are relative to it)."""
+  monkeypatch.chdir(gin_cli.REPO_ROOT)
+  return clean_gin
+
+
+def test_a_later_gin_file_changing_a_macro_warns(clean_gin):
+  # gin/calibrate.gin sets ATTENTION_IMPL = 'blockwise'; a model file after it sets its own.
+  # The user touched neither: the change is announced, naming both files and values.
+  argv = ['--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+          '--gin.CHECKPOINT_PATH=/c', '--gin.OUTPUT_PATH=/o.json']
+  with pytest.warns(UserWarning) as record:
+    gin_cli.configure(argv, prog='t')
+  messages = sorted(str(w.message) for w in record)
+  assert messages == [
+      "gin/models/retrieval_small.gin sets ACTIVATION_DTYPE = 'float32', replacing 'bfloat16' "
+      'from gin/calibrate.gin (the later --gin_file wins). Pass --gin.ACTIVATION_DTYPE=... to '
+      'choose it.',
+      "gin/models/retrieval_small.gin sets ATTENTION_IMPL = 'auto', replacing 'blockwise' from "
+      'gin/calibrate.gin (the later --gin_file wins). Pass --gin.ATTENTION_IMPL=... to choose it.']
+  assert clean_gin.query_parameter('ATTENTION_IMPL/macro.value') == 'auto'
+  # A macro the flags set is the user's choice: nothing to warn about; the flag's value holds.
+  clean_gin.clear_config()
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    gin_cli.configure([*argv, "--gin.ATTENTION_IMPL='blockwise'",
+                       "--gin.ACTIVATION_DTYPE='float32'"], prog='t')
+  assert clean_gin.query_parameter('ATTENTION_IMPL/macro.value') == 'blockwise'
+  # An include inside one file (t5_1_1/xl.gin over t5_1_1/base.gin) is that file's own setting.
+  clean_gin.clear_config()
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    gin_cli.configure(['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/flan_t5/xl.gin',
+                       '--gin.CHECKPOINT_PATH=/c', '--gin.MIXTURE_OR_TASK_NAME=t',
+                       '--gin.EVAL_OUTPUT_DIR=/e'], prog='t')
+
+
+def test_unset_required_binds_required_macros_to_none(tmp_path, clean_gin):
+  """What t5align.preflight reads: macros a file marks %gin.REQUIRED become None unless a flag
+  sets them; without `unset_required` gin refuses them, as before."""
+  path = tmp_path / 'run.gin'
+  path.write_text('CHECKPOINT_PATH = %gin.REQUIRED\nOUTPUT = %gin.REQUIRED\nBATCH = 8\n')
+  gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t',
+                    unset_required=True)
+  assert clean_gin.query_parameter('CHECKPOINT_PATH/macro.value') is None
+  assert clean_gin.query_parameter('OUTPUT/macro.value') == '/tmp/x'
+  assert clean_gin.query_parameter('BATCH/macro.value') == 8
+  clean_gin.clear_config()
+  with pytest.raises(ValueError, match='CHECKPOINT_PATH'):
+    gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t')
+
+
+def test_command_lines_show_library_log_records_as_bare_lines(tmp_path):
+  """The library logs (absl); a command line (`log_plainly`) shows the records as the messages
+  alone, as it printed them before, and no other library's INFO records; a library user gets
+  absl's default form."""
+  torn = tmp_path / 'records.jsonl'
+  code = ('import sys\nfrom absl import logging\nfrom t5align import gin_cli\n'
+          'from t5align.runtime import outputs\n'
+          'if sys.argv[2] == "cli":\n  gin_cli.log_plainly()\n'
+          'logging.info("another library\'s INFO record")\noutputs.repair_jsonl(sys.argv[1])\n')
+  line = f'{torn}: dropped a torn last line (4 bytes, an interrupted write).\n'
+  for mode, expected in (('cli', line), ('library', 'WARNING:absl:' + line)):
+    torn.write_bytes(b'{"a": 1}\n{"b"')
+    done = subprocess.run([sys.executable, '-c', code, str(torn), mode], capture_output=True,
+                          text=True, check=True, cwd=REPO_ROOT)
+    assert done.stderr == expected
+    assert torn.read_bytes() == b'{"a": 1}\n'
+
+
+# ------------------------------------------- the jobs' gin names and their required settings
+
+# Each job's run files and the required macros they mark %gin.REQUIRED (written out: the macros
+# the gin files' headers document under "Required to be set").
+RUN_FILES = {
+    'EvalJob': (['gin/runs/eval.gin', 'gin/models/tiny.gin'],
+                ['CHECKPOINT_PATH', 'EVAL_OUTPUT_DIR', 'MIXTURE_OR_TASK_NAME']),
+    'CalibrationJob': (['gin/calibrate.gin'], ['CHECKPOINT_PATH', 'OUTPUT_PATH']),
+    'TrainJob': (['gin/runs/train_retrieval.gin', 'gin/models/tiny.gin'], ['MODEL_DIR']),
+}
+
+
+@pytest.mark.parametrize('job', sorted(RUN_FILES))
+def test_a_job_built_without_its_required_settings_names_their_macros(job, clean_gin):
+  """`check` names each required setting by the macro its run file defines (EvalJob's
+  output_dir is EVAL_OUTPUT_DIR, not OUTPUT_DIR), and every such macro is one the run file
+  marks %gin.REQUIRED; the command line, given none of them, names the same macros."""
+  cls = getattr(jobs, job)
+  files, required = RUN_FILES[job]
+  with pytest.raises(ValueError) as error:
+    cls().check()
+  message = str(error.value)
+  for field, macro in cls.REQUIRED.items():
+    if macro is None:  # The model: bound by the run file, configured by a gin/models file.
+      assert f'jobs.{job}.{field} is required: the run file binds it' in message
+    else:
+      assert f'{macro} (jobs.{job}.{field}) is required: pass --gin.{macro}=VALUE' in message
+  assert sorted(m for m in cls.REQUIRED.values() if m) == required
+  with pytest.raises(ValueError) as error:
+    gin_cli.configure([f'--gin_file={f}' for f in files], prog='t')
+  for macro in required:  # The checkpoint's path is jobs.Checkpoint's, which the job holds.
+    owner = 'Checkpoint' if macro == 'CHECKPOINT_PATH' else job
+    assert f'{macro} (jobs.{owner}.' in str(error.value)
+    assert f'is required: pass --gin.{macro}=VALUE' in str(error.value)
+  clean_gin.clear_config()
+  gin_cli.configure([f'--gin_file={f}' for f in files], prog='t', unset_required=True)
+  assert all(clean_gin.query_parameter(f'{m}/macro.value') is None for m in required)
+
+
+def test_finetune_names_every_macro_it_requires(clean_gin):
+  with pytest.raises(ValueError) as error:
+    gin_cli.configure(['--gin_file=gin/runs/finetune.gin', '--gin_file=gin/models/tiny.gin',
+                       '--gin.MODEL_DIR=/m'], prog='t')
+  expected = {'INITIAL_CHECKPOINT_PATH': 'Checkpoint.path', 'L_TR': 'TrainJob.input_length',
+              'MIXTURE_OR_TASK_NAME': 'TrainJob.mixture_or_task_name',
+              'NUM_STEPS': 'TrainJob.num_steps', 'TARGET_LENGTH': 'TrainJob.target_length'}
+  assert str(error.value) == '; '.join(
+      f'{m} (jobs.{f}) is required: pass --gin.{m}=VALUE'
+      for m, f in sorted(expected.items())) + '.'
+
+
+_EVAL = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/tiny.gin',
+         '--gin.CHECKPOINT_PATH=/c', '--gin.MIXTURE_OR_TASK_NAME=t', '--gin.EVAL_OUTPUT_DIR=/e']
+
+
+def test_jobs_are_bound_under_their_own_names(clean_gin):
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')  # The run files use no old name.
+    gin_cli.configure([*_EVAL, '--gin_bindings=jobs.EvalJob.temperature = 0.9'], prog='t')
+  job = gin_cli.call_configured('t5align.jobs.EvalJob')
+  assert type(job).__name__ == 'EvalJob' and job.temperature == 0.9 and job.output_dir == '/e'
+  assert clean_gin.query_parameter('t5align.jobs.EvalJob.temperature') == 0.9
+  with clean_gin.unlock_config(), pytest.raises(ValueError, match=r"no_such"):
+    clean_gin.parse_config('jobs.EvalJob.no_such = 1')
+
+
+@pytest.mark.parametrize('binding', ['t5align_eval.evaluate.temperature = 0.9',
+                                     'calibrate.run.seed = 7', 'train.train.seed = 7'])
+def test_the_jobs_old_gin_names_are_gone(binding, clean_gin):
+  """Removed in 0.2.0 (CHANGELOG): the selectors the jobs had before their own names bind
+  nothing; gin names the one it cannot find."""
+  with pytest.raises(ValueError, match=re.escape(binding.split('.')[-2].split(' ')[0])):
+    gin_cli.configure([*_EVAL, f'--gin_bindings={binding}'], prog='t')
+
+
+@pytest.mark.parametrize('module, name', [('t5align.eval', 'evaluate'),
+                                          ('t5align.calibrate', 'run'), ('t5align.train', 'train')])
+def test_the_commands_old_python_names_are_gone(module, name):
+  import importlib  # pylint: disable=g-import-not-at-top
+  assert not hasattr(importlib.import_module(module), name)

@@ -1,0 +1,286 @@
+"""The calibrate CLI's fidelity to the paper: evaluation's precision, per-task calibration."""
+from __future__ import annotations
+
+import hashlib
+import pathlib
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t5align import calibrate
+from t5align import calibration
+from t5align.calibration import samples
+from t5align import checkpoints
+from t5align.evaluation import temperature as temperature_lib
+from t5align.jobs import calibration_job
+from t5align import network
+from t5align import schedule
+from t5align.shipped import assets
+from t5align import vocabularies
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
+CKPT = pathlib.Path(assets.checkpoint_dir(str(ASSET)))
+MODEL_BINDINGS = []  # gin/models/retrieval_small.gin as shipped.
+
+
+@pytest.fixture
+def clean_gin(clean_gin, monkeypatch):
+  """conftest's clean gin config, with the repository root as the working directory (the gin
+  files' paths are relative to it)."""
+  monkeypatch.chdir(REPO_ROOT)
+  return clean_gin
+
+
+def _text_file(tmp_path: pathlib.Path) -> str:
+  """Filler text like the shipped model's training data (its SentencePiece model reads it)."""
+  rng = np.random.default_rng(0)
+  words = ['The', 'grass', 'is', 'green.', 'sky', 'blue.', 'sun', 'yellow.', 'Here', 'we', 'go.',
+           'There', 'and', 'back', 'again.', 'pass', 'key', '12345.', 'Remember', 'it.']
+  text = tmp_path / 'corpus.txt'
+  text.write_text('\n'.join(' '.join(rng.choice(words, 30)) for _ in range(40)) + '\n')
+  return str(text)
+
+
+def _eval_path_stats(dtype: str, tokens: np.ndarray, taus) -> np.ndarray:
+  """Mean row P_max per tau as t5align.eval's model computes it (gin/runs/eval.gin + tiny.gin)."""
+  gin.clear_config()
+  gin.parse_config_files_and_bindings(
+      ['gin/runs/eval.gin', 'gin/models/retrieval_small.gin'],
+      [f"ACTIVATION_DTYPE = '{dtype}'"], finalize_config=False)
+  model = gin.get_configurable(network.Transformer)()
+  gin.clear_config()
+  # As jobs.EvalJob loads it (PARAMS_DTYPE float32, the model file's config).
+  params, config = checkpoints.load_params(CKPT, model.config, dtype=jnp.float32)
+  model = network.Transformer(config)
+
+  @jax.jit  # Evaluation's encoder runs jit-compiled (decoding.greedy_decode).
+  def pmax(tau):
+    _, state = model.apply({'params': params}, tokens, method='encode', enable_dropout=False,
+                           temperature=tau, mutable=['intermediates'])
+    return network.mean_row_stats(
+        network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))['pmax']
+
+  return np.asarray([pmax(jnp.float32(tau)) for tau in taus], np.float64)
+
+
+@pytest.mark.cli
+def test_calibration_computes_in_the_evaluation_dtype(tmp_path, clean_gin):
+  # One macro, ACTIVATION_DTYPE, sets the dtype of both: calibrate.gin's `dtype` and the model
+  # file's T5Config.dtype (the config t5align.eval runs).
+  text, vocab = _text_file(tmp_path), str(ASSET / 'sentencepiece.model')
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
+      "--gin.ACTIVATION_DTYPE='bfloat16'", f'--gin.CHECKPOINT_PATH={CKPT}',
+      f'--gin.TEXT_FILE={text}', f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.LENGTHS=(128,)', '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2',
+      "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  assert loaded.provenance['dtype'] == 'bfloat16'
+  cal = loaded.calibrations['pmax'][0]
+  stream = samples.text_file_stream(text, vocabularies.load_vocabulary(vocab))
+  tokens = samples.sample_windows(stream, 2, 128, seed=0, eos_id=1)
+  reference = calibration.cut_to_length(tokens, 64, 1)
+  grid = cal.details['grid']
+  calibrated = np.asarray([cal.target] + list(cal.details['values']))
+  bf16 = np.concatenate([_eval_path_stats('bfloat16', reference, [1.0]),
+                         _eval_path_stats('bfloat16', tokens, grid)])
+  f32 = np.concatenate([_eval_path_stats('float32', reference, [1.0]),
+                        _eval_path_stats('float32', tokens, grid)])
+  # Measured on the project's 2-core CPU: calibration and evaluation paths at bfloat16 agree to
+  # 8.3e-5 relative (the encoder compiled in two programs); loading the parameters in bfloat16
+  # (what calibrate did before, with dtype = 'bfloat16') moved them by 1.4e-3.
+  np.testing.assert_allclose(calibrated, bf16, rtol=2e-4)
+  # The bfloat16 statistics are not the float32 ones (their gap on this small model is only
+  # ~6e-5 relative, within the tolerance above: the dtype itself is checked exactly).
+  assert np.any(f32 != bf16)
+  with pytest.raises(ValueError, match='the dtype evaluation uses'):
+    calibration_job.activation_dtype(network.T5Config(vocab_size=8, dtype=jnp.float32), 'bfloat16')
+
+
+def _task_jsonl(tmp_path: pathlib.Path) -> str:
+  """Two tasks' whole inputs: passkey-style prompts and numbered-line prompts (~150-250 tokens)."""
+  import json  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  filler = ('The grass is green. The sky is blue. The sun is yellow. Here we go. '
+            'There and back again.')
+  records = []
+  for i in range(2):
+    key = int(rng.integers(10000, 99999))
+    records.append({'task': 'passkey', 'inputs': (
+        'There is an important info hidden inside a lot of irrelevant text. Find it. '
+        + ' '.join([filler] * (3 + i)) + f' The pass key is {key}. Remember it. '
+        + ' '.join([filler] * 3) + ' What is the pass key? The pass key is')})
+    lines = ' '.join(f'line {w}: REGISTER_CONTENT is <{int(rng.integers(1000, 9999))}>.'
+                     for w in range(12 + 4 * i))
+    records.append({'task': 'lines', 'inputs': lines + ' Tell me what is the number in line 3?'})
+  path = tmp_path / 'tasks.jsonl'
+  path.write_text(''.join(json.dumps(r) + '\n' for r in records))
+  return str(path)
+
+
+@pytest.mark.cli
+def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
+  vocab = str(ASSET / 'sentencepiece.model')
+  jsonl = _task_jsonl(tmp_path)
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.JSONL_FILE={jsonl}',
+      f'--gin.VOCABULARY_PATH={vocab}', f'--gin.OUTPUT_PATH={out}', '--gin.LENGTHS=(128,)',
+      f'--gin.ANALYSIS_DIR={tmp_path / "analysis"}', '--gin.RELPOS_HEADS=(2, 0)',
+      '--gin.REFERENCE_LENGTH=64', '--gin.NUM_SAMPLES=2',
+      "--gin.STRATEGIES=('pmax', 'log_length')"])
+  printed = capsys.readouterr().out
+  loaded = schedule.load_schedule(str(out))
+  assert sorted(loaded.tasks) == ['lines', 'passkey']
+  sp = spm.SentencePieceProcessor(model_file=vocab)
+  period = {i for i in range(sp.get_piece_size()) if sp.id_to_piece(i).endswith('.')}
+  for task, cals in loaded.tasks.items():
+    record = loaded.provenance['per_task'][task]
+    cal = cals['pmax'][0]
+    # L_ex is the task's longest whole input; the reference is the task cut below L_tr = 64.
+    assert cal.length == record['length'] > 128 and record['reference_width'] <= 64
+    # Algorithm 1: the grid tau whose statistic is nearest the L_tr target.
+    values = np.asarray(cal.details['values'])
+    assert cal.tau == cal.details['grid'][int(np.argmin(np.abs(values - cal.target)))]
+    np.testing.assert_allclose(cals['log_length'][0].tau, np.log(64) / np.log(cal.length))
+    # The per-task vs pooled table reports this task's tau, the pooled tau at its L_ex and the
+    # difference.
+    pooled = float(loaded.tau_for_length(cal.length, 'pmax'))
+    assert f'{task:<32}{cal.length:>8}{cal.tau:>10.3f}{pooled:>12.3f}{cal.tau - pooled:>+8.3f}' \
+        in printed
+  # Tables 1 and 7 per task are printed and written.
+  assert 'Dispersion per task' in printed and 'l_max' in printed
+  assert 'Dispersion per task' in (tmp_path / 'analysis' / 'dispersion.txt').read_text()
+  # The reference rows end at a sentence boundary ('.' piece) then EOS.
+  rows = samples.jsonl_examples(jsonl, sp.encode, sp.eos_id(), 2)['passkey']
+  _, ref = samples.task_inputs(rows, 64, sp.eos_id(), sorted(period))
+  for row in ref:
+    row = row[row > 0]
+    assert row[-1] == sp.eos_id() and row[-2] in period and len(row) <= 64
+  # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
+  temp = temperature.Temperature(schedule=loaded)
+  tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
+  np.testing.assert_allclose(temperature_lib.task_temperature(temp, 'lines').taus(tokens),
+                             [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)
+  with pytest.warns(UserWarning, match="no calibration for task 'other'"):
+    other = temperature_lib.task_temperature(temp, 'other')
+  assert other.schedule is loaded
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+def test_per_task_calibration_of_seqio_tasks(tmp_path, clean_gin, monkeypatch):
+  # passkey at 5k characters (1 example, ~1.5k tokens with the shipped vocabulary) against its
+  # setting nearest L_tr = 600: passkey at 2k characters (599 tokens), as in the paper.
+  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401  (registers the tasks)
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
+      '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
+      '--gin.SEQIO_SPLIT=test',
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.SEQIO_TASK=t5align_passkey_5k', '--gin.LENGTHS=(640,)',
+      '--gin_bindings=calibration.SearchSettings.grid = (1.0, 0.8)',
+      "--gin.REFERENCE_TASKS={'t5align_passkey_5k': 't5align_passkey_2k'}",
+      '--gin.REFERENCE_LENGTH=600', '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  record = loaded.provenance['per_task']['t5align_passkey_5k']
+  cal = loaded.tasks['t5align_passkey_5k']['pmax'][0]
+  example = lambda name: next(seqio.get_mixture_or_task(name).get_dataset(
+      sequence_length=None, split='test', shuffle=False).as_numpy_iterator())['inputs']
+  long, short = example('t5align_passkey_5k'), example('t5align_passkey_2k')
+  assert record['reference'] == 't5align_passkey_2k' and record['reference_width'] == len(short)
+  assert cal.length == len(long) > 1024 and cal.details['grid'] == [1.0, 0.8]
+  # The target is the 2k setting's whole input at tau = 1, computed here by the model directly.
+  params, config = checkpoints.load_params(CKPT, dtype=jnp.float32)
+  _, state = network.Transformer(config).apply(
+      {'params': params}, short[None], method='encode', enable_dropout=False, temperature=1.0,
+      mutable=['intermediates'])
+  target = network.mean_row_stats(
+      network.encoder_row_stats(state['intermediates'], config.num_encoder_layers))['pmax']
+  np.testing.assert_allclose(cal.target, target, rtol=1e-5)
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+def test_seqio_task_takes_several_comma_separated_tasks(tmp_path, clean_gin):
+  # As gin/calibrate.gin documents: SEQIO_TASK names several tasks; the pooled calibration samples
+  # all of them, and each gets its own entry. No `import seqio_tasks` binding is needed, and the
+  # tasks' vocabulary is bound on the command line.
+  out = tmp_path / 'schedule.json'
+  calibrate.main([
+      '--gin_file=gin/calibrate.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin_bindings=jobs.CalibrationJob.config = @network.T5Config()',
+      f'--gin.seqio_tasks.vocabulary_path.path={ASSET / "sentencepiece.model"}',
+      '--gin_bindings=seqio_tasks.options.passkey_examples = 1',
+      '--gin.SEQIO_SPLIT=test',
+      f'--gin.CHECKPOINT_PATH={CKPT}', f'--gin.OUTPUT_PATH={out}',
+      '--gin.SEQIO_TASK=t5align_passkey_2k, t5align_passkey_5k', '--gin.LENGTHS=(512,)',
+      '--gin_bindings=calibration.SearchSettings.grid = (1.0, 0.8)', '--gin.REFERENCE_LENGTH=256',
+      '--gin.NUM_SAMPLES=1', "--gin.STRATEGIES=('pmax',)"])
+  loaded = schedule.load_schedule(str(out))
+  assert sorted(loaded.tasks) == ['t5align_passkey_2k', 't5align_passkey_5k']
+  assert loaded.provenance['seqio_task'] == 't5align_passkey_2k, t5align_passkey_5k'
+  # The pooled samples are windows of both tasks' inputs, concatenated.
+  stream = np.concatenate([samples.seqio_task_stream(t, 'test')
+                           for t in ('t5align_passkey_2k', 't5align_passkey_5k')])
+  want = samples.sample_windows(stream, 1, 512, 0, eos_id=1)
+  assert loaded.provenance['samples_sha256'] == hashlib.sha256(want.tobytes()).hexdigest()
+
+
+@pytest.mark.tensorflow
+def test_a_split_the_task_lacks_is_refused_naming_seqio_split(tmp_path, clean_gin, monkeypatch):
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  with pytest.raises(ValueError, match=r"SEQIO_SPLIT = 'validation': the task t5align_passkey_2k "
+                                       r"has the split\(s\) 'test'; pass --gin.SEQIO_SPLIT="):
+    calibrate.main([
+        '--gin_file=gin/calibrate.gin', f'--gin.CHECKPOINT_PATH={CKPT}',
+        f'--gin.OUTPUT_PATH={tmp_path / "s.json"}', '--gin.SEQIO_TASK=t5align_passkey_2k',
+        '--gin.REFERENCE_LENGTH=256', '--gin.LENGTHS=(512,)'])
+  assert not (tmp_path / 's.json').exists()
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+def test_a_mixtures_stream_is_each_of_its_tasks_once(clean_gin, monkeypatch):
+  # seqio's mixture dataset samples by rate and repeats without end: read through it, the stream
+  # was 10M tokens drawn from the same few examples (and took half a minute per calibration).
+  pytest.importorskip('seqio')
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(ASSET / 'sentencepiece.model'))
+  import seqio  # pylint: disable=g-import-not-at-top
+  import seqio_tasks  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  clean_gin.bind_parameter('seqio_tasks.options.passkey_examples', 2)
+  tasks = [t.name for t in seqio.get_subtasks(seqio.get_mixture_or_task('t5align_passkey'))]
+  assert len(tasks) == 8
+  pieces = []
+  for task in tasks:
+    for ex in seqio.get_mixture_or_task(task).get_dataset(
+        None, split='test', shuffle=False).as_numpy_iterator():
+      assert ex['inputs'][-1] == 1 and (ex['inputs'][:-1] > 1).all()  # EOS only at the end.
+      pieces.append(ex['inputs'][:-1])
+  np.testing.assert_array_equal(samples.seqio_task_stream('t5align_passkey', 'test'),
+                                np.concatenate(pieces))
+
+
+def test_reference_length_other_than_the_models_training_length_warns():
+  with pytest.warns(UserWarning, match=r'REFERENCE_LENGTH=512, but .*checkpoint_5000 was trained '
+                                       r'at L_tr = 256 .*training.json.*Set REFERENCE_LENGTH=256'):
+    assets.check_reference_length(str(CKPT), 512, 'REFERENCE_LENGTH')
+  import warnings  # pylint: disable=g-import-not-at-top
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    assets.check_reference_length(str(CKPT), 256)
+    assets.check_reference_length('/no/such/checkpoint_1', 512)  # Not knowable: silent.
