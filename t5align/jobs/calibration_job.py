@@ -303,11 +303,7 @@ class CalibrationJob:
     # Every process must run the same command: compared before any weight is read.
     run_identity.check_same_processes({'gin': run_identity.gin_config(), **identity})
     log_path = progress_path(self.output_path)
-
-    def open_log():
-      run_identity.write_gin_config(f'{self.output_path}.{run_identity.GIN_CONFIG_FILE}')
-      return calibration.CalibrationLog(log_path, identity, kind=self.KIND)
-    log = multihost.on_writer(open_log, f'opening {log_path}')
+    log = multihost.on_writer(lambda: self._open_log(log_path, identity), f'opening {log_path}')
     previous = calibration.resumed_calibrations(
         multihost.broadcast_json(log.done() if log is not None else {}), log_path)
     if previous and multihost.is_writer():
@@ -363,6 +359,12 @@ class CalibrationJob:
     if self.analysis_dir:
       self._analysis(params, config, tokens, inputs, schedule, mesh, memo, eos_id)
     return schedule
+
+  def _open_log(self, log_path: str, identity: Mapping[str, Any]) -> calibration.CalibrationLog:
+    """The progress log (`calibration.CalibrationLog`, resumed when its header is `identity`),
+    with gin's operative configuration beside OUTPUT_PATH (OUTPUT_PATH.config.gin)."""
+    run_identity.write_gin_config(f'{self.output_path}.{run_identity.GIN_CONFIG_FILE}')
+    return calibration.CalibrationLog(log_path, identity, kind=self.KIND)
 
   def _analysis(self, params, config, tokens, inputs, schedule, mesh, memo, eos_id) -> None:
     """Writes ANALYSIS_DIR's figures and numbers (reusing the calibration's sweeps)."""
