@@ -33,16 +33,18 @@ import numpy as np
 
 from seqio_tasks import data
 from seqio_tasks import suite
+from t5align.evaluation.suites import scrolls as layout
 
 Encode = Callable[[str], Sequence[int]]
 
 # Task names: PREFIX + config (fine-tuning), PREFIX + config + '_' + L (evaluation).
 PREFIX = 't5align_scrolls_'
 MIXTURE = 't5align_scrolls'  # The fine-tuning tasks'.
-# The leaderboard's order and abbreviations.
+# The leaderboard's order; its abbreviations, as the report's layout writes them (their one
+# place).
 TASKS = ('gov_report', 'summ_screen_fd', 'qmsum', 'qasper', 'narrative_qa', 'quality',
          'contract_nli')
-COLUMNS = dict(zip(TASKS, ('GovRep', 'SumScr', 'QMSum', 'Qspr', 'Nrtv', 'QALT', 'CNLI')))
+COLUMNS = dict(zip(TASKS, layout.LAYOUT.columns, strict=True))
 # Each config's metric (a `seqio_tasks.suite_metrics` family), as SCROLLS' metric file's
 # DATASET_TO_METRICS: ROUGE's geometric mean, SQuAD F1, exact match.
 FAMILIES = {'gov_report': 'rouge_geo', 'summ_screen_fd': 'rouge_geo', 'qmsum': 'rouge_geo',

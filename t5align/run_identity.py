@@ -369,8 +369,8 @@ _FORMAT_1_UNRECORDED = {
 # Task options format 1 recorded only when not their defaults (RULER's, added later).
 _FORMAT_1_TASK_OPTIONS = {'ruler_examples': 500, 'ruler_budget': 'upstream',
                           'ruler_essays': None, 'ruler_squad': None, 'ruler_hotpotqa': None}
-# A fine-tuning record's settings that its synthetic-data fields are not (`jobs.TrainJob`).
-_SYNTHETIC_ONLY = ('mix', 'vocab_size')
+# What format 1 left out of a fine-tuning run's record: the synthetic data's settings.
+_FORMAT_1_FINETUNING_UNRECORDED = ('mix', 'vocab_size')
 
 
 def _place(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -391,7 +391,7 @@ def _format_1_to_2(record: dict[str, Any], kind: str) -> dict[str, Any]:
     if old in out:
       _place(settings, new, out.pop(old))
     elif new in _FORMAT_1_UNRECORDED[kind] and not (
-        finetuning and new.split('.')[0] in _SYNTHETIC_ONLY):
+        finetuning and new.split('.')[0] in _FORMAT_1_FINETUNING_UNRECORDED):
       _place(settings, new, _FORMAT_1_UNRECORDED[kind][new])
   if kind == 'train':
     # Fine-tuning read its initial checkpoint in float32 (format 1 recorded its content only).

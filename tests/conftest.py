@@ -1,5 +1,6 @@
 """Shared test fixtures (the t5x-written tiny checkpoints and their reference outputs, a clean gin
-config) and the lanes' hooks (the fast lane's guard; `--dist loadgroup`'s groups kept).
+config, at the repository root too, a checkpoint reader that fails the test) and the lanes' hooks
+(the fast lane's guard; `--dist loadgroup`'s groups kept).
 
 The suite runs on the CPU: JAX_PLATFORMS defaults to 'cpu' here (and in every subprocess a test
 starts, which inherit it), so an installed libtpu (the test extras install it, for deviceless
@@ -112,6 +113,24 @@ def clean_gin():
   gin.clear_config()
   yield gin
   gin.clear_config()
+
+
+@pytest.fixture
+def repo_gin(clean_gin, monkeypatch):
+  """`clean_gin`, with the repository root as the working directory (the gin files' paths are
+  relative to it); yields the gin module."""
+  monkeypatch.chdir(pathlib.Path(__file__).resolve().parents[1])
+  return clean_gin
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+  """Makes reading any weights fail the test: what must be refused before that."""
+  from t5align import checkpoints  # pylint: disable=g-import-not-at-top
+
+  def fail(*unused_args, **unused_kwargs):
+    raise AssertionError('the checkpoint was read before the error')
+  monkeypatch.setattr(checkpoints, 'load_params', fail)
 
 
 @functools.cache

@@ -38,11 +38,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from seqio_tasks import data
 from seqio_tasks.suite import Tokenizer
+from t5align.evaluation.suites import ruler as layout
 
 # NVIDIA/RULER:scripts/synthetic.yaml's names and order (the README table's).
-TASKS = ('niah_single_1', 'niah_single_2', 'niah_single_3', 'niah_multikey_1', 'niah_multikey_2',
-         'niah_multikey_3', 'niah_multivalue', 'niah_multiquery', 'vt', 'cwe', 'fwe', 'qa_1',
-         'qa_2')
+TASKS = layout.LAYOUT.tasks  # Its README's order, as the report's layout writes them.
 # Built from code and PyPI word lists alone (no essays, SQuAD or HotpotQA).
 OFFLINE_TASKS = ('niah_single_1', 'niah_multikey_2', 'niah_multikey_3', 'vt', 'cwe', 'fwe')
 # Input lengths in tokens of the task vocabulary: powers of two from T5's L_tr.

@@ -1,4 +1,5 @@
-"""Analysis tests: numbers behind the paper's Table 1 and Figures 1, 3-5, and the written files."""
+"""Analysis tests: numbers behind the paper's Table 1 and Figures 1, 3-5, and the written files
+(none when a head asked for is past the model)."""
 from __future__ import annotations
 
 import json
@@ -211,3 +212,11 @@ def test_figure_axes_are_labelled_without_collisions(collected, saved_figure, tm
   # x labelled at the bottom panel of each column, y at the start of each row.
   assert [ax.get_xlabel() for ax in drawn] == ['', ''] + ['key position n'] * 4
   assert [ax.get_ylabel() for ax in drawn] == ['b(m=20, n)', '', '', '', 'b(m=20, n)', '']
+
+
+def test_write_analysis_refuses_bad_heads_before_writing_any_file(tmp_path):
+  from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
+  numbers = {'rel_embedding': np.zeros((4, 32), np.float32), 'lengths': [64]}
+  with pytest.raises(ValueError, match=r'heads=\(99,\): .*4 heads, 0\.\.3'):
+    analysis.write_analysis(numbers, str(tmp_path / 'analysis'), heads=(99,))
+  assert not (tmp_path / 'analysis').exists()

@@ -1,5 +1,9 @@
 """Schedule tests: JSON and gin round trips, log-length interpolation, per-example taus reaching
-the encoder, and the calibrate CLI end to end on the t5x fixture checkpoint."""
+the encoder, and the calibrate CLI end to end on the t5x fixture checkpoint.
+
+A malformed schedule file (lengths below L_tr, JSON cut off or not UTF-8, a key missing, a value of
+the wrong type, a tau or an informational target that is not finite) is refused naming the file
+and key."""
 from __future__ import annotations
 
 import json
@@ -15,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import runs
 
 from t5align import calibrate
 from t5align import calibration
@@ -293,4 +299,53 @@ def test_per_head_schedule_rejects_mixed_shapes_and_bad_values(tmp_path):
                                                  tau=[[0.5, 0.6], [0.7]])]}}
   path.write_text(json.dumps(data))
   with pytest.raises(ValueError, match=re.escape("tasks['kv']['pmax_per_head'][0]['tau'] must be")):
+    schedule.load_schedule(str(path))
+
+
+# Malformed schedule files: refused naming the file and key.
+
+
+def _schedule_dict(lengths, reference_length=256, taus=None):
+  taus = taus or [0.9] * len(lengths)
+  return {'format': schedule.FORMAT, 'reference_length': reference_length, 'strategy': 'pmax',
+          'calibrations': {'pmax': [{'strategy': 'pmax', 'length': n, 'tau': t,
+                                     'reference_length': reference_length}
+                                    for n, t in zip(lengths, taus)]}}
+
+
+@pytest.mark.parametrize('lengths', [[0, 512], [-4, 512], [128, 512]])
+def test_schedule_lengths_below_reference_are_refused(lengths, tmp_path):
+  path = tmp_path / 's.json'
+  path.write_text(json.dumps(_schedule_dict(lengths)))
+  with pytest.raises(ValueError, match=rf'{path}: .*calibrated length {lengths[0]} is not an '
+                                       r'integer >= reference_length \(L_tr = 256\)'):
+    schedule.load_schedule(str(path))
+
+
+@pytest.mark.parametrize('content, message', [
+    ('{"format": ', r's.json:1: not valid JSON'),
+    (b'\xff\xfe', 'not UTF-8 text'),
+    (json.dumps({**_schedule_dict([512]), 'reference_length': '256'}),
+     r"\['reference_length'\] must be int; got '256'"),
+    (json.dumps({k: v for k, v in _schedule_dict([512]).items() if k != 'strategy'}),
+     "the file has no key 'strategy'"),
+    (json.dumps({**_schedule_dict([512]), 'calibrations': {'pmax': [{'strategy': 'pmax'}]}}),
+     r"calibrations\['pmax'\]\[0\] has no key 'length'"),
+    (json.dumps(_schedule_dict([512], taus=[1e-50])), 'must be finite and > 0'),
+])
+def test_malformed_schedule_names_file_and_key(content, message, tmp_path):
+  path = tmp_path / 's.json'
+  (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+  with pytest.raises(ValueError, match=message) as e:
+    schedule.load_schedule(str(path))
+  assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize('target, shown', [
+    (float('nan'), 'nan'), (float('inf'), 'inf'), ([0.5, float('nan')], 'nan')])
+def test_a_non_finite_schedule_target_names_the_file_and_key(tmp_path, target, shown):
+  path = runs.schedule_with_target(tmp_path / 's.json', target)
+  with pytest.raises(ValueError,
+                     match=rf"temperature schedule {path}: calibrations\['pmax'\]\[0\]\['target'\] "
+                           rf'holds {shown}; every number there must be finite'):
     schedule.load_schedule(str(path))

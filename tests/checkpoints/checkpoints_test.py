@@ -1,4 +1,11 @@
-"""Tests for t5align/checkpoints/: T5X legacy/Orbax, HF, Mesh-TF readers and the T5X writer."""
+"""Tests for t5align/checkpoints/: T5X legacy/Orbax, HF, Mesh-TF readers and the T5X writer.
+
+The writer's folders follow the umask. A bad checkpoint gets an error naming it and what is
+wrong, before anything is allocated: a plain file, a non-float PARAMS_DTYPE, NaN weights (each
+layout), an Orbax checkpoint without its manifest, declared arrays larger than the host, a garbage
+Mesh-TF index, and HF checkpoints whose config.json is invalid, of the wrong type or contradicts
+the weights (their own lm_head under a tied config), or whose tensors are int32.
+"""
 from __future__ import annotations
 
 import json
@@ -12,6 +19,7 @@ import numpy as np
 import pytest
 
 from t5align import checkpoints
+from t5align import memory
 from t5align import network
 
 pytestmark = pytest.mark.newest_jax
@@ -163,6 +171,18 @@ def test_save_t5x_checkpoint_refuses_existing_and_cleans_up_on_failure(tmp_path)
   assert sorted(os.listdir(tmp_path)) == ['checkpoint_1']
 
 
+@pytest.mark.parametrize('umask, mode', [(0o022, 0o755), (0o077, 0o700), (0o002, 0o775)])
+def test_checkpoint_folders_follow_the_umask(tmp_path, umask, mode):
+  params = {'a': np.zeros((2, 3), np.float32)}
+  old = os.umask(umask)
+  try:
+    path = checkpoints.save_t5x_checkpoint(params, str(tmp_path), 1, optimizer_state=None)
+  finally:
+    os.umask(old)
+  assert os.stat(path).st_mode & 0o777 == mode
+  assert os.stat(os.path.join(path, 'target.a')).st_mode & 0o777 == mode
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -265,6 +285,84 @@ def test_missing_checkpoint_names_the_path(tmp_path):
     checkpoints.read_params(tmp_path / 'nope', format='t5x')
   with pytest.raises(FileNotFoundError, match=str(tmp_path / 'nope')):
     checkpoints.read_params(tmp_path / 'nope', format='t5x_orbax')
+
+
+def test_non_float_dtype_is_refused_before_reading():
+  with pytest.raises(ValueError, match=r"PARAMS_DTYPE\)='int8' is not a floating dtype"):
+    checkpoints.load_params('/no/such/checkpoint', dtype='int8')
+  with pytest.raises(ValueError, match='T5Config.dtype'):
+    network.T5Config(vocab_size=8, dtype='int32')
+
+
+def test_plain_file_as_checkpoint(tmp_path):
+  path = tmp_path / 'a_file'
+  path.write_text('x')
+  with pytest.raises(ValueError, match=rf'{path} is a file, not a checkpoint'):
+    checkpoints.load_params(str(path))
+
+
+def _nan_params(config: network.T5Config) -> dict:
+  rng = np.random.default_rng(0)
+  params = {k: rng.standard_normal(v.shape).astype(np.float32)
+            for k, v in checkpoints.flatten_params(network.param_shapes(config)).items()}
+  params['encoder/layers_0/attention/query/kernel'][1, 2] = np.nan
+  return checkpoints.unflatten_params(params)
+
+
+@pytest.mark.parametrize('layout', ['zarr', 'msgpack', 'orbax'])
+def test_nan_weights_are_refused_naming_parameter_and_checkpoint(layout, tmp_path):
+  config = network.T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, head_dim=4, mlp_dim=16)
+  params = _nan_params(config)
+  if layout == 'orbax':
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    path = tmp_path / 'checkpoint_1'
+    ocp.PyTreeCheckpointer().save(str(path / 'state'),
+                                  args=ocp.args.PyTreeSave({'target': params}))
+  else:
+    path = pathlib.Path(checkpoints.save_t5x_checkpoint(
+        params, str(tmp_path), 1, inline_max_bytes=0 if layout == 'zarr' else 1 << 30))
+  with pytest.raises(ValueError, match=rf'checkpoint {path} has non-finite values .* encoder/'
+                                       r'layers_0/attention/query/kernel \(1 of 64 values\)'):
+    checkpoints.load_params(str(path), config)
+  loaded, _ = checkpoints.load_params(str(path), config, check_finite=False)  # The opt-out.
+  assert np.isnan(loaded['encoder']['layers_0']['attention']['query']['kernel'][1, 2])
+
+
+def test_orbax_without_manifest(tmp_path):
+  path = _writable_copy(TESTDATA / 't5_1_0_tiny' / 'orbax' / 'checkpoint_0',
+                       tmp_path / 'checkpoint_0')
+  os.remove(path / 'state' / 'manifest.ocdbt')
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'Orbax checkpoint {path / "state"}: its metadata lists no arrays'):
+    checkpoints.read_params(str(path))
+
+
+def test_a_checkpoint_declaring_a_huge_embedding_is_refused_before_allocating(tmp_path):
+  config = network.T5Config(vocab_size=32, emb_dim=8, num_heads=2, num_encoder_layers=1,
+                            num_decoder_layers=1, head_dim=4, mlp_dim=16,
+                            logits_via_embedding=True)
+  params = checkpoints.unflatten_params({
+      k: np.zeros(v.shape, np.float32)
+      for k, v in checkpoints.flatten_params(network.param_shapes(config)).items()})
+  path = pathlib.Path(checkpoints.save_t5x_checkpoint(params, str(tmp_path), 1,
+                                                      optimizer_state=None))
+  rows = 10**12  # 32 TB of float32: more than any host.
+  contents = serialization.msgpack_restore((path / 'checkpoint').read_bytes())
+  contents['optimizer']['target']['token_embedder']['embedding']['metadata']['shape'] = [rows, 8]
+  (path / 'checkpoint').write_bytes(serialization.msgpack_serialize(contents))
+  zarray = path / 'target.token_embedder.embedding' / '.zarray'
+  zarray.write_text(json.dumps({**json.loads(zarray.read_text()), 'shape': [rows, 8]}))
+  for mesh in (None, 'eval'):
+    if mesh:
+      from t5align import partitioning  # pylint: disable=g-import-not-at-top
+      mesh = partitioning.eval_mesh(1)
+    with pytest.raises(memory.DoesNotFitError,
+                       match=rf'checkpoint {path} declares arrays of 2\.98e\+04 GiB in float32 '
+                             r'for this process, .* the largest: token_embedder/embedding '
+                             rf'\({rows}, 8\)'):
+      checkpoints.load_params(str(path), mesh=mesh)
+  assert checkpoints.embedding_rows(str(path)) == rows
 
 
 # ---------------------------------------------------------------- tensorstore spec resolution
@@ -441,6 +539,15 @@ def test_read_real_mesh_tf_checkpoint(tmp_path):
   assert config.mlp_activations == ('gelu', 'linear') and not config.logits_via_embedding
 
 
+@pytest.mark.tensorflow
+def test_garbage_mesh_tf_index(tmp_path):
+  pytest.importorskip('tensorflow')
+  (tmp_path / 'model.ckpt-1.index').write_bytes(b'garbage' * 10)
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'Cannot read Mesh-TF checkpoint {tmp_path / "model.ckpt-1"}'):
+    checkpoints.read_params(str(tmp_path / 'model.ckpt-1'))
+
+
 # ---------------------------------------------------------------- HuggingFace
 
 _HF_SIZES = dict(vocab_size=40, d_model=16, d_kv=6, num_heads=2, d_ff=24, num_layers=2,
@@ -566,3 +673,95 @@ def test_hf_unscaled_tied_head_becomes_logits_dense(hf_dirs):
   with pytest.raises(checkpoints.CheckpointReadError, match='lm_head'):
     checkpoints.params_from_hf_state_dict(
         {**sd, 'lm_head.weight': sd['shared.weight'] + 1}, {'tie_word_embeddings': True})
+
+
+def test_invalid_hf_config(tmp_path):
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  save_file({'shared.weight': np.zeros((4, 2), np.float32)}, str(tmp_path / 'model.safetensors'))
+  (tmp_path / 'config.json').write_text('{"d_model": 8,\n oops}')
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'HF config {tmp_path / "config.json"}:2: not valid JSON'):
+    checkpoints.load_params(str(tmp_path))
+
+
+def test_hf_layer_norm_epsilon_other_than_t5s_is_refused():
+  with pytest.raises(ValueError, match=r'layer_norm_epsilon=1e-05; T5X .* use 1e-6'):
+    checkpoints.hf_config_hints({'layer_norm_epsilon': 1e-5})
+  assert checkpoints.hf_config_hints({'layer_norm_epsilon': 1e-6}) == {'mlp_activations': ('relu',)}
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('feed_forward_proj', None, r'"feed_forward_proj": null; expected a string, one of '
+                                r'gated-gelu, gated-gelu_new, '),
+    ('layer_norm_epsilon', '1e-6', r'"layer_norm_epsilon": "1e-6", a str; expected a JSON '
+                                   r'number: 1e-06 \(no quotes\)'),
+])
+def test_hf_config_of_the_wrong_type(tmp_path, field, value, message):
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  save_file({'shared.weight': np.zeros((4, 2), np.float32)}, str(tmp_path / 'model.safetensors'))
+  (tmp_path / 'config.json').write_text(json.dumps({'d_model': 2, field: value}))
+  with pytest.raises(ValueError, match=rf'{tmp_path / "config.json"}: HF config has {message}'):
+    checkpoints.load_params(str(tmp_path))
+
+
+def _hf_dir(root: pathlib.Path, config: dict, *, own_head: bool = True) -> pathlib.Path:
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  root.mkdir()
+  state = {'shared.weight': np.zeros((4, 2), np.float32)}
+  if own_head:
+    state['lm_head.weight'] = np.ones((4, 2), np.float32)
+  save_file(state, str(root / 'model.safetensors'))
+  (root / 'config.json').write_text(json.dumps(config))
+  return root
+
+
+@pytest.mark.parametrize('config, said', [
+    ({'d_model': 2}, r'no "tie_word_embeddings" \(HF\'s default: true\)'),
+    ({}, r'no "tie_word_embeddings" \(HF\'s default: true\)'),
+    ({'d_model': 2, 'tie_word_embeddings': True}, '"tie_word_embeddings": true'),
+    ({'d_model': 2, 'scale_decoder_outputs': True}, '"scale_decoder_outputs": true'),
+])
+def test_hf_own_head_under_a_tied_config_names_the_file_and_key(tmp_path, config, said):
+  path = _hf_dir(tmp_path / 'hf', config)
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'{path / "config.json"}: HF config has {said}, a head tied to '
+                           r'shared\.weight and scaled by d_model\*\*-0\.5, but the weights hold '
+                           r'their own lm_head\.weight, .* set "tie_word_embeddings": false\.'):
+    checkpoints.load_params(str(path))
+
+
+@pytest.mark.parametrize('key, value, shown', [
+    ('tie_word_embeddings', 'false', r'"false", a str'),
+    ('tie_word_embeddings', 0, '0, a int'),
+    ('scale_decoder_outputs', None, 'null, a NoneType'),
+])
+def test_hf_head_flag_of_the_wrong_type_names_the_file_and_key(tmp_path, key, value, shown):
+  path = _hf_dir(tmp_path / 'hf', {'d_model': 2, key: value}, own_head=False)
+  with pytest.raises(checkpoints.CheckpointReadError,
+                     match=rf'{path / "config.json"}: HF config has "{key}": {shown}; expected '
+                           r'JSON true or false \(no quotes\)\.'):
+    checkpoints.load_params(str(path))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_an_int32_tensor_in_an_hf_checkpoint_names_the_checkpoint(tmp_path):
+  pytest.importorskip('torch')  # transformers' models need it (the newest-jax venv has none).
+  transformers = pytest.importorskip('transformers')
+  from safetensors.numpy import load_file, save_file  # pylint: disable=g-import-not-at-top
+  model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+      vocab_size=40, d_model=16, d_kv=6, num_heads=2, d_ff=24, num_layers=1,
+      num_decoder_layers=1, feed_forward_proj='relu'))
+  model.save_pretrained(tmp_path / 'hf')
+  weights = tmp_path / 'hf' / 'model.safetensors'
+  state = load_file(str(weights))
+  name = 'encoder.block.0.layer.0.SelfAttention.q.weight'
+  state[name] = state[name].astype(np.int32)
+  save_file(state, str(weights), metadata={'format': 'pt'})
+  with pytest.raises(checkpoints.CheckpointDtypeError) as e:
+    checkpoints.load_params(str(tmp_path / 'hf'))
+  assert str(e.value) == (
+      f'Checkpoint {tmp_path / "hf"} stores parameters in dtypes other than float32, bfloat16, '
+      'float16:\n  encoder/layers_0/attention/query/kernel: int32\nConvert it to one of those '
+      '(an integer array holds quantized or corrupt weights); callers of '
+      'checkpoints.load_params or cast_params may allow a cast with source_dtypes=.')

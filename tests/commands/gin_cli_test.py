@@ -1,4 +1,7 @@
-"""t5x-style flag parsing shared by the eval, calibrate and train entry points."""
+"""t5x-style flag parsing shared by the eval, calibrate and train entry points.
+
+What the command line gets wrong is refused as it is parsed: a misspelt macro (with the close
+match), a flag and a binding setting one value differently, a run file without its model file."""
 from __future__ import annotations
 
 import os
@@ -7,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import gin
 import pytest
 
 from t5align import gin_cli
@@ -199,3 +203,50 @@ def test_the_jobs_old_gin_names_are_gone(binding, clean_gin):
 def test_the_commands_old_python_names_are_gone(module, name):
   import importlib  # pylint: disable=g-import-not-at-top
   assert not hasattr(importlib.import_module(module), name)
+
+
+# ------------------------------------------- a misspelt macro, a value set twice, a missing file
+
+
+def test_misspelt_macro_is_refused_with_the_close_match(tmp_path, clean_gin):
+  config = tmp_path / 'run.gin'
+  config.write_text('SCHEDULE_PATH = None\nSCHEDULE_STRATEGY = None\nBATCH_SIZE = 8\n')
+  with pytest.raises(ValueError, match=r'--gin.SCHEDULE_PAHT: no macro SCHEDULE_PAHT in .*'
+                                       r'run.gin.*Did you mean SCHEDULE_PATH'):
+    gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PAHT=x.json'], prog='t')
+  clean_gin.clear_config()
+  # A new macro is fine where another binding reads it.
+  gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PATH=x.json',
+                     '--gin_bindings=NEW = 4', '--gin_bindings=BATCH_SIZE = %NEW'], prog='t')
+  assert clean_gin.query_parameter('%SCHEDULE_PATH') == 'x.json'
+
+
+def test_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean_gin):
+  base = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin']
+  with pytest.raises(ValueError, match=r"--gin_bindings='jobs.EvalJob.temperature = "
+                                       r"0\.7' and --gin\.TEMPERATURE=0\.5 set TEMPERATURE "
+                                       r'differently \(t5align\.jobs\.EvalJob\.temperature is '
+                                       r'bound to %TEMPERATURE in the gin files\)'):
+    gin_cli.configure([*base, '--gin.TEMPERATURE=0.5',
+                       '--gin_bindings=jobs.EvalJob.temperature = 0.7'], prog='t')
+  gin.clear_config()
+  with pytest.raises(ValueError, match=r"--gin_bindings='TEMPERATURE = 0\.6' and "
+                                       r'--gin\.TEMPERATURE=0\.5 set TEMPERATURE differently;'):
+    gin_cli.configure([*base, '--gin.TEMPERATURE=0.5', '--gin_bindings=TEMPERATURE = 0.6'],
+                      prog='t')
+  gin.clear_config()
+  # The same value twice is no conflict.
+  gin_cli.configure([*base, '--gin.TEMPERATURE=0.7', '--gin.CHECKPOINT_PATH=c',
+                     '--gin.EVAL_OUTPUT_DIR=o', '--gin.MIXTURE_OR_TASK_NAME=t',
+                     '--gin_bindings=jobs.EvalJob.temperature = 0.7'], prog='t')
+  assert gin.query_parameter('%TEMPERATURE') == 0.7
+
+
+def test_eval_without_a_model_file_names_what_is_missing(clean_gin):
+  with pytest.raises(ValueError, match=r'@network\.Transformer\(\) \(called by t5align\.jobs'
+                                       r'\.EvalJob\.model\) needs t5align\.network\.Transformer'
+                                       r'\.config, which no gin file or flag binds\. Give the '
+                                       r'gin files the run needs: gin/runs/eval\.gin plus a '
+                                       r'gin/models file\.'):
+    gin_cli.configure(['--gin_file=gin/runs/eval.gin'], prog='t',
+                      example_file='gin/runs/eval.gin plus a gin/models file')

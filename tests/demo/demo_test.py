@@ -1,4 +1,8 @@
-"""A shortened demo on the shipped model; its report is checked against a recomputation."""
+"""A shortened demo on the shipped model; its report is checked against a recomputation.
+
+Its results and schedules are reused only for the run that made them; a corrupt results.json is
+named; a calibration killed after k of its calibrations resumes from its progress log to the
+schedule.json of an uninterrupted run."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,11 +13,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+import runs
 
 from seqio_tasks import metrics
 from t5align import calibration
@@ -223,7 +230,7 @@ def test_command_line_is_the_package():
 def test_library_is_layered_and_never_imports_the_command():
   """Each library module of the demo imports only those listed before it (t5align/demo's
   docstring), none the command; neither do the benchmarks built on them."""
-  import imports_test  # pylint: disable=g-import-not-at-top
+  from project import imports_test  # pylint: disable=g-import-not-at-top
   root = imports_test.REPO_ROOT
   order = ('__init__', 'inputs', 'planning', 'timing', 'store', 'temperatures', 'reporting',
            'job')
@@ -369,13 +376,12 @@ def test_schedule_lock_is_calibrates_output_path_lock(tmp_path):
 
 def test_vocabulary_larger_than_the_embedding_is_refused(tmp_path):
   """Before any weight is read or anything written (issue 23 #1)."""
-  import run_identity_test  # pylint: disable=g-import-not-at-top
   model_dir = tmp_path / 'model'
   model_dir.mkdir()
   checkpoint = assets.checkpoint_dir(MODEL_DIR)
   os.symlink(checkpoint, model_dir / os.path.basename(checkpoint))
   shutil.copy(os.path.join(MODEL_DIR, 'training.json'), model_dir)
-  run_identity_test._vocabulary(model_dir / assets.VOCAB_FILE, extra_pieces=2000)
+  runs.vocabulary(model_dir / assets.VOCAB_FILE, extra_pieces=2000)
   out = tmp_path / 'out'
   with pytest.raises(ValueError, match=r'--model_dir vocabulary .*sentencepiece.model has 3000 '
                                        r'pieces but checkpoint .*checkpoint_\d+ embeds 1024 ids'):
@@ -618,3 +624,69 @@ def test_full_mode_runs_per_head_beside_per_layer():
   assert temperatures.encoder_temperature((0.9, 0.8, 0.7), 3).shape == (1, 3)
   assert timing.calibration_passes(('pmax_per_head', 'pmax_bisect')) == {
       'pmax_per_head': 20.0, 'pmax_bisect': 6.0}
+
+
+def test_corrupt_demo_results_json(tmp_path):
+  from t5align.demo import store  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'results.json'
+  path.write_text('{"settings": {}, "acc')
+  with pytest.raises(ValueError, match=rf'demo results {path}:1: not valid JSON'):
+    store.Results(str(path), {})
+
+
+class _Killed(Exception):
+  pass
+
+
+@pytest.mark.slow
+def test_demo_calibration_killed_after_k_calibrations_resumes_to_the_same_schedule(
+    tmp_path, monkeypatch):
+  from t5align import calibration  # pylint: disable=g-import-not-at-top
+  from t5align.calibration import strategies  # pylint: disable=g-import-not-at-top
+  from t5align.demo import inputs, job, planning, store as demo_store  # pylint: disable=g-import-not-at-top
+  settings = planning.DemoSettings(
+      output_dir=str(tmp_path), model_dir=str(runs.ASSET), strategies=('pmax', 'log_length'),
+      num_examples=2, num_samples=1, num_references=2, batch_size=2)
+  reference_length = assets.training_length(str(runs.ASSET))
+  settings = dataclasses.replace(settings, lengths=(2 * reference_length,))
+  params, config, vocab = assets.load_shipped(str(runs.ASSET))
+  config = dataclasses.replace(config, attention_impl=settings.attention_impl, dropout_rate=0.0)
+  plan = planning.make_plan(settings, reference_length)
+  prompts = [{t: {L: inputs.task_prompts(vocab, t, L, plan.samples[L], seed) for L in plan.lengths}
+              for t in plan.tuned_tasks} for seed in plan.seeds]
+  references = [{t: inputs.task_prompts(vocab, t, plan.reference_length, plan.num_references,
+                                        seed) for t in plan.tuned_tasks} for seed in plan.seeds]
+  identity = demo_store.calibration_identity(settings, plan, config, prompts, references)
+  calibrate = strategies.calibrate
+  calls = []
+
+  def counted(*args, **kwargs):
+    calls.append(args[3])  # The strategy.
+    if kill_after is not None and len(calls) > kill_after:
+      raise _Killed()
+    return calibrate(*args, **kwargs)
+
+  monkeypatch.setattr(strategies, 'calibrate', counted)
+
+  def run(folder):
+    folder.mkdir(exist_ok=True)
+    return job._calibrate(params, config, plan, prompts, references, identity,  # pylint: disable=protected-access
+                          calibration.Memo(), None, time.time(), str(folder))
+
+  kill_after = None
+  run(tmp_path / 'whole')
+  total = len(calls)
+  assert total >= 4  # Per task and pooled, of each strategy.
+  kill_after, calls[:] = total // 2, []
+  with pytest.raises(_Killed):
+    run(tmp_path / 'killed')
+  log = tmp_path / 'killed' / 'schedule.json.partial.jsonl'
+  logged = [json.loads(line) for line in log.read_text().splitlines()]
+  assert logged[0]['key'] == 'identity' and len(logged) == 1 + kill_after
+  assert not (tmp_path / 'killed' / 'schedule.json').exists()
+  kill_after, calls[:] = None, []
+  run(tmp_path / 'killed')
+  assert len(calls) == total - total // 2  # Only what the kill left undone.
+  assert not log.exists()
+  assert ((tmp_path / 'killed' / 'schedule.json').read_bytes()
+          == (tmp_path / 'whole' / 'schedule.json').read_bytes())

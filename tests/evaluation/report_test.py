@@ -1,5 +1,8 @@
-"""report: the binomial intervals printed beside accuracies."""
+"""report (t5align/evaluation/tables.py): the binomial intervals printed beside accuracies, and
+the metrics.json files it cannot read (cut off, incomplete, a metric that is no number) named."""
 from __future__ import annotations
+
+import json
 
 import pytest
 from scipy import stats
@@ -50,3 +53,24 @@ def test_accuracy_interval_is_the_wilson_interval_in_percent():
       tuple(100 * x for x in tables.binomial_interval(45, 50)))
   with pytest.raises(ValueError, match='not a whole number of 50'):
     tables.accuracy_interval(33.3, 50)
+
+
+@pytest.mark.parametrize('content, message', [
+    ('{"group": "Passkey", "col', r'metrics.json:1: not valid JSON .*truncated'),
+    ('{"group": "Passkey", "metrics": {}}', r'metrics.json is incomplete: it lacks column'),
+])
+def test_corrupt_metrics_json_in_report(content, message, tmp_path):
+  (tmp_path / 'task').mkdir()
+  (tmp_path / 'task' / 'metrics.json').write_text(content)
+  with pytest.raises(ValueError, match=message) as e:
+    tables.load_results([tmp_path])
+  assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)
+
+
+def test_a_string_metric_in_metrics_json_names_the_file_and_metric(tmp_path):
+  (tmp_path / 'task').mkdir()
+  (tmp_path / 'task' / 'metrics.json').write_text(json.dumps(
+      {'group': 'Passkey', 'column': '4k', 'metrics': {'accuracy': 'high'}}))
+  with pytest.raises(ValueError, match=r"metric 'accuracy' is 'high'; expected a number") as e:
+    tables.load_results([tmp_path])
+  assert str(tmp_path / 'task' / 'metrics.json') in str(e.value)

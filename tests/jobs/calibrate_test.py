@@ -1,7 +1,17 @@
-"""The calibrate CLI's fidelity to the paper: evaluation's precision, per-task calibration."""
+"""The calibrate CLI and jobs.CalibrationJob: fidelity to the paper (evaluation's precision,
+per-task calibration), settings and inputs refused before any work, and no lost work.
+
+Bad settings (LENGTHS, STRATEGIES, REFERENCE_LENGTH, RELPOS_HEADS, a folder as OUTPUT_PATH, a file
+as ANALYSIS_DIR), a non-UTF-8 JSONL_FILE and a vocabulary larger than the checkpoint's embedding
+are refused before the checkpoint is read or anything written; RELPOS_HEADS against the
+checkpoint's own head count once its weights are read. A full disk keeps every finished
+calibration (schedule.json.partial.jsonl), and the rerun computes only the rest.
+"""
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import pathlib
 
 import gin
@@ -10,13 +20,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import runs
+
 from t5align import calibrate
 from t5align import calibration
 from t5align.calibration import samples
 from t5align import checkpoints
 from t5align.evaluation import temperature as temperature_lib
+from t5align import jobs
 from t5align.jobs import calibration_job
 from t5align import network
+from t5align.runtime import fileio
+from t5align.runtime import records
 from t5align import schedule
 from t5align.shipped import assets
 from t5align import vocabularies
@@ -24,6 +39,7 @@ from t5align import vocabularies
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 ASSET = REPO_ROOT / 't5align' / 'shipped' / 'retrieval_t5'
 CKPT = pathlib.Path(assets.checkpoint_dir(str(ASSET)))
+TINY = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_0_tiny' / 'legacy' / 'checkpoint_0'
 MODEL_BINDINGS = []  # gin/models/retrieval_small.gin as shipped.
 
 
@@ -284,3 +300,164 @@ def test_reference_length_other_than_the_models_training_length_warns():
     warnings.simplefilter('error')
     assets.check_reference_length(str(CKPT), 256)
     assets.check_reference_length('/no/such/checkpoint_1', 512)  # Not knowable: silent.
+
+
+# Settings and inputs refused before any work; a full disk loses no finished calibration.
+
+
+def _no_work(monkeypatch):
+  """Makes reading the inputs or the weights fail the test: the settings must be refused first."""
+  def fail(*args, **kwargs):
+    raise AssertionError('work started before the settings were checked')
+  monkeypatch.setattr(samples, 'read_inputs', fail)
+  monkeypatch.setattr(checkpoints, 'load_params', fail)
+
+
+THREE_HEADS = network.T5Config(vocab_size=8, num_heads=3)
+
+
+def test_calibrate_refuses_a_directory_output_path_before_any_work(tmp_path):
+  (tmp_path / 'schedule.json').mkdir()
+  with pytest.raises(IsADirectoryError, match=rf'OUTPUT_PATH {tmp_path / "schedule.json"} is a '
+                                              'directory'):
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint('/no/such/checkpoint'),
+                        output_path=str(tmp_path / 'schedule.json'),
+                        text_file='x').run()
+
+
+@pytest.mark.parametrize('setting, message', [
+    ({'lengths': (0,)}, r'LENGTHS=\(0,\): 0 is not an integer >= 256 \(REFERENCE_LENGTH, L_tr = '
+                        r'256: calibration aligns longer inputs to it\)'),
+    ({'lengths': 'abc'}, r"LENGTHS='abc': expected a tuple of integers, e.g. LENGTHS="
+                         r'\(512, 1024\)'),
+    ({'lengths': 512}, r'LENGTHS=512: expected a tuple of integers'),
+    ({'strategies': 'pmax'}, r"STRATEGIES='pmax': expected a tuple of strategy names, e.g. "
+                             r"STRATEGIES=\('pmax',\); known: pmax, entropy"),
+    ({'strategies': ('pmax', 'p_max')}, r"STRATEGIES=\('pmax', 'p_max'\): 'p_max' is not a "
+                                        r'strategy'),
+    ({'reference_length': 'x'}, r"REFERENCE_LENGTH must be an integer >= 2; got 'x'"),
+])
+def test_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_load, setting,
+                                                              message):
+  with pytest.raises(ValueError, match=message):
+    jobs.CalibrationJob(**{**runs.calibrate_args(tmp_path),
+                           'checkpoint': jobs.Checkpoint('/no/such'), **setting}).run()
+
+
+@pytest.mark.parametrize('heads, config, message', [
+    ((99,), THREE_HEADS, r'RELPOS_HEADS=\(99,\): .*3 heads, 0\.\.2'),
+    ((0, 3), THREE_HEADS, r'RELPOS_HEADS=\(0, 3\): .*3 heads'),
+    ((-1,), None, r'RELPOS_HEADS=\(-1,\): expected'),
+    ((), None, r'RELPOS_HEADS=\(\): expected'),
+    (('a',), None, r"RELPOS_HEADS=\('a',\): expected"),
+], ids=['past_config', 'one_past', 'negative', 'empty', 'not_int'])
+def test_calibrate_refuses_bad_relpos_heads_before_any_work(heads, config, message, tmp_path,
+                                                            monkeypatch):
+  """Once refused only after the whole calibration, unnamed, with 4 of 7 analysis files."""
+  _no_work(monkeypatch)
+  out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
+  with pytest.raises(ValueError, match=message):
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint('/no/such/checkpoint'), output_path=str(out),
+                        text_file='corpus.txt',
+                        vocabulary_path='v.model', config=config, analysis_dir=str(analysis_dir),
+                        relpos_heads=heads).run()
+  assert not analysis_dir.exists() and not out.exists()
+  assert not os.path.exists(calibration_job.progress_path(str(out)))
+
+
+def test_calibrate_checks_relpos_heads_once_the_weights_tell_the_heads(tmp_path, monkeypatch):
+  """Without a config, the head count is the checkpoint's: checked once its weights are read,
+  before any sample is drawn or sweep run, and nothing is written."""
+  def fail(*args, **kwargs):
+    raise AssertionError('a sweep started before RELPOS_HEADS was checked')
+  monkeypatch.setattr(samples, 'sample_windows', fail)
+  text = tmp_path / 'corpus.txt'
+  text.write_text('some words to tokenize, and some more\n' * 50)
+  vocab = tmp_path / 'spm.model'  # Few pieces: the tiny checkpoint embeds 100 ids.
+  vocabularies.train_sentencepiece([text.read_text()] * 4, str(vocab), 40)
+  out, analysis_dir = tmp_path / 'schedule.json', tmp_path / 'analysis'
+  with pytest.raises(ValueError, match=r'RELPOS_HEADS=\(99,\): .*heads, 0\.\.'):
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint(str(TINY)),
+                        output_path=str(out), text_file=str(text),
+                        vocabulary_path=str(vocab), analysis_dir=str(analysis_dir),
+                        relpos_heads=(99,), reference_length=16, lengths=(32,)).run()
+  assert not analysis_dir.exists() and not out.exists()
+
+
+def test_calibrate_refuses_a_file_as_analysis_dir_before_any_work(tmp_path, monkeypatch):
+  _no_work(monkeypatch)
+  (tmp_path / 'analysis').write_text('x')
+  with pytest.raises(NotADirectoryError, match=rf'ANALYSIS_DIR {tmp_path / "analysis"} is a file'):
+    jobs.CalibrationJob(checkpoint=jobs.Checkpoint(str(TINY)),
+                        output_path=str(tmp_path / 'schedule.json'),
+                        text_file='corpus.txt', vocabulary_path='v.model',
+                        analysis_dir=str(tmp_path / 'analysis')).run()
+
+
+def test_non_utf8_jsonl_names_file_and_line(tmp_path, no_load):
+  jsonl = tmp_path / 'tasks.jsonl'
+  jsonl.write_bytes(b'{"inputs": "fine"}\n{"inputs": "bad \xff byte"}\n')
+  with pytest.raises(ValueError, match=rf'{jsonl}:2: not UTF-8 text \(invalid start byte at '
+                                       r'byte 16\)'):
+    jobs.CalibrationJob(**{**runs.calibrate_args(tmp_path), 'text_file': None,
+                        'jsonl_file': str(jsonl)}).run()
+
+
+def test_calibrate_refuses_a_vocabulary_larger_than_the_embedding(tmp_path, no_load):
+  big = runs.vocabulary(tmp_path / 'big.model', extra_pieces=2000)
+  with pytest.raises(ValueError, match=rf'VOCABULARY_PATH {big} has 3000 pieces but checkpoint '
+                                       rf'{CKPT} embeds 1024 ids'):
+    jobs.CalibrationJob(**{**runs.calibrate_args(tmp_path), 'vocabulary_path': big}).run()
+
+
+@pytest.mark.slow
+def test_a_full_disk_keeps_finished_calibrations_and_the_rerun_resumes(tmp_path,
+                                                                       monkeypatch):
+  log_path = tmp_path / 'schedule.json.partial.jsonl'
+  original = fileio.write_synced
+  writes = []
+
+  def disk(space: int):
+    """A file system with room for `space` more writes (counted across every file)."""
+    def write(f, data):
+      if len(writes) >= space:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+      writes.append(f.name)
+      original(f, data)
+    return write
+
+  calls = []
+  real_calibrate = calibration.strategies.calibrate
+  monkeypatch.setattr(calibration.strategies, 'calibrate',
+                      lambda *a, **k: calls.append(a[3]) or real_calibrate(*a, **k))
+  # Room for three writes: L_ex = 384's two calibrations (the first with the run identity) and
+  # 512's first.
+  monkeypatch.setattr(fileio, 'write_synced', disk(3))
+  with pytest.raises(OSError, match=rf'\[Errno 28\] No space left on device \(what was written '
+                                    rf"before stays; .*\): '{log_path}'"):
+    jobs.CalibrationJob(**runs.calibrate_args(tmp_path)).run()
+  logged = records.RecordLog(log_path, key='key').records
+  assert sorted(logged) == ['identity', '|entropy|384', '|pmax|384', '|pmax|512']
+  # Freed space for the calibrations, but not for the schedule itself.
+  writes.clear()
+  calls.clear()
+  monkeypatch.setattr(fileio, 'write_synced', disk(1))
+  with pytest.raises(OSError, match=rf"No space left on device .*: '{tmp_path / 'schedule.json'}'"):
+    jobs.CalibrationJob(**runs.calibrate_args(tmp_path)).run()
+  assert calls == ['entropy']  # Only what was not written.
+  assert not (tmp_path / 'schedule.json').exists()
+  writes.clear()
+  calls.clear()
+  monkeypatch.setattr(fileio, 'write_synced', original)
+  result = jobs.CalibrationJob(**runs.calibrate_args(tmp_path)).run()
+  assert not calls and not log_path.exists()  # Nothing computed again.
+  written = schedule.load_schedule(str(tmp_path / 'schedule.json'))
+  for strategy in ('pmax', 'entropy'):
+    first = schedule.calibration_from_dict(logged[f'|{strategy}|384']['calibration'], 'log')
+    assert written.calibrations[strategy][0] == first == result.calibrations[strategy][0]
+  assert written.provenance['identity']['settings']['lengths'] == [384, 512]
+  # A grid strategy is made again where a continuous search still needs its sweep.
+  done = {calibration.calibration_key(None, 'pmax', 512): first}
+  resumed = calibration.build._resumed  # pylint: disable=protected-access
+  assert resumed(done, None, ('pmax', 'prop1'), 512) == {'pmax': first}
+  assert resumed(done, None, ('pmax', 'pmax_bisect'), 512) == {}

@@ -1,9 +1,16 @@
 """Tests for t5align/evaluation/ (scoring, predictions, temperature), runtime/batching.py,
-scheduled.py, report.py and eval.py.
+scheduled.py, report.py, eval.py and jobs.EvalJob.
 
 The library tests need no seqio. The end-to-end test runs `python -m t5align.eval` with the gin
 run file on the t5x tiny fixture (vocabulary 128) and a SentencePiece model trained here, kills it
 midway, and reruns it: every example must end up recorded exactly once.
+
+EvalJob's settings (batch size, decode length, dtype, temperature forms, a schedule's NaN, a
+vocabulary larger than the embedding) are refused before any weight is read. A rerun into a
+finished eval (`finished_eval`: 2 examples on a copy of the shipped model, shared by its tests in
+order) is refused, naming the fields, when the checkpoint was replaced at the same path, the
+vocabulary or the task seed changed, or run.json is gone; a CHECKPOINT_PATH link re-pointed as
+the eval starts is read as the checkpoint it named then, and a resume through it refused.
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,11 +31,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import conftest
+import runs
+
 from t5align.attention import dispatch
 from t5align import calibration
+from t5align import checkpoints
 from t5align.evaluation import predictions
 from t5align.evaluation import scoring
 from t5align.evaluation import temperature
+from t5align import jobs
 from t5align import network
 from t5align import partitioning
 from t5align import report
@@ -37,8 +50,10 @@ from t5align.runtime import batching
 from t5align.runtime import fileio
 from t5align.runtime import outputs
 from t5align.runtime import records
+from t5align.runtime import validate
 from t5align import schedule
 from t5align import scheduled
+from t5align.shipped import assets
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = REPO_ROOT / 'tests' / 'testdata' / 't5x' / 't5_1_1_tiny' / 'legacy' / 'checkpoint_0'
@@ -553,3 +568,232 @@ def test_a_folder_recorded_before_record_formats_resumes(e2e_env, monkeypatch, t
   assert (resumed / task / 'run.json').read_bytes() == recorded  # Read as today's, not rewritten.
   assert json.loads((whole / task / 'run.json').read_text())['format'] == 2
   assert 'EvalJob.temperature = 0.9' in (whole / task / 'config.gin').read_text()
+
+
+# Settings refused before any weight is read.
+
+
+@pytest.mark.parametrize('settings, message', [
+    ({'batch_size': 'abc'}, "BATCH_SIZE must be a positive integer; got 'abc'"),
+    ({'batch_size': 0}, 'BATCH_SIZE must be a positive integer; got 0'),
+    ({'batch_size': -1}, 'BATCH_SIZE must be a positive integer; got -1'),
+    ({'max_decode_length': -3}, 'MAX_DECODE_LENGTH must be a positive integer; got -3'),
+    ({'max_decode_length': 0}, 'MAX_DECODE_LENGTH must be a positive integer; got 0'),
+    ({'checkpoint': jobs.Checkpoint('/no/such', params_dtype='int8')},
+     "PARAMS_DTYPE='int8' is not a floating dtype"),
+])
+def test_eval_run_settings_are_checked_first(settings, message, tmp_path):
+  with pytest.raises(ValueError, match=message):
+    jobs.EvalJob(**{'checkpoint': jobs.Checkpoint('/no/such'), 'mixture_or_task_name': 't',
+                    'output_dir': str(tmp_path / 'out'), **settings}).run()
+
+
+def test_temperature_of_the_wrong_form_names_the_flag_and_file(tmp_path):
+  config = network.T5Config(vocab_size=32, num_encoder_layers=3)
+  with pytest.raises(ValueError, match=r'TEMPERATURE=\(0\.9, 0\.8\): give one temperature, or 3 '
+                                       r'numbers \(one per encoder layer of checkpoint C, which '
+                                       r'has 3\); got 2 values'):
+    temperature.make_temperature(config, (0.9, 0.8), model='checkpoint C')
+  with pytest.raises(ValueError, match=r"TEMPERATURE='abc' is not a temperature: give a number "
+                                       r'\(e\.g\. TEMPERATURE=0\.8\) or a tuple of 3'):
+    temperature.make_temperature(config, 'abc')
+  cals = {'pmax_per_layer': tuple(schedule.Calibration(
+      'pmax_per_layer', L, 256, (0.9,) * 5) for L in (512, 1024))}
+  path = tmp_path / 's.json'
+  schedule.TemperatureSchedule(256, cals, 'pmax_per_layer').save(str(path))
+  with pytest.raises(ValueError, match=rf"temperature schedule {path} \(SCHEDULE_PATH\): strategy "
+                                       r"'pmax_per_layer' has 5 per-layer taus but checkpoint C "
+                                       r'has 3 encoder layers'):
+    temperature.make_temperature(config, schedule_path=str(path), model='checkpoint C')
+  assert temperature.make_temperature(config, (0.9, 0.8, 0.7)).constant == (0.9, 0.8, 0.7)
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+def test_a_nan_schedule_target_is_refused_before_the_checkpoint_loads(tmp_path, monkeypatch):
+  from t5align import jobs  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(runs.VOCAB))
+  path = runs.schedule_with_target(tmp_path / 's.json', float('nan'))
+
+  def fail(*unused_args, **unused_kwargs):
+    raise AssertionError('the checkpoint was read before the error')
+
+  monkeypatch.setattr(checkpoints, 'load_params', fail)
+  with pytest.raises(ValueError, match=rf"temperature schedule {path}: calibrations\['pmax'\]"
+                                       r"\[0\]\['target'\] holds nan"):
+    jobs.EvalJob(checkpoint=jobs.Checkpoint(str(runs.CKPT)), mixture_or_task_name=runs.TASK,
+                 output_dir=str(tmp_path / 'out'), schedule_path=str(path), num_examples=2,
+                 max_decode_length=4).run()
+
+
+@pytest.mark.tensorflow
+def test_vocabulary_larger_than_the_embedding_is_refused_before_work(tmp_path, repo_gin,
+                                                                     monkeypatch, no_load):
+  big = runs.vocabulary(tmp_path / 'big.model', extra_pieces=2000)
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', big)
+  with pytest.raises(ValueError, match=rf'vocabulary {big} \(task {runs.TASK}\) has 3000 pieces '
+                                       rf'but checkpoint {runs.CKPT} embeds 1024 ids: ids '
+                                       r'1024\.\.2999'):
+    conftest.run_eval(*runs.eval_args(tmp_path / 'out', runs.CKPT))
+  assert not (tmp_path / 'out' / runs.TASK / 'predictions.jsonl').exists()
+  # Ids out of range are refused wherever tokens meet the model.
+  with pytest.raises(ValueError, match=r"inputs: token ids \[1024\] are outside the model's "
+                                       r'0\.\.1023'):
+    validate.token_ids(np.array([[5, 1024, 1]]), 1024, 'inputs')
+  # Train: a vocabulary already in MODEL_DIR that the model cannot embed.
+  model_dir = tmp_path / 'train'
+  model_dir.mkdir()
+  shutil.copy(big, model_dir / assets.VOCAB_FILE)
+  model = network.Transformer(network.T5Config(vocab_size=1024, emb_dim=8, num_heads=2,
+                                               num_encoder_layers=1, num_decoder_layers=1,
+                                               head_dim=4, mlp_dim=16))
+  with pytest.raises(ValueError, match=r'sentencepiece.model has 3000 pieces but the model '
+                                       r'\(network.T5Config.vocab_size=1024\) embeds 1024 ids'):
+    jobs.TrainJob(model=model, model_dir=str(model_dir), num_steps=1, eval_lengths=()).run()
+  assert not list(model_dir.glob('checkpoint_*'))
+
+
+# A rerun into finished results: refused unless it is the same run (run.json).
+
+
+# Its tests share one xdist worker: it runs once (~15 s), and they rerun into it in order.
+@pytest.fixture(scope='module')
+def finished_eval(tmp_path_factory):
+  """(output folder, checkpoint copy): a finished eval of 2 passkey examples at tau = 1."""
+  root = tmp_path_factory.mktemp('eval')
+  checkpoint = root / 'model' / 'checkpoint_5000'
+  shutil.copytree(runs.CKPT, checkpoint)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv('T5ALIGN_VOCABULARY', str(runs.VOCAB))
+    mp.chdir(REPO_ROOT)
+    conftest.run_eval(*runs.eval_args(root / 'out', checkpoint))
+  folder = root / 'out' / runs.TASK
+  assert sorted(p.name for p in folder.iterdir()) == ['config.gin', 'metrics.json',
+                                                      'predictions.jsonl', 'run.json']
+  return root / 'out', checkpoint
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
+def test_a_replaced_checkpoint_at_the_same_path_is_another_run(finished_eval, tmp_path,
+                                                               repo_gin, monkeypatch):
+  out, checkpoint = finished_eval
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(runs.VOCAB))
+  params, _ = checkpoints.load_params(str(checkpoint))
+  params['decoder']['decoder_norm']['scale'] = params['decoder']['decoder_norm']['scale'] * 1.5
+  other = checkpoints.save_t5x_checkpoint(params, str(tmp_path), 5000)
+  moved = checkpoint.parent / 'moved'
+  checkpoint.rename(moved)
+  shutil.copytree(other, checkpoint)  # Other weights, same path.
+  try:
+    with pytest.raises(run_identity.RunMismatchError,
+                       match=r'holds results of a different run; differing fields \(before -> '
+                             r"now\): checkpoint\.bytes: .*checkpoint\.sha256: '[0-9a-f]{64}' -> "
+                             r"'[0-9a-f]{64}'\. Use another output folder"):
+      conftest.run_eval(*runs.eval_args(out, checkpoint))
+  finally:
+    shutil.rmtree(checkpoint)
+    moved.rename(checkpoint)
+  # The same weights under another path are the same run (the path is only informational).
+  copy = tmp_path / 'elsewhere' / 'checkpoint_5000'
+  shutil.copytree(checkpoint, copy)
+  before = (out / runs.TASK / 'predictions.jsonl').read_bytes()
+  conftest.run_eval(*runs.eval_args(out, copy))
+  assert (out / runs.TASK / 'predictions.jsonl').read_bytes() == before
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
+def test_another_vocabulary_file_is_another_run(finished_eval, tmp_path, repo_gin,
+                                                monkeypatch):
+  out, checkpoint = finished_eval
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', runs.vocabulary(tmp_path / 'other.model', rescore=True))
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'differing fields \(before -> now\): .*vocabulary\.sha256'):
+    conftest.run_eval(*runs.eval_args(out, checkpoint))
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
+def test_another_task_seed_is_another_run(finished_eval, repo_gin, monkeypatch):
+  out, checkpoint = finished_eval
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(runs.VOCAB))
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r"gin\.seqio_tasks\.options\.seed: null -> '7'.*"
+                           r'task_options\.seed: 0 -> 7'):
+    conftest.run_eval(*runs.eval_args(out, checkpoint,
+                                      '--gin_bindings=seqio_tasks.options.seed = 7'))
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+@pytest.mark.xdist_group('run_identity_finished_eval')
+def test_records_without_run_json_are_refused_and_metrics_state_the_records_taus(
+    finished_eval, repo_gin, monkeypatch):
+  out, checkpoint = finished_eval
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(runs.VOCAB))
+  folder = out / runs.TASK
+  metrics = json.loads((folder / 'metrics.json').read_text())
+  assert metrics['record_temperatures'] == {'distinct': 1, 'min': [1.0], 'max': [1.0],
+                                            'values': [[1.0]]}
+  run_json = (folder / 'run.json').read_text()
+  (folder / 'run.json').unlink()
+  try:
+    with pytest.raises(run_identity.RunMismatchError,
+                       match=rf'{folder} holds results but no record of the run that made them'):
+      conftest.run_eval(*runs.eval_args(out, checkpoint, '--gin.TEMPERATURE=0.5'))
+    # A run.json edited to say 0.5: metrics come from the records, which say 1.0.
+    edited = json.loads(run_json)
+    edited['temperature'], edited['label'] = 0.5, 'tau = 0.5'
+    (folder / 'run.json').write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match=r'records were made at temperatures \[\(1\.0,\)\], not '
+                                         r"this run's 0\.5"):
+      conftest.run_eval(*runs.eval_args(out, checkpoint, '--gin.TEMPERATURE=0.5'))
+  finally:
+    (folder / 'run.json').write_text(run_json)
+  assert json.loads((folder / 'metrics.json').read_text())['temperature'] == 1.0
+
+
+@pytest.mark.cli
+@pytest.mark.tensorflow
+def test_eval_through_a_repointed_link_uses_one_checkpoint_and_a_resume_is_refused(
+    tmp_path, monkeypatch):
+  monkeypatch.setenv('T5ALIGN_VOCABULARY', str(runs.VOCAB))
+  monkeypatch.chdir(REPO_ROOT)
+  eight, twelve = runs.two_checkpoints(tmp_path, runs.CKPT)
+  link = tmp_path / 'current'
+  os.symlink(eight, link)
+  fingerprint = run_identity.checkpoint_fingerprint
+
+  def fingerprint_then_repoint(path, **kwargs):
+    found = fingerprint(path, **kwargs)
+    runs.point(link, twelve)
+    return found
+
+  # The reference: the same eval of checkpoint_8 and of checkpoint_12, by their own paths.
+  for name, path in (('ref8', eight), ('ref12', twelve)):
+    conftest.run_eval(*runs.eval_args(tmp_path / name, path, '--gin.MODEL_NAME=m'))
+  reference = {n: (tmp_path / n / runs.TASK / 'predictions.jsonl').read_bytes()
+               for n in ('ref8', 'ref12')}
+  assert reference['ref8'] != reference['ref12']  # The two models' records differ.
+  with monkeypatch.context() as m:
+    m.setattr(run_identity, 'checkpoint_fingerprint', fingerprint_then_repoint)
+    conftest.run_eval(*runs.eval_args(tmp_path / 'out', str(link), '--gin.MODEL_NAME=m'))
+  folder = tmp_path / 'out' / runs.TASK
+  assert (folder / 'predictions.jsonl').read_bytes() == reference['ref8']
+  recorded = json.loads((folder / 'run.json').read_text())
+  assert recorded['checkpoint'] == fingerprint(eight)
+  assert (recorded['checkpoint_path'], recorded['checkpoint_resolved_path']) == (
+      str(link), os.path.realpath(eight))
+  # The link now names checkpoint_12: resuming into the folder is refused, naming the setting.
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=rf"checkpoint\.sha256: '[0-9a-f]{{64}}' -> '[0-9a-f]{{64}}'\. "
+                           r'Use another output folder \(or move this one away\)\. '
+                           rf'CHECKPOINT_PATH reads another checkpoint than the one these '
+                           rf'results were made from: {link} -> {twelve} now, {link} -> '
+                           rf'{os.path.realpath(eight)} then\.'):
+    conftest.run_eval(*runs.eval_args(tmp_path / 'out', str(link), '--gin.MODEL_NAME=m'))
+  assert (folder / 'predictions.jsonl').read_bytes() == reference['ref8']

@@ -1,5 +1,5 @@
 """Network tests: t5x fixtures (outputs, logits, statistics, greedy), parameter tree, temperature
-forms."""
+forms, and the row statistics of an all-padding batch refused."""
 from __future__ import annotations
 
 import dataclasses
@@ -427,3 +427,10 @@ def test_per_head_temperature_shape_errors(load_t5x_fixture):
                        (((0.9,) * 4, (0.9, -0.8, 1.0, 1.0)), 'must be finite and > 0')):
     with pytest.raises(ValueError, match=rf'T5Config.encoder_attention_temperature.*{message}'):
       dataclasses.replace(config, encoder_attention_temperature=bad)
+
+
+def test_mean_row_stats_of_an_all_padding_batch_raises():
+  stats = {'pmax_sum': np.zeros((2, 3, 4)), 'entropy_sum': np.zeros((2, 3, 4)),
+           'rows': np.zeros(3, np.int32)}
+  with pytest.raises(ValueError, match='no non-pad query row'):
+    network.mean_row_stats(stats)

@@ -22,14 +22,21 @@ recomputed here from the folder's predictions (RULER's postprocessing, case-inse
 match, `round(mean * 100, 2)`), every example's temperature against the schedule's entry for its
 task, the table's cells against the means of the metrics.json scores.
 
-SCROLLS has no run here: its data is TFDS', which its tasks' tests mock (tasks_test.py).
+SCROLLS: TFDS' `scrolls` mocked (`mock_scrolls`, as tasks_test.py reads it) with Qasper and
+NarrativeQA validation rows, one id with two rows (two references) -> `t5align.eval` at tau = 1
+and 0.8 on `t5align_scrolls_{qasper,narrative_qa}_512` -> `t5align.report`'s SCROLLS table.
+Checked: each task's score against SQuAD's token F1 (the suite's metric for both: lower-cased,
+punctuation and articles dropped), max over an id's references, recomputed here from the
+predictions, one prediction per id, and the table's cells against metrics.json.
 """
 from __future__ import annotations
 
+import collections
 import csv
 import json
 import pathlib
 import re
+import string
 
 import numpy as np
 import pytest
@@ -47,12 +54,15 @@ VOCABULARY = SHIPPED / 'sentencepiece.model'
 @pytest.mark.slow
 @pytest.mark.tensorflow
 @pytest.mark.usefixtures('clean_gin')
-@pytest.mark.parametrize('suite', ['zeroscrolls', 'ruler'])
-def test_end_to_end_on_the_shipped_model(suite, tmp_path, monkeypatch):
+@pytest.mark.parametrize('suite', ['zeroscrolls', 'scrolls', 'ruler'])
+def test_end_to_end_on_the_shipped_model(suite, tmp_path, monkeypatch, request):
   pytest.importorskip('seqio')
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   monkeypatch.chdir(REPO_ROOT)
-  {'zeroscrolls': _zeroscrolls, 'ruler': _ruler}[suite](tmp_path, monkeypatch)
+  if suite == 'scrolls':
+    _scrolls(tmp_path, request.getfixturevalue('mock_scrolls'))
+  else:
+    {'zeroscrolls': _zeroscrolls, 'ruler': _ruler}[suite](tmp_path, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,6 +224,87 @@ def _zeroscrolls(tmp_path: pathlib.Path, monkeypatch) -> None:
     assert got[task] == {r['id']: r['prediction'] for r in records}
     i = tasks.index(f't5align_zeroscrolls_{task}_{LENGTH}')
     assert all(r['tau'] == pytest.approx([0.9 - 0.02 * i]) for r in records), task
+
+
+# ---------------------------------------------------------------------------------------------
+# SCROLLS.
+
+# Records of the kind the shipped model retrieves from (its 'lines' task), so that its answers
+# share tokens with the references.
+SCROLLS_LINES = ''.join(f'line w{i}-x{i}: REGISTER_CONTENT is <{100 + i}>\n' for i in range(20))
+SCROLLS_ROWS = {  # config -> validation rows {id, pid, input, output}; q1 has two references.
+    config: [{'id': f'{config}-q1', 'pid': f'{config}-q1_0',
+              'input': f'{SCROLLS_LINES}Tell me what is the number in line w7-x7?',
+              'output': 'line w7-x7: REGISTER_CONTENT is <107>'},
+             {'id': f'{config}-q2', 'pid': f'{config}-q2_0',
+              'input': f'{SCROLLS_LINES}Tell me what is the number in line w3-x3?',
+              'output': 'The number is 103.'},
+             {'id': f'{config}-q1', 'pid': f'{config}-q1_1',
+              'input': f'{SCROLLS_LINES}Tell me what is the number in line w7-x7?',
+              'output': '107'}]
+    for config in ('qasper', 'narrative_qa')}
+
+
+def _squad_f1(prediction: str, reference: str) -> float:
+  """SQuAD's token F1 x 100, written out: lower-case, drop punctuation and the articles a, an
+  and the, split on whitespace; 2PR / (P + R) over the tokens both hold (with repeats)."""
+  def tokens(text):
+    text = ''.join(c for c in text.lower() if c not in string.punctuation)
+    return re.sub(r'\b(a|an|the)\b', ' ', text).split()
+  ours, theirs = tokens(prediction), tokens(reference)
+  common = sum((collections.Counter(ours) & collections.Counter(theirs)).values())
+  if not common:
+    return 0.0
+  precision, recall = common / len(ours), common / len(theirs)
+  return 100 * 2 * precision * recall / (precision + recall)
+
+
+def _scrolls(tmp_path: pathlib.Path, mock_scrolls) -> None:
+  """Mocked TFDS rows -> eval (tau = 1, 0.8) -> table."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from t5align import eval as t5align_eval  # pylint: disable=g-import-not-at-top
+  from t5align import report  # pylint: disable=g-import-not-at-top
+  tasks = [f't5align_scrolls_{c}_{LENGTH}' for c in SCROLLS_ROWS]
+  runs = {}
+  with mock_scrolls({(c, 'validation'): rows for c, rows in SCROLLS_ROWS.items()}):
+    for name, tau in (('tau1', '1.0'), ('tau08', '0.8')):
+      gin.clear_config()
+      runs[name] = tmp_path / name
+      results = t5align_eval.main([
+          '--gin_file=gin/runs/eval.gin', *_zs_common(),
+          f'--gin.MIXTURE_OR_TASK_NAME={",".join(tasks)}',
+          "--gin_bindings=jobs.EvalJob.split = 'validation'", '--gin.MAX_DECODE_LENGTH=24',
+          '--gin.BATCH_SIZE=2', f'--gin.TEMPERATURE={tau}', f'--gin.EVAL_OUTPUT_DIR={runs[name]}'])
+      assert sorted(results) == sorted(tasks)
+  scores = {}
+  for name in runs:
+    for config, rows in SCROLLS_ROWS.items():
+      folder = runs[name] / f't5align_scrolls_{config}_{LENGTH}'
+      records = _zs_records(folder)
+      assert sorted(r['id'] for r in records) == [f'{config}-q1', f'{config}-q2']  # One per id.
+      references = {}
+      for row in rows:
+        references.setdefault(row['id'], []).append(row['output'])
+      want = np.mean([max(_squad_f1(r['prediction'], g) for g in references[r['id']])
+                      for r in records])
+      metrics = json.loads((folder / 'metrics.json').read_text())
+      assert (metrics['table'], metrics['num_examples']) == ('scrolls', 2)
+      assert metrics['metrics'][metrics['primary_metric']] == pytest.approx(want, abs=1e-4)
+      tau = {'tau1': 1.0, 'tau08': 0.8}[name]
+      assert all(r['tau'] == [pytest.approx(tau)] for r in records)
+      scores[(name, metrics['column'])] = metrics['metrics'][metrics['primary_metric']]
+  out = tmp_path / 'scrolls.md'
+  assert report.main([str(runs['tau1']), str(runs['tau08']), '--output', str(out)]) == 0
+  text = out.read_text()
+  header = next(line for line in text.splitlines() if '| Qspr |' in line)
+  columns = [c.strip() for c in header.split('|')[1:-1]]
+  assert any(scores.values())  # Some prediction overlaps a reference: the F1s are not all 0.
+  for label, name in (('tau = 1', 'tau1'), ('tau = 0.8', 'tau08')):
+    row = next(line for line in text.splitlines()
+               if line.startswith('| retrieval_t5') and f'| {label} |' in line)
+    cells = dict(zip(columns, (c.strip() for c in row.split('|')[1:-1])))
+    for column in ('Qspr', 'Nrtv'):
+      assert cells[column] == f'{scores[(name, column)]:.1f}', text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_sentencepiece_path_equal_instances_hash_equal(tasks, monkeypatch, tmp_p
 
 
 def test_hf_tokenizer_path_equal_instances_hash_equal(tasks, monkeypatch, tmp_path):
-  from vocabularies_test import train_bpe  # pylint: disable=g-import-not-at-top
+  from model.vocabularies_test import train_bpe  # pylint: disable=g-import-not-at-top
   path = train_bpe(tmp_path / 'bpe')['json']
   monkeypatch.setenv(tasks.ENV_VOCABULARY, path)
   one, two = tasks.ConfiguredVocabulary(), tasks.ConfiguredVocabulary()

@@ -290,6 +290,29 @@ def test_a_synthetic_runs_record_of_format_1_reads_as_todays(tmp_path):
                             what='MODEL_DIR', hint='')
 
 
+def test_a_fine_tuning_runs_record_of_format_1_reads_as_todays(tmp_path):
+  """A fine-tuning run's run.json as format 1 wrote it (no synthetic-data settings; the task, the
+  initial checkpoint's content and the task vocabulary's) reads as today's record of the same
+  job: its initial checkpoint read in float32, as format 1's runs read it."""
+  job = _job(tmp_path, config=TINY)
+  start = job.initial_checkpoint
+  now = job.identity({'vocabulary': {'sha256': 'v', 'bytes': 1}})
+  assert now['settings']['initial_checkpoint'] == {'params_dtype': 'float32'}
+  assert 'mix' not in now['settings'] and 'vocab_size' not in now['settings']
+  format_1 = {  # What 0f3d22d's TrainJob wrote for this fine-tuning job.
+      'batch_size': BATCH, 'config': now['config'], 'input_length': L_IN, 'learning_rate': 1e-3,
+      'num_steps': 4, 'optimizer': 'adafactor', 'per_example_loss': False,
+      'schedule': 'constant', 'seed': 0, 'target_length': L_OUT, 'warmup_steps': 0,
+      'weight_decay': 0.0, 'mixture_or_task_name': TASK,
+      'checkpoint': run_identity.checkpoint_fingerprint(start.resolved),
+      'checkpoint_path': start.path, 'checkpoint_resolved_path': start.resolved,
+      'vocabulary': {'sha256': 'v', 'bytes': 1}}
+  run_identity.check_same(format_1, now, kind='train', what='MODEL_DIR', hint='')
+  with pytest.raises(run_identity.RunMismatchError, match=r'settings\.mixture_or_task_name'):
+    run_identity.check_same({**format_1, 'mixture_or_task_name': 'other'}, now, kind='train',
+                            what='MODEL_DIR', hint='')
+
+
 def test_the_constant_schedule_is_t5x_fine_tuning_rate():
   """'constant': the peak after a linear warmup (none: from step 0), as t5x's fine-tuning."""
   flat = training.OptimizerConfig(1e-3, 0, schedule='constant').learning_rate_schedule(100)

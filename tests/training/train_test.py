@@ -1,5 +1,9 @@
-"""Tests for t5align/train.py, shipped/train_data.py, shipped/heldout.py, the vocabulary training
-and the shipped model."""
+"""Tests for t5align/train.py, jobs.TrainJob, shipped/train_data.py, shipped/heldout.py, the
+vocabulary training and the shipped model.
+
+TrainJob's settings (NUM_STEPS, CHECKPOINT_EVERY, the optimizer's) are refused before any work; a
+resume into MODEL_DIR with other settings is refused, naming them; a torn train_log.jsonl line and
+a checkpoint_N.tmp-* folder left by a kill are repaired when train starts."""
 from __future__ import annotations
 
 import json
@@ -16,6 +20,7 @@ import pytest
 
 from t5align import checkpoints
 from t5align import jobs
+from t5align.jobs import train_job
 from t5align import network
 from t5align import run_identity
 from t5align.shipped import assets
@@ -397,3 +402,83 @@ def test_shipped_model_retrieves_lines_on_a_sample_it_was_never_chosen_on(shippe
                                         tasks=('lines',), length=L_TR, num_examples=50,
                                         seed=4242, batch_size=25)
   assert accuracy['lines'] >= 90.0, accuracy
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings checked before work; a resume only of the same run; repairs when train starts.
+
+
+@pytest.mark.parametrize('num_steps', [-3, 0])
+def test_train_refuses_a_non_positive_num_steps(tmp_path, num_steps):
+  with pytest.raises(ValueError, match=rf'NUM_STEPS must be a positive integer; got {num_steps}'):
+    jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
+                  model_dir=str(tmp_path / 'm'), num_steps=num_steps).run()
+  assert not list((tmp_path / 'm').glob('*.model'))
+
+
+@pytest.mark.parametrize('setting, message', [
+    ({'checkpoint_every': 0}, 'CHECKPOINT_EVERY must be a positive integer; got 0'),
+    ({'optimizer': training.OptimizerConfig(learning_rate='abc')},
+     r"LEARNING_RATE must be a positive number, e\.g\. LEARNING_RATE=0\.01; got 'abc'"),
+    ({'optimizer': training.OptimizerConfig(warmup_steps=-1)},
+     'WARMUP_STEPS must be an integer >= 0; got -1'),
+    ({'optimizer': training.OptimizerConfig(name='sgd')},
+     r"OPTIMIZER='sgd'; expected one of 'adamw', 'adafactor'"),
+])
+def test_train_settings_are_checked_before_work(tmp_path, setting, message):
+  with pytest.raises(ValueError, match=message):
+    jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
+                  model_dir=str(tmp_path / 'm'), **setting).run()
+  assert not (tmp_path / 'm' / assets.VOCAB_FILE).exists()
+
+
+def test_train_resumes_only_the_run_its_checkpoints_came_from(tmp_path, monkeypatch):
+  class Started(Exception):
+    pass
+
+  def stop(*unused_args, **unused_kwargs):
+    raise Started()
+
+  monkeypatch.setattr(train_job.vocabularies, 'train_sentencepiece', stop)  # Just after the checks.
+  model = network.Transformer(network.T5Config(vocab_size=1024))
+  with pytest.raises(Started):
+    jobs.TrainJob(model=model, model_dir=str(tmp_path),
+                  optimizer=training.OptimizerConfig(learning_rate=1e-3)).run()
+  assert json.loads((tmp_path / 'run.json').read_text())['settings']['optimizer'][
+      'learning_rate'] == 1e-3
+  (tmp_path / 'checkpoint_2').mkdir()  # What checkpoint_steps counts as a result.
+  (tmp_path / 'checkpoint_2' / 'checkpoint').write_bytes(b'')
+  pathlib.Path(training.train_state_path(str(tmp_path), 2)).write_bytes(b'')
+  with pytest.raises(run_identity.RunMismatchError,
+                     match=r'differing fields \(before -> now\): '
+                           r'settings\.optimizer\.learning_rate: 0\.001 -> 0\.002'):
+    jobs.TrainJob(model=model, model_dir=str(tmp_path),
+                  optimizer=training.OptimizerConfig(learning_rate=2e-3)).run()
+  with pytest.raises(Started):  # The same settings resume.
+    jobs.TrainJob(model=model, model_dir=str(tmp_path),
+                  optimizer=training.OptimizerConfig(learning_rate=1e-3)).run()
+
+
+def test_torn_train_log_and_tmp_checkpoint_are_repaired_when_train_starts(tmp_path, monkeypatch):
+  log = tmp_path / 'train_log.jsonl'
+  log.write_text('{"step": 20, "loss": 2.0, "step_s": 0.5, "token_accuracy": 0.1}\n'
+                 '{"step": 40, "loss": 1.')
+  (tmp_path / 'checkpoint_40.tmp-k3j').mkdir()  # A kill while writing checkpoint_40.
+  with pytest.raises(ValueError, match=rf'{log}:2: not a JSON record'):
+    training.logged_training(str(tmp_path))  # What the end of a resumed run used to hit.
+
+  class Started(Exception):
+    pass
+
+  def stop(*unused_args, **unused_kwargs):
+    raise Started()
+
+  # Just after the repairs.
+  monkeypatch.setattr(train_job.vocabularies, 'train_sentencepiece', stop)
+  with pytest.raises(Started):
+    jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
+                  model_dir=str(tmp_path)).run()
+  assert log.read_text().count('\n') == 1
+  assert not (tmp_path / 'checkpoint_40.tmp-k3j').exists()
+  assert training.logged_training(str(tmp_path)) == {'loss': 2.0, 'token_accuracy': 0.1,
+                                                  'loop_s': 10.0}

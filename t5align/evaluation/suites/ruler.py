@@ -1,6 +1,7 @@
 """RULER's table, shaped like RULER's README: a row per model and temperature, a column per input
-length, a cell the mean over its 13 tasks (in its README's order: `seqio_tasks.ruler.TASKS`, which
-the tasks' metrics.json name as their 'column'); per task on request."""
+length, a cell the mean over its 13 tasks (in its README's order; their one place:
+`seqio_tasks.ruler.TASKS` reads them here; the tasks' metrics.json name them as their 'column');
+per task on request."""
 from t5align.evaluation.suites import layout
 
 LAYOUT = layout.LengthColumns(

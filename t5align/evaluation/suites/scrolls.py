@@ -1,8 +1,8 @@
 """SCROLLS' table, shaped like its leaderboard: Avg first, its 7 tasks' columns in the
-leaderboard's order and abbreviations (`seqio_tasks.scrolls.COLUMNS`' values, which the tasks'
-metrics.json name as their 'column'), ROUGE-1/2/L for the summaries, the published rows from
-scrolls_published.json (QuALITY's published cell: EM on the whole test set / its hard subset;
-ours: the whole split)."""
+leaderboard's order and abbreviations (their one place: `seqio_tasks.scrolls.COLUMNS` reads them
+here; the tasks' metrics.json name them as their 'column'), ROUGE-1/2/L for the summaries, the
+published rows from scrolls_published.json (QuALITY's published cell: EM on the whole test set /
+its hard subset; ours: the whole split)."""
 import os
 
 from t5align.evaluation.suites import layout

@@ -1,6 +1,6 @@
 """ZeroSCROLLS' table, shaped like the suite's paper (Tables 3 and 4): its 10 tasks' columns in the
-paper's order and abbreviations (`seqio_tasks.zeroscrolls.COLUMNS`' values, which the tasks'
-metrics.json name as their 'column'), Avg after them, the published rows from
+paper's order and abbreviations (their one place: `seqio_tasks.zeroscrolls.COLUMNS` reads them
+here; the tasks' metrics.json name them as their 'column'), Avg after them, the published rows from
 zeroscrolls_published.json."""
 import os
 
