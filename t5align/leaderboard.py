@@ -39,6 +39,7 @@ import re
 import sys
 from typing import Mapping, Sequence
 
+from t5align import run_identity
 from t5align.runtime import fileio
 from t5align.runtime import outputs
 
@@ -154,8 +155,10 @@ def read_predictions(folder: str, allow_incomplete: bool = False) -> dict[str, s
       `allow_incomplete`), a record without a string 'id' and 'prediction', or an id with two
       different predictions.
   """
-  run = outputs.read_json(os.path.join(folder, 'run.json'), 'run record')
-  split = run.get('split') if isinstance(run, dict) else None
+  run_file = os.path.join(folder, 'run.json')
+  run = run_identity.upgrade(outputs.read_json(run_file, 'run record'), 'eval', run_file)
+  settings = run.get('settings') if isinstance(run, dict) else None
+  split = settings.get('split') if isinstance(settings, dict) else None
   if split != 'test':
     raise ValueError(f'{folder} holds predictions for the split {split!r}; the leaderboard takes '
                      "the 'test' split: evaluate with t5align.eval's default split.")

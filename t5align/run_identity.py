@@ -405,10 +405,11 @@ def _format_1_to_2(record: dict[str, Any], kind: str) -> dict[str, Any]:
   return out
 
 
-def upgrade(record: Any, kind: str) -> Any:
-  """A recorded identity (`kind`: one of `KINDS`) in today's format (`FORMAT`): the one place
-  records of an earlier format are converted, on read, as t5x and gemma convert checkpoints. A
-  record that is not an object is returned as it is (`check_same` refuses it)."""
+def upgrade(record: Any, kind: str, source: str = 'a run record') -> Any:
+  """A recorded identity (`kind`: one of `KINDS`; `source`: where it was read, for errors) in
+  today's format (`FORMAT`): the one place records of an earlier format are converted, on read,
+  as t5x and gemma convert checkpoints. A record that is not an object is returned as it is
+  (`check_same` refuses it)."""
   if kind not in KINDS:
     raise ValueError(f'kind={kind!r}; expected one of {KINDS}.')
   if not isinstance(record, Mapping):
@@ -416,7 +417,7 @@ def upgrade(record: Any, kind: str) -> Any:
   record = dict(record)
   version = record.get('format', 1)
   if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT:
-    raise ValueError(f'a run record of format {version!r}: this t5align reads formats 1 to '
+    raise ValueError(f'{source} is of format {version!r}: this t5align reads formats 1 to '
                      f'{FORMAT} (a newer t5align wrote it?).')
   if version == 1:
     record = _format_1_to_2(record, kind)

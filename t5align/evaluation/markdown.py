@@ -6,9 +6,11 @@ from typing import Any, Collection, Mapping, Sequence
 
 
 def split_of(result: Mapping[str, Any]) -> str | None:
-  """The split a result was evaluated on (its run.json's 'split'); None without a run.json."""
+  """The split a result was evaluated on (its run.json's, in today's format: 'settings'); None
+  without a run.json."""
   run = result.get('run')
-  split = run.get('split') if isinstance(run, Mapping) else None
+  settings = run.get('settings') if isinstance(run, Mapping) else None
+  split = settings.get('split') if isinstance(settings, Mapping) else None
   return split if isinstance(split, str) else None
 
 

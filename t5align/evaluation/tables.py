@@ -71,8 +71,8 @@ def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
         raise ValueError(f'metrics file {path}: {key!r} is {result[key]!r}; expected a string.')
     result['path'] = path
     run_file = os.path.join(os.path.dirname(path), 'run.json')
-    result['run'] = (outputs.read_json(run_file, 'run record') if fileio.exists(run_file)
-                     else None)
+    result['run'] = (run_identity.upgrade(outputs.read_json(run_file, 'run record'), 'eval',
+                                          run_file) if fileio.exists(run_file) else None)
     results.append(result)
   return separate_runs(results)
 

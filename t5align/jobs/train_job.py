@@ -225,7 +225,7 @@ class TrainJob:
   def identity(self, facts: Mapping[str, Any]) -> dict[str, Any]:
     """run.json: the settings (fine-tuning: less those of the synthetic data), the model's
     config, the initial checkpoint's content when fine-tuning, and `facts` (the vocabulary's
-    content: `_vocabulary_facts`)."""
+    content, once the run has one)."""
     cfg = self.model.config
     settings = run_identity.settings_record(self)
     if self.finetuning:

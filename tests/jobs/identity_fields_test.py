@@ -239,3 +239,16 @@ def test_every_record_carries_its_format():
                    _train_identity(jobs.TrainJob(model=model, model_dir='/m'))):
     assert identity['format'] == run_identity.FORMAT == 2
     assert 'gin' not in identity
+
+
+@pytest.mark.parametrize('cls', [jobs.EvalJob, jobs.CalibrationJob, jobs.TrainJob])
+def test_every_job_is_a_job_of_one_shape(cls):
+  """`jobs.Job`: the pre-flight takes any of them; `programs` and `identity` have one
+  signature."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  assert isinstance(cls(), jobs.Job)
+  assert list(inspect.signature(cls.programs).parameters) == [
+      'self', 'config', 'mesh', 'params', 'length']
+  assert inspect.signature(cls.programs).parameters['length'].kind == inspect.Parameter.KEYWORD_ONLY
+  assert list(inspect.signature(cls.identity).parameters) == ['self', 'facts']
+  assert cls.KIND in run_identity.KINDS

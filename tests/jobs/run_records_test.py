@@ -79,8 +79,8 @@ def test_a_format_1_record_is_upgraded_once_on_read():
 
 
 @pytest.mark.parametrize('record, kind, message', [
-    ({'format': 3}, 'eval', r'a run record of format 3: this t5align reads formats 1 to 2'),
-    ({'format': 'x'}, 'eval', r"a run record of format 'x'"),
+    ({'format': 3}, 'eval', r'a run record is of format 3: this t5align reads formats 1 to 2'),
+    ({'format': 'x'}, 'eval', r"a run record is of format 'x'"),
     ({}, 'evaluation', r"kind='evaluation'; expected one of \('eval', 'calibration'"),
 ])
 def test_a_record_of_an_unknown_format_is_refused(record, kind, message):

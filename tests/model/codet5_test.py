@@ -81,7 +81,7 @@ def test_codet5_code_completion_and_truncation_row(codet5, tmp_path, monkeypatch
   # greedy decode run here directly on the BPE tokens gives its predictions.
   task_dir = tmp_path / 'trunc' / 't5align_code_completion_lcc'
   run = json.loads((task_dir / 'run.json').read_text())
-  assert run['truncate_inputs'] == TRUNCATE
+  assert run['settings']['truncate_inputs'] == TRUNCATE
   records = [json.loads(l) for l in (task_dir / 'predictions.jsonl').read_text().splitlines()]
   lcc = [json.loads(l) for l in pathlib.Path(codet5[4]).read_text().splitlines()]
   model = network.Transformer(config)

@@ -81,8 +81,8 @@ def test_eval_two_processes_kill_resume_equal_one_process(tmp_path, processes, m
   after = _records(predictions)
   assert sorted(r['index'] for r in after) == list(range(NUM_EXAMPLES))  # Each exactly once.
   assert after[:len(before)] == before  # Nothing redone.
-  assert sorted(p.name for p in folder.iterdir()) == ['metrics.json', 'predictions.jsonl',
-                                                      'run.json']
+  assert sorted(p.name for p in folder.iterdir()) == ['config.gin', 'metrics.json',
+                                                      'predictions.jsonl', 'run.json']
   # The same predictions (and record fields) as one process.
   assert sorted(after, key=lambda r: r['index']) == reference
   metrics = [json.loads((o / task / 'metrics.json').read_text()) for o in (tmp_path / 'one', out)]
@@ -121,7 +121,9 @@ def test_calibrate_two_processes_equal_one_process(tmp_path, processes, clean_gi
   processes(['t5align.calibrate', *args, f'--gin.OUTPUT_PATH={two_dir / "schedule.json"}',
              '--gin.MESH_SHAPE=(2, 2, 2)'], tmp_path / 'logs',
             env={'T5ALIGN_VOCABULARY': str(VOCABULARY)}).wait()
-  assert [p.name for p in two_dir.iterdir()] == ['schedule.json']  # No temporaries left.
+  # No temporaries left: the schedule and gin's configuration beside it.
+  assert sorted(p.name for p in two_dir.iterdir()) == ['schedule.json',
+                                                       'schedule.json.config.gin']
   one, two = (schedule.load_schedule(str(p)) for p in (one_path, two_dir / 'schedule.json'))
   assert two.provenance['process_count'] == 2 and two.provenance['device_count'] == 8
   assert two.provenance['settings']['mesh'] == {'tau': 2, 'data': 2, 'model': 2}

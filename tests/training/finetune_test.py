@@ -196,10 +196,10 @@ def test_finetuning_starts_from_the_checkpoint_and_lowers_the_loss(tmp_path, scr
       'targets'] > 0
   assert summary['trimmed']['inputs'] == sum(r['inputs_trimmed'] for r in steps)
   record = json.loads((tmp_path / 'run' / 'run.json').read_text())
-  assert record['mixture_or_task_name'] == TASK
+  assert record['settings']['mixture_or_task_name'] == TASK
   assert record['checkpoint'] == run_identity.checkpoint_fingerprint(str(CHECKPOINT))
   assert record['vocabulary'] == run_identity.file_fingerprint(str(VOCABULARY))
-  assert not {'mix', 'vocab_size', 'length_power', 'min_units'} & set(record)
+  assert not {'mix', 'vocab_size'} & set(record['settings'])
   assert not (tmp_path / 'run' / assets.VOCAB_FILE).exists()  # Nothing trained.
 
 
