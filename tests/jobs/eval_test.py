@@ -390,8 +390,9 @@ def _run_result(folder, accuracy, **changes):
 
 @pytest.mark.parametrize('changes, shown', [
     ({'max_decode_length': 2}, 'max_decode_length=2'),
+    # run.json of format 1, read as today's: its params_dtype a setting of the checkpoint.
     ({'config.dtype': 'bfloat16', 'params_dtype': 'bfloat16'},
-     'config.dtype=bfloat16, params_dtype=bfloat16'),
+     'config.dtype=bfloat16, settings.checkpoint.params_dtype=bfloat16'),
     ({'config.attention_impl': 'blockwise'}, 'config.attention_impl=blockwise'),
     ({'num_examples': 2, 'examples_sha256': 'c' * 64}, 'examples_sha256=cccccccc, num_examples=2'),
     ({'checkpoint.sha256': 'd' * 64}, 'checkpoint.sha256=dddddddd'),
