@@ -183,9 +183,12 @@ def test_interpret_mode_matches_reference(case):
   kernel hangs (seen here, with and without the schedule barrier; faulthandler showed every
   thread waiting on a barrier or for an XLA thread).
   """
-  env = dict(os.environ, NPROC=str(max(8, os.cpu_count() or 1)),
-             JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'))
   root = pathlib.Path(__file__).resolve().parents[2]
+  # tests/ for the helpers it imports (abstract_devices), as pytest's rootdir gives them.
+  env = dict(os.environ, NPROC=str(max(8, os.cpu_count() or 1)),
+             JAX_PLATFORMS=os.environ.get('JAX_PLATFORMS', 'cpu'),
+             PYTHONPATH=os.pathsep.join([str(root / 'tests'), str(root),
+                                         os.environ.get('PYTHONPATH', '')]))
   result = subprocess.run([sys.executable, __file__, case], env=env, cwd=root,
                           capture_output=True, text=True, timeout=1200)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
