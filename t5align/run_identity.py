@@ -262,7 +262,7 @@ def unrecorded(why: str, default: Any = dataclasses.MISSING) -> Any:
 
 
 def make(*, checkpoint: str | None = None, vocabulary: Any = None,
-         files: Mapping[str, str | None] | None = None, facts: Mapping[str, Any] | None = None,
+         facts: Mapping[str, Any] | None = None,
          settings: Mapping[str, Any] | None = None, resolved_checkpoint: str | None = None,
          fingerprint: bool = True) -> dict[str, Any]:
   """A run identity of format `FORMAT` (JSON values only): how every job's record is formed
@@ -274,7 +274,6 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
       resolved path), 'checkpoint_path' (as given) and 'checkpoint_resolved_path' (both
       informational: `INFORMATIONAL` fields are not compared).
     vocabulary: anything `vocabulary_fingerprint` takes.
-    files: {field: path (or None)} of data files, each recorded as its `file_fingerprint`.
     facts: what else the results depend on (JSON-able), at the top level.
     settings: the job's settings (`settings_record`), as 'settings'.
     resolved_checkpoint: where the run reads `checkpoint` from (`jobs.common.Checkpoint.resolved`);
@@ -290,8 +289,6 @@ def make(*, checkpoint: str | None = None, vocabulary: Any = None,
     out['checkpoint_resolved_path'] = resolved
   if vocabulary is not None:
     out['vocabulary'] = vocabulary_fingerprint(vocabulary)
-  for field, path in (files or {}).items():
-    out[field] = None if path is None else file_fingerprint(path)
   out['jax_default_matmul_precision'] = matmul_precision()
   out.update(facts or {})
   if settings is not None:

@@ -130,12 +130,9 @@ class CalibrationJob:
   KIND: ClassVar[str] = 'calibration'
 
   def __post_init__(self):
-    common.check_checkpoint(self, 'checkpoint')
-    if not isinstance(self.search, calibration.SearchSettings):
-      raise TypeError(f'jobs.CalibrationJob.search={self.search!r}: expected a '
-                      'calibration.SearchSettings (in gin: search = '
-                      '@calibration.SearchSettings(), its fields bound as '
-                      'calibration.SearchSettings.NAME).')
+    common.check_settings_objects(self, {
+        'checkpoint': (common.Checkpoint, 'jobs.Checkpoint'),
+        'search': (calibration.SearchSettings, 'calibration.SearchSettings')})
 
   @property
   def params_dtype(self) -> str:

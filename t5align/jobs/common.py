@@ -93,15 +93,20 @@ class Checkpoint:
     return run_identity.checkpoint_fingerprint(self.resolved)
 
 
-def check_checkpoint(job: Any, field: str) -> None:
-  """Refuses anything but a `Checkpoint` (or None) in `job`'s `field`, naming the field and the
-  form it takes: a path given there (the jobs once took one) is told where the path goes."""
-  value = getattr(job, field)
-  if value is not None and not isinstance(value, Checkpoint):
-    raise TypeError(
-        f'jobs.{type(job).__name__}.{field}={value!r}: expected a jobs.Checkpoint (in gin: '
-        f'{field} = @jobs.Checkpoint(), its path bound as jobs.Checkpoint.path; in Python: '
-        f'{field}=jobs.Checkpoint(path)).')
+def check_settings_objects(job: Any, objects: Mapping[str, tuple[type, str]]) -> None:
+  """Refuses anything but its settings object in each of `job`'s `objects` ({field: (class,
+  gin name)}; None passes for a `Checkpoint`, a job's check names it), naming the field and the
+  form it takes: a path given where a `Checkpoint` goes (the jobs once took one) is told where
+  the path goes."""
+  for field, (kind, name) in objects.items():
+    value = getattr(job, field)
+    if isinstance(value, kind) or (value is None and kind is Checkpoint):
+      continue
+    fields = ('its path bound as jobs.Checkpoint.path' if kind is Checkpoint
+              else f'its fields bound as {name}.NAME')
+    example = 'path' if kind is Checkpoint else '...'
+    raise TypeError(f'jobs.{type(job).__name__}.{field}={value!r}: expected a {name} (in gin: '
+                    f'{field} = @{name}(), {fields}; in Python: {field}={name}({example})).')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,7 +112,7 @@ class EvalJob:
   KIND: ClassVar[str] = 'eval'
 
   def __post_init__(self):
-    common.check_checkpoint(self, 'checkpoint')
+    common.check_settings_objects(self, {'checkpoint': (common.Checkpoint, 'jobs.Checkpoint')})
 
   @property
   def params_dtype(self) -> str:

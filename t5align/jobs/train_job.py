@@ -164,12 +164,10 @@ class TrainJob:
   KIND: ClassVar[str] = 'train'
 
   def __post_init__(self):
-    common.check_checkpoint(self, 'initial_checkpoint')
-    for field, kind, name in (('optimizer', training.OptimizerConfig, 'training.OptimizerConfig'),
-                              ('mix', train_data.Mix, 'train_data.Mix')):
-      if not isinstance(getattr(self, field), kind):
-        raise TypeError(f'jobs.TrainJob.{field}={getattr(self, field)!r}: expected a {name} '
-                        f'(in gin: {field} = @{name}(), its fields bound as {name}.NAME).')
+    common.check_settings_objects(self, {
+        'optimizer': (training.OptimizerConfig, 'training.OptimizerConfig'),
+        'mix': (train_data.Mix, 'train_data.Mix'),
+        'initial_checkpoint': (common.Checkpoint, 'jobs.Checkpoint')})
 
   @property
   def params_dtype(self) -> str:

@@ -133,11 +133,11 @@ def test_every_field_is_classified(cls, table):
 
 
 def _leaves(record, prefix=''):
-  """The dotted fields of a settings record (a settings object's as 'checkpoint.params_dtype';
-  the settings objects a default job holds)."""
+  """The dotted fields of a settings record (a settings object's as 'checkpoint.params_dtype':
+  in a default job's record, only the settings objects are objects)."""
   out = []
   for key, value in record.items():
-    if isinstance(value, dict) and key not in ('mix', 'reference_tasks') or key == 'mix':
+    if isinstance(value, dict):
       out += _leaves(value, f'{prefix}{key}.')
     else:
       out.append(prefix + key)
