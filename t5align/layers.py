@@ -187,6 +187,8 @@ class MultiHeadDotProductAttention(nn.Module):
   # The options object of `attention_impl` (`dispatch.IMPLEMENTATIONS[...].options`: tiles, launch
   # parameters); None: its defaults.
   options: Any = None
+  # How the encoder's self-attention reads the bias table (`reference.OffsetMap`, static).
+  offset_map: reference.OffsetMap = reference.OffsetMap()
 
   @nn.compact
   def __call__(
@@ -276,7 +278,7 @@ class MultiHeadDotProductAttention(nn.Module):
         query, key, value, rel_embedding=rel_embedding, segment_ids=segment_ids,
         temperature=temperature, impl=self.attention_impl, dtype=self.dtype,
         float32_logits=self.float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
-        dropout_rate=self.dropout_rate, options=self.options)
+        dropout_rate=self.dropout_rate, options=self.options, offset_map=self.offset_map)
     if with_stats:
       # [b, 1, l] valid query rows. Padding rows (uniform by construction) are excluded with a
       # select, not a product, so whatever they hold cannot leak into the sums.

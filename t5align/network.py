@@ -43,6 +43,11 @@ class T5Config:
   # Encoder self-attention softmax temperature: one float, one per encoder layer, or one per
   # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
+  # Encoder relative-bias rule (`reference.BiasRule`: 'none', 'interpolate', 'extend'), one for
+  # every layer or a tuple with one per encoder layer; resolved at each input's (static) length
+  # (`encoder_offset_map`). The decoder's bias is never changed. In gin (dynamic registration,
+  # `from t5align.attention import reference`): `encoder_bias_rule = @reference.BiasRule()`.
+  encoder_bias_rule: reference.BiasRule | Sequence[reference.BiasRule] = reference.BiasRule()
   # Encoder self-attention implementation (dispatch.NAMES): 'reference' (materialized), 'blockwise',
   # 'pallas' (the target platform's fused kernel, dispatch.resolve: Mosaic GPU on Hopper for
   # bfloat16 / float16, else Triton on GPU; Mosaic on TPU), 'pallas_gpu' / 'pallas_mgpu' /
@@ -70,6 +75,16 @@ class T5Config:
           f'num_encoder_layers={self.num_encoder_layers} values, or [num_encoder_layers='
           f'{self.num_encoder_layers}][num_heads={self.num_heads}] (a tuple of tuples).')
     object.__setattr__(self, 'encoder_attention_temperature', tau)
+    rules = self.encoder_bias_rule
+    if not isinstance(rules, reference.BiasRule):
+      rules = tuple(rules) if isinstance(rules, (tuple, list)) else (rules,)
+      if (len(rules) != self.num_encoder_layers
+          or not all(isinstance(r, reference.BiasRule) for r in rules)):
+        raise ValueError(
+            f'T5Config.encoder_bias_rule={self.encoder_bias_rule!r}: expected one '
+            f'reference.BiasRule or a tuple of num_encoder_layers={self.num_encoder_layers} '
+            '(one per layer).')
+      object.__setattr__(self, 'encoder_bias_rule', rules)
     validate.float_dtype(self.dtype, 'T5Config.dtype')
     object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
     if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
@@ -111,6 +126,13 @@ def encoder_attention_impl(config: T5Config, length: int, platform: str | None =
   return dispatch.resolve(config.attention_impl, length, config.blockwise_threshold, platform,
                           input_dtype=config.dtype, dtype=config.dtype,
                           head_dim=config.head_dim)
+
+
+def encoder_offset_map(config: T5Config, layer: int, length: int) -> reference.OffsetMap:
+  """How encoder layer `layer` reads its bias table for inputs of `length` (static) tokens: the
+  config's bias rule (`T5Config.encoder_bias_rule`) resolved at that length."""
+  rule = config.encoder_bias_rule
+  return (rule if isinstance(rule, reference.BiasRule) else rule[layer]).at(length)
 
 
 def attention_options(config: T5Config, impl: str) -> Any:
@@ -184,11 +206,13 @@ def _relpos(cfg: T5Config) -> layers.RelativePositionBiases:
       num_heads=cfg.num_heads, dtype=cfg.dtype, name='relpos_bias')
 
 
-def _attention(cfg: T5Config, name: str, impl: str = 'reference'):
+def _attention(cfg: T5Config, name: str, impl: str = 'reference',
+               offset_map: reference.OffsetMap = reference.OffsetMap()):
   return layers.MultiHeadDotProductAttention(
       num_heads=cfg.num_heads, head_dim=cfg.head_dim, dtype=cfg.dtype,
       dropout_rate=cfg.dropout_rate, float32_logits=cfg.float32_attention_logits,
-      attention_impl=impl, options=attention_options(cfg, impl), name=name)
+      attention_impl=impl, options=attention_options(cfg, impl), offset_map=offset_map,
+      name=name)
 
 
 def _mlp(cfg: T5Config):
@@ -205,6 +229,7 @@ class EncoderLayer(nn.Module):
 
   config: T5Config
   relative_embedding: nn.Module
+  layer: int = 0  # Its index in the stack (which of `T5Config.encoder_bias_rule` applies).
 
   @nn.compact
   def __call__(self, inputs: Array, segment_ids: Array, temperature: Array,
@@ -214,7 +239,9 @@ class EncoderLayer(nn.Module):
     cfg = self.config
     x = layers.LayerNorm(dtype=cfg.dtype, name='pre_attention_layer_norm')(inputs)
     # [b, l, e] -> [b, l, e]
-    x = _attention(cfg, 'attention', encoder_attention_impl(cfg, inputs.shape[-2]))(
+    length = inputs.shape[-2]
+    x = _attention(cfg, 'attention', encoder_attention_impl(cfg, length),
+                   encoder_offset_map(cfg, self.layer, length))(
         x, x, deterministic=deterministic, rel_embedding=self.relative_embedding.table(),
         segment_ids=segment_ids, temperature=temperature)
     x = _dropout(cfg, x, deterministic) + inputs
@@ -272,7 +299,7 @@ class Encoder(nn.Module):
     x = _dropout(cfg, x, deterministic).astype(cfg.dtype)
     for i in range(cfg.num_encoder_layers):
       # [1 or b, n, 1 or h] -> [1 or b, 1 or h]: layer i's taus per example and head.
-      x = EncoderLayer(config=cfg, relative_embedding=rel_emb, name=f'layers_{i}')(
+      x = EncoderLayer(config=cfg, relative_embedding=rel_emb, layer=i, name=f'layers_{i}')(
           x, segment_ids, temperature[:, i], deterministic)
     x = layers.LayerNorm(dtype=cfg.dtype, name='encoder_norm')(x)
     return nn.Dropout(rate=cfg.dropout_rate)(x, deterministic=deterministic)

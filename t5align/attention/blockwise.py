@@ -3,7 +3,7 @@
 Pure JAX. Queries are processed one block at a time (`lax.map`) and, for each, keys one block at a
 time (`lax.scan`) with flash-attention accumulators, so the largest intermediate is `[b, h, block_q,
 block_k]`: memory is O(L * block), never `[L, L]`. Each tile takes one of five paths (`tile_kinds`,
-a `lax.switch`): a tile wholly beyond `MAX_DISTANCE` of the diagonal ('far': nearly every tile at
+a `lax.switch`): a tile wholly beyond the band `far` of the diagonal ('far': nearly every tile at
 long lengths) has one relative-position bias per head, folded into the row's softmax shift, not
 added per element; a near tile adds a window of the bias of every offset
 (`reference.bias_by_offset`, one contiguous copy per row); a tile whose queries and keys all share
@@ -86,10 +86,11 @@ SKIP, NEAR_MASKED, NEAR, FAR_MASKED, FAR = range(5)
 
 
 def tile_kinds(q_ids: Array, k_ids: Array, block_q: int, block_k: int,
-               bidirectional: bool) -> tuple[Array, np.ndarray]:
+               bidirectional: bool, far: int = reference.MAX_DISTANCE
+               ) -> tuple[Array, np.ndarray]:
   """The kind of every tile, and whether a far tile lies right of its queries.
 
-  Position (static): a tile whose every offset `key - query` is beyond `MAX_DISTANCE` on one
+  Position (static): a tile whose every offset `key - query` is beyond `far` on one
   side ('far') has one relative-position bias per head, the table's first (left) or last
   (right) column, so it needs no per-element lookup; at long lengths nearly every tile is far.
   Mask (from the segment ids): a tile whose queries and keys all belong to one segment (no
@@ -103,6 +104,7 @@ def tile_kinds(q_ids: Array, k_ids: Array, block_q: int, block_k: int,
     block_q: queries per block.
     block_k: keys per block.
     bidirectional: no causal mask.
+    far: the bias band's half-width (`reference.OffsetMap.far`; T5's MAX_DISTANCE).
 
   Returns:
     int32 `[nq, nk]` kinds (SKIP, NEAR_MASKED, NEAR, FAR_MASKED, FAR) and bool `[nq, nk]`
@@ -112,8 +114,8 @@ def tile_kinds(q_ids: Array, k_ids: Array, block_q: int, block_k: int,
   q_first = np.arange(nq)[:, None] * block_q  # [nq, 1]
   k_first = np.arange(nk)[None, :] * block_k  # [1, nk]
   q_last, k_last = q_first + block_q - 1, k_first + block_k - 1
-  far_left = q_first - k_last >= reference.MAX_DISTANCE  # [nq, nk]
-  far_right = k_first - q_last >= reference.MAX_DISTANCE  # [nq, nk]
+  far_left = q_first - k_last >= far  # [nq, nk]
+  far_right = k_first - q_last >= far  # [nq, nk]
 
   def summary(ids):
     """`[n, c, block]` -> per block and example: one segment throughout, its id, id range."""
@@ -330,7 +332,7 @@ def finalize(carry, length: int) -> tuple[Array, Array, Array]:
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k',
-    'batch_block', 'dropout_rate', 'backend'))
+    'batch_block', 'dropout_rate', 'backend', 'offset_map'))
 def blockwise_attention(
     query: Array,
     key: Array,
@@ -349,6 +351,7 @@ def blockwise_attention(
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
     backend: str | None = None,
+    offset_map: reference.OffsetMap = reference.OffsetMap(),
 ) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with the T5 bias built block by block (see `dispatch.self_attention`).
 
@@ -375,6 +378,8 @@ def blockwise_attention(
     dropout_rate: attention dropout rate.
     backend: the platform compiled for, which picks the default blocks and batch chunks; None:
       jax's default backend (the dispatch passes the mesh's platform: `reference.target_platform`).
+    offset_map: how offsets are read in the bias table (`reference.OffsetMap`; the default: as
+      trained); its `far` is the band of near tiles.
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -385,7 +390,8 @@ def blockwise_attention(
     query, key = query.astype(jnp.float32), key.astype(jnp.float32)
   qk_dtype = jnp.result_type(query.dtype, key.dtype)
   out_dtype = jnp.result_type(dtype, value.dtype)
-  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
+  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional, offset_map)
+  far = offset_map.far
   default_q, default_k = default_blocks(backend)
   bq, bk = min(block_q or default_q, length), min(block_k or default_k, length)
   len_q, len_k = round_up(length, bq), round_up(length, bk)
@@ -417,13 +423,12 @@ def blockwise_attention(
     # [c, l] -> [n, c, block]
     q_ids = jnp.moveaxis(_pad_axis(ids, len_q, 1).reshape(c, nq, bq), 1, 0)
     k_ids = jnp.moveaxis(_pad_axis(ids, len_k, 1).reshape(c, nk, bk), 1, 0)
-    kinds, right = tile_kinds(q_ids, k_ids, bq, bk, bidirectional)  # [nq, nk] each
-    # The bias of every offset a near tile holds (`tile_kinds`: within MAX_DISTANCE + block of
-    # the diagonal), from `line_start` on: [h, 2 * (MAX_DISTANCE + bq + bk)].
-    line_start = -(reference.MAX_DISTANCE + bq + bk)
+    kinds, right = tile_kinds(q_ids, k_ids, bq, bk, bidirectional, far)  # [nq, nk] each
+    # The bias of every offset a near tile holds (`tile_kinds`: within `far` + block of the
+    # diagonal), from `line_start` on: [h, 2 * (far + bq + bk)].
+    line_start = -(far + bq + bk)
     offsets = np.arange(line_start, -line_start, dtype=np.int32)
-    line = jnp.take(lut, np.clip(offsets, -reference.MAX_DISTANCE, reference.MAX_DISTANCE)
-                    + reference.MAX_DISTANCE, axis=1)
+    line = jnp.take(lut, np.clip(offsets, -far, far) + far, axis=1)
     scale = 1.0 / tau[:, :, None]  # [c or 1, h or 1, 1]
     # [h] -> [1, h, 1] tempered bias of far tiles, left and right of their queries.
     far_bias = [lut[None, :, col, None] * scale for col in (0, -1)]

@@ -35,7 +35,8 @@ class Kernel(Protocol):
 
   def __call__(self, query: Array, key: Array, value: Array, *, rel_embedding: Array,
                segment_ids: Array, temperature: Array | None, bidirectional: bool, dtype: Any,
-               float32_logits: bool, with_stats: bool) -> tuple[Array, reference.RowStats | None]:
+               float32_logits: bool, with_stats: bool, offset_map: reference.OffsetMap
+               ) -> tuple[Array, reference.RowStats | None]:
     ...
 
 
@@ -219,6 +220,7 @@ def self_attention(
     with_stats: bool = False,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
+    offset_map: reference.OffsetMap = reference.OffsetMap(),
 ) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with T5 relative bias and padding/segment mask by implementation `impl`.
 
@@ -245,6 +247,8 @@ def self_attention(
     dropout_rng: PRNG key, enables attention dropout (t5x's mask, after the softmax; row
       statistics are the softmax's). The fused kernels refuse it.
     dropout_rate: attention dropout rate.
+    offset_map: how offsets are read in the bias table (`reference.OffsetMap`, static: a bias
+      rule resolved at this length, `reference.BiasRule.at`); the default is T5 as trained.
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -266,7 +270,7 @@ def self_attention(
       query, key, value, options=options, rel_embedding=rel_embedding, segment_ids=segment_ids,
       temperature=temperature, bidirectional=bidirectional, dtype=dtype,
       float32_logits=float32_logits, with_stats=with_stats, dropout_rng=dropout_rng,
-      dropout_rate=dropout_rate)
+      dropout_rate=dropout_rate, offset_map=offset_map)
 
 
 def spec_for(names: Sequence[str], shape: Sequence[int], mesh: Mesh,

@@ -2,11 +2,12 @@
 
 Grid `(batch * heads, query blocks)`; each program keeps one `[block_q, d]` query tile and loops
 over key tiles with the online softmax of blockwise.py, returning the output and per-row P_max and
-entropy. The bias never leaves the kernel: beyond `MAX_DISTANCE` every offset shares the last
-bucket of its side (T5's bucketing), so key tiles entirely left or right of the band
-`|key - query| < MAX_DISTANCE` use one constant per head and side; tiles touching the band compute
-buckets from their offsets with `reference.relative_position_bucket`. Three loops (far left, band,
-far right) with bounds from the program id replace per-tile branching.
+entropy. The bias never leaves the kernel: beyond the band's half-width `far`
+(`reference.OffsetMap.far`, T5's MAX_DISTANCE unless a bias rule widens it) every offset shares
+the last bucket of its side, so key tiles entirely left or right of the band `|key - query| < far`
+use one constant per head and side; tiles touching the band select the bias of each offset from
+the bucket's step function (`reference.bucket_steps`). Three loops (far left, band, far right)
+with bounds from the program id replace per-tile branching.
 
 Backend: Triton, chosen explicitly with `pltriton.CompilerParams` (jax's default Pallas GPU
 backend is Mosaic GPU, which this kernel's whole-sequence K/V blocks would overflow in shared
@@ -17,7 +18,8 @@ against Triton's lowering rules. Compiling and timing it need a GPU
 (`benchmarks/attention_bench.py --preset gpu` checks it against 'reference' first).
 - block_q, block_k and head_dim must be powers of 2 and >= 16 (tl.dot tiles); head_dim = 64 for
   Flan-T5. Lengths are padded internally to a multiple of the blocks.
-- The table lookup is a chain of 32 selects (Triton has no gather), paid only on band tiles.
+- The table lookup is a chain of selects, one per step of the bucket function (31 for T5's 32
+  bidirectional buckets; Triton has no gather), paid only on band tiles.
 - The table row and tau travel as one `[64]` float32 vector per (batch, head) program.
 - Defaults (`default_blocks`, where T5Config.attention_options sets none): block_q = block_k = 64,
   num_warps = 4, num_stages = 2; the benchmarks' `--pallas-configs` measure others.
@@ -31,7 +33,6 @@ import jax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 import jax.numpy as jnp
-import numpy as np
 
 from t5align.attention import blockwise
 from t5align.attention import reference
@@ -64,7 +65,8 @@ def _scalar(vector: Array, index: int) -> Array:
 
 
 def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_ref, *,
-            length: int, block_q: int, block_k: int, bidirectional: bool, qk_dtype, p_dtype):
+            length: int, block_q: int, block_k: int, bidirectional: bool,
+            offset_map: reference.OffsetMap, qk_dtype, p_dtype):
   """One (batch * head, query block) program; refs are its blocks (see `pallas_attention`)."""
   qi = pl.program_id(1)
   padded = k_ref.shape[0]
@@ -78,20 +80,16 @@ def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_r
   tau = _scalar(params, num_buckets)
   q_pos = q_start + jnp.arange(block_q, dtype=jnp.int32)  # [bq]
 
-  def bucket_of(offset: int) -> int:
-    with jax.ensure_compile_time_eval():
-      return int(reference.relative_position_bucket(np.int32(offset), bidirectional))
-
-  # NOTE: |key - query| >= MAX_DISTANCE lands in the last bucket of its side.
-  far = reference.MAX_DISTANCE
-  left_bias, right_bias = table[bucket_of(-far)], table[bucket_of(far)]
+  # NOTE: |key - query| >= far lands in the last bucket of its side.
+  far = offset_map.far
+  steps = reference.bucket_steps(bidirectional, num_buckets, offset_map)
+  left_bias, right_bias = table[steps[0][1]], table[steps[-1][1]]
 
   def band_bias(offsets):
-    """`[bq, bk]` relpos bias from offsets: bucket, then a 32-way select (no gather)."""
-    buckets = reference.relative_position_bucket(offsets, bidirectional, num_buckets)
-    bias = jnp.zeros(offsets.shape, jnp.float32)
-    for n in range(num_buckets):
-      bias = jnp.where(buckets == n, table[n], bias)
+    """`[bq, bk]` relpos bias from offsets: the bucket's step function as selects (no gather)."""
+    bias = jnp.full(offsets.shape, left_bias)
+    for offset, bucket in steps[1:]:
+      bias = jnp.where(offsets >= offset, table[bucket], bias)
     return bias
 
   def make_body(relpos):
@@ -132,7 +130,7 @@ def _kernel(q_ref, k_ref, v_ref, ids_ref, params_ref, o_ref, pmax_ref, entropy_r
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k', 'num_warps',
-    'num_stages', 'interpret'))
+    'num_stages', 'interpret', 'offset_map'))
 def pallas_attention(
     query: Array,
     key: Array,
@@ -150,6 +148,7 @@ def pallas_attention(
     num_warps: int = 4,
     num_stages: int = 2,
     interpret: bool = False,
+    offset_map: reference.OffsetMap = reference.OffsetMap(),
 ) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with in-kernel T5 bias (arguments as `blockwise.blockwise_attention`).
 
@@ -186,7 +185,7 @@ def pallas_attention(
   h_of = lambda i: jax.lax.rem(i, heads)
   kernel = functools.partial(
       _kernel, length=length, block_q=block_q, block_k=block_k, bidirectional=bidirectional,
-      qk_dtype=qk_dtype, p_dtype=dtype)
+      offset_map=offset_map, qk_dtype=qk_dtype, p_dtype=dtype)
   full = lambda: pl.BlockSpec((None, padded, None, depth), lambda i, j: (b_of(i), 0, h_of(i), 0))
   out, pmax, entropy = pl.pallas_call(
       kernel,

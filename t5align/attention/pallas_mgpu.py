@@ -13,14 +13,15 @@ each slot guarded by a 'loaded' barrier (TMA -> compute) and a 'consumed' barrie
 warpgroups -> TMA). With `use_schedule_barrier` the two compute warpgroups take turns on the
 tensor cores (one runs its softmax while the other's wgmma runs), as in FlashAttention-3.
 
-T5 bias: a key tile wholly beyond `MAX_DISTANCE` of every query of a warpgroup's rows ('far')
-takes one bias per head and side, folded with the temperature into one per-row offset (no
-per-element work). The key tiles touching the band `|key - query| < MAX_DISTANCE` are the same few
-per query block: a tile's bias depends only on `delta = k_start - q_start`, so the wrapper builds
-the `n_deltas` distinct band tiles of every head (plain jnp, `band_bias_tiles`, `[h, n_deltas,
-block_q, block_k]` float32; 6 tiles at 64 x 128) and the kernel copies the one a band tile needs
-by TMA into a per-warpgroup buffer. Each compute warpgroup walks its key tiles in three loops
-(far left, band, far right) whose bounds follow from its first query.
+T5 bias: a key tile wholly beyond the band's half-width `far` (`reference.OffsetMap.far`: T5's
+MAX_DISTANCE unless a bias rule widens it) of every query of a warpgroup's rows ('far') takes one
+bias per head and side, folded with the temperature into one per-row offset (no per-element
+work). The key tiles touching the band `|key - query| < far` are the same few per query block:
+a tile's bias depends only on `delta = k_start - q_start`, so the wrapper builds the `n_deltas`
+distinct band tiles of every head (plain jnp, `band_bias_tiles`, `[h, n_deltas, block_q,
+block_k]` float32; 6 tiles at 64 x 128 with T5's band) and the kernel copies the one a band tile
+needs by TMA into a per-warpgroup buffer. Each compute warpgroup walks its key tiles in three
+loops (far left, band, far right) whose bounds follow from its first query.
 
 Temperature: `1 / tau` (scalar, per example or per example and head) and `log2(e)` fold into one
 per-(example, head) scale, so the kernel takes `exp2` of `x * scale + offset`; far offsets are
@@ -155,11 +156,10 @@ def _transposed(ref):
   return ref.transpose((1, 0))
 
 
-def band_deltas(block_q: int, block_k: int) -> np.ndarray:
-  """The `k_start - q_start` of every band tile (one touching `|key - query| < MAX_DISTANCE`) of
-  query blocks of `block_q` and key tiles of `block_k`, ascending (int32 numpy)."""
+def band_deltas(block_q: int, block_k: int, far: int = reference.MAX_DISTANCE) -> np.ndarray:
+  """The `k_start - q_start` of every band tile (one touching `|key - query| < far`) of query
+  blocks of `block_q` and key tiles of `block_k`, ascending (int32 numpy)."""
   g = math.gcd(block_q, block_k)
-  far = reference.MAX_DISTANCE
   # Band: -(far - 1 + block_k) < delta < far - 1 + block_q.
   lo = -((far - 1 + block_k) // g) * g
   if lo <= -(far - 1 + block_k):
@@ -168,16 +168,16 @@ def band_deltas(block_q: int, block_k: int) -> np.ndarray:
   return np.arange(lo, hi + 1, g, dtype=np.int32)
 
 
-def band_bias_tiles(rel_embedding: Array, block_q: int, block_k: int,
-                    bidirectional: bool) -> Array:
+def band_bias_tiles(rel_embedding: Array, block_q: int, block_k: int, bidirectional: bool,
+                    offset_map: reference.OffsetMap = reference.OffsetMap()) -> Array:
   """`[h, n_deltas, block_q, block_k]` float32: the relative-position bias of each band tile
   (`band_deltas`), `bias[i, j] = bias_by_offset[clip(delta + j - i)]`."""
-  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)
-  deltas = band_deltas(block_q, block_k)
+  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional, offset_map)
+  far = offset_map.far
+  deltas = band_deltas(block_q, block_k, far)
   offsets = (deltas[:, None, None] + np.arange(block_k)[None, None, :]
              - np.arange(block_q)[None, :, None])  # [n, bq, bk]
-  columns = np.clip(offsets, -reference.MAX_DISTANCE, reference.MAX_DISTANCE)
-  return jnp.take(lut, columns + reference.MAX_DISTANCE, axis=1)  # [h, n, bq, bk]
+  return jnp.take(lut, np.clip(offsets, -far, far) + far, axis=1)  # [h, n, bq, bk]
 
 
 def mask_kinds(ids: Array, block_q: int, block_k: int) -> Array:
@@ -232,9 +232,9 @@ def _check_supported(query, key, value, dtype, bidirectional, block_q, block_k, 
 
 
 def _make_kernel(*, block_q, block_k, depth, nk, steps, with_stats, round_qk, in_dtype,
-                 schedule_barrier, delta_lo, delta_step, interpret):
-  """The kernel body `(q, k, v, ids, kinds, params, band, out[, pmax, entropy])`."""
-  far = reference.MAX_DISTANCE
+                 schedule_barrier, delta_lo, delta_step, far, interpret):
+  """The kernel body `(q, k, v, ids, kinds, params, band, out[, pmax, entropy])`; `far` is the
+  bias band's half-width (`reference.OffsetMap.far`)."""
   wgmma_layout = plgpu.Layout.WGMMA
   row_layout, col_layout = wgmma_layout.reduce(1), wgmma_layout.reduce(0)
   rows = lambda x: lax.broadcast_in_dim(x, (block_q, block_k), [0])
@@ -432,7 +432,7 @@ def _make_kernel(*, block_q, block_k, depth, nk, steps, with_stats, round_qk, in
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k',
-    'max_concurrent_steps', 'use_schedule_barrier', 'interpret', 'approx_math'))
+    'max_concurrent_steps', 'use_schedule_barrier', 'interpret', 'approx_math', 'offset_map'))
 def pallas_mgpu_attention(
     query: Array,
     key: Array,
@@ -451,6 +451,7 @@ def pallas_mgpu_attention(
     use_schedule_barrier: bool = True,
     interpret: bool = False,
     approx_math: bool | None = None,
+    offset_map: reference.OffsetMap = reference.OffsetMap(),
 ) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with the T5 bias on Hopper (arguments as `pallas_gpu.pallas_attention`).
 
@@ -458,7 +459,8 @@ def pallas_mgpu_attention(
   `use_schedule_barrier`: see `Options`; `interpret`: run in Mosaic GPU's interpret mode (CPU);
   `approx_math`: the hardware's approximate exp2 and division (None: on a GPU, not when
   interpreting). `float32_logits`: q.k is kept in float32 (wgmma's accumulator) instead of
-  rounded to the inputs' dtype.
+  rounded to the inputs' dtype. `offset_map`: how offsets are read in the bias table
+  (`reference.OffsetMap`).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -483,18 +485,21 @@ def pallas_mgpu_attention(
   kinds = jnp.pad(kinds, [(0, 0), (0, 0), (0, blockwise.round_up(nk, 32) - nk)])
   # Per (example, head): log2(e) / tau, and the far-left / far-right biases tempered, each
   # repeated over the rows: [b, h, 4, block_q].
-  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional)  # [h, 257]
+  # [h, 2 * far + 1]
+  lut = reference.bias_by_offset(rel_embedding.astype(jnp.float32), bidirectional, offset_map)
   scale = _LOG2E / tau  # [b, h]
   params = jnp.stack([scale, lut[None, :, 0] * scale, lut[None, :, -1] * scale,
                       jnp.zeros_like(scale)], axis=-1)
   params = jnp.broadcast_to(params[..., None], (batch, heads, 4, block_q)).astype(jnp.float32)
-  deltas = band_deltas(block_q, block_k)
-  band = band_bias_tiles(rel_embedding, block_q, block_k, bidirectional)  # [h, n, bq, bk]
+  deltas = band_deltas(block_q, block_k, offset_map.far)
+  # [h, n, bq, bk]
+  band = band_bias_tiles(rel_embedding, block_q, block_k, bidirectional, offset_map)
 
   kernel = _make_kernel(
       block_q=block_q, block_k=block_k, depth=depth, nk=nk, steps=steps, with_stats=with_stats,
       round_qk=not float32_logits, in_dtype=in_dtype, schedule_barrier=use_schedule_barrier,
-      delta_lo=int(deltas[0]), delta_step=math.gcd(block_q, block_k), interpret=interpret)
+      delta_lo=int(deltas[0]), delta_step=math.gcd(block_q, block_k), far=offset_map.far,
+      interpret=interpret)
 
   def entry(q_ref, k_ref, v_ref, ids_ref, kinds_ref, params_ref, band_ref, out_ref, *stats_ref):
     tiled = lambda shape: plgpu.SMEM(

@@ -60,15 +60,14 @@ def default_blocks(device_kind: str | None = None) -> tuple[int, int]:
   return 512, 512
 
 
-def _band(block_q: int, block_k: int) -> tuple[int, int, int]:
+def _band(block_q: int, block_k: int, far: int) -> tuple[int, int, int]:
   """`(first, step, count)`: the values of `k_start - q_start` of tiles touching the band.
 
   A tile's offsets `key - query` span `[delta - block_q + 1, delta + block_k - 1]`; it touches
-  `|offset| < MAX_DISTANCE` iff `-(block_k + MAX_DISTANCE - 1) < delta < block_q +
-  MAX_DISTANCE - 1`, and deltas are multiples of `gcd(block_q, block_k)`.
+  the band `|offset| < far` (`reference.OffsetMap.far`) iff `-(block_k + far - 1) < delta <
+  block_q + far - 1`, and deltas are multiples of `gcd(block_q, block_k)`.
   """
   step = math.gcd(block_q, block_k)
-  far = reference.MAX_DISTANCE
   first = -((block_k + far - 2) // step) * step
   last = ((block_q + far - 2) // step) * step
   return first, step, (last - first) // step + 1
@@ -82,7 +81,7 @@ def _bias_piece(table_ref, head, base: int, thresholds, rows: int, cols: int) ->
     head: the head (traced scalar).
     base: static offset of the piece's first element.
     thresholds: `((offset, bucket), ...)`: the bucket of every offset from the first entry's
-      offset on, changing at each listed offset (ascending); see `_thresholds`.
+      offset on, changing at each listed offset (ascending); see `reference.bucket_steps`.
     rows, cols: static piece shape.
   """
   lo, hi = base - rows + 1, base + cols - 1
@@ -98,23 +97,12 @@ def _bias_piece(table_ref, head, base: int, thresholds, rows: int, cols: int) ->
   return piece
 
 
-def _thresholds(bidirectional: bool) -> tuple[tuple[int, int], ...]:
-  """`((offset, bucket), ...)`: T5's bucket as a step function of the offset (host numpy)."""
-  far = reference.MAX_DISTANCE
-  buckets = reference.offset_buckets(bidirectional)  # [2 * far + 1]
-  steps = [(-(2 ** 31) + 1, int(buckets[0]))]
-  for i in range(1, len(buckets)):
-    if buckets[i] != buckets[i - 1]:
-      steps.append((i - far, int(buckets[i])))
-  return tuple(steps)
-
-
 def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_hi_ref,
             k_one_ref, k_first_ref, k_last_ref,  # scalar prefetch (SMEM)
             q_ref, k_ref, v_ref, q_ids_ref, k_ids_ref, v_sum_ref,  # inputs (VMEM blocks)
             o_ref, *refs,  # outputs (`stats_ref` if with_stats), then scratch
             heads: int, length: int, block_q: int, block_k: int, bidirectional: bool,
-            qk_dtype, p_dtype, with_stats: bool):
+            offset_map: reference.OffsetMap, qk_dtype, p_dtype, with_stats: bool):
   """One (example * head, query block, key block) tile; refs as laid out by
   `pallas_tpu_attention`."""
   stats_ref = refs[0] if with_stats else None
@@ -122,9 +110,10 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
   bh, qi, ki = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   b, h = jax.lax.div(bh, heads), jax.lax.rem(bh, heads)
   nq, nk = pl.num_programs(1), pl.num_programs(2)
-  first, step, count = _band(block_q, block_k)
-  thresholds = _thresholds(bidirectional)
+  far = offset_map.far
+  first, step, count = _band(block_q, block_k, far)
   nb = reference.NUM_BUCKETS
+  thresholds = reference.bucket_steps(bidirectional, nb, offset_map)
   far_left = table_ref[h * nb + thresholds[0][1]]
   far_right = table_ref[h * nb + thresholds[-1][1]]
 
@@ -157,7 +146,6 @@ def _kernel(table_ref, inv_tau_ref, q_lo_ref, q_hi_ref, q_one_ref, k_lo_ref, k_h
     live = live & (k_start <= q_start + block_q - 1)
     whole = whole & (k_start + block_k - 1 <= q_start)
   delta = k_start - q_start
-  far = reference.MAX_DISTANCE
   in_band = (delta > -(block_k + far - 1)) & (delta < block_q + far - 1)
 
   def attend(bias, masked: bool):
@@ -246,7 +234,7 @@ def _cost(batch: int, heads: int, padded: int, depth: int, block_q: int, block_k
 
 @functools.partial(jax.jit, static_argnames=(
     'bidirectional', 'dtype', 'float32_logits', 'with_stats', 'block_q', 'block_k', 'interpret',
-    'vmem_limit_bytes'))
+    'vmem_limit_bytes', 'offset_map'))
 def pallas_tpu_attention(
     query: Array,
     key: Array,
@@ -263,6 +251,7 @@ def pallas_tpu_attention(
     block_k: int | None = None,
     interpret: bool = False,
     vmem_limit_bytes: int | None = None,
+    offset_map: reference.OffsetMap = reference.OffsetMap(),
 ) -> tuple[Array, reference.RowStats | None]:
   """Self-attention with in-kernel T5 bias.
 
@@ -274,6 +263,8 @@ def pallas_tpu_attention(
     block_k: keys per tile, a multiple of 128; None: the default.
     interpret: run as plain JAX (Pallas interpret mode, on CPU).
     vmem_limit_bytes: Mosaic's scoped VMEM limit; None: the compiler's default.
+    offset_map: how offsets are read in the bias table (`reference.OffsetMap`); its band
+      `|offset| < far` sets how many band tiles the head's VMEM holds.
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
@@ -350,8 +341,9 @@ def pallas_tpu_attention(
 
   kernel = functools.partial(
       _kernel, heads=heads, length=length, block_q=block_q, block_k=block_k,
-      bidirectional=bidirectional, qk_dtype=qk_dtype, p_dtype=dtype, with_stats=with_stats)
-  _, _, count = _band(block_q, block_k)
+      bidirectional=bidirectional, offset_map=offset_map, qk_dtype=qk_dtype, p_dtype=dtype,
+      with_stats=with_stats)
+  _, _, count = _band(block_q, block_k, offset_map.far)
   grid_spec = pltpu.PrefetchScalarGridSpec(
       num_scalar_prefetch=10,
       grid=(batch * heads, nq, nk),

@@ -29,6 +29,10 @@ l = sum exp(s - m), w = sum exp(s - m) * s over keys, each probability is p = ex
 """
 from __future__ import annotations
 
+import dataclasses
+import fractions
+import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -118,33 +122,194 @@ def relative_position_bucket(
   return bucket + xp.where(n < max_exact, n, large)
 
 
-def offset_buckets(bidirectional: bool, num_buckets: int = NUM_BUCKETS) -> np.ndarray:
-  """Host-side bucket of every clipped offset: int32 `[2 * MAX_DISTANCE + 1]`, entry
-  `o + MAX_DISTANCE` for offset `o = key - query` in `[-MAX_DISTANCE, MAX_DISTANCE]`."""
-  offsets = np.arange(-MAX_DISTANCE, MAX_DISTANCE + 1, dtype=np.int32)
-  return relative_position_bucket(offsets, bidirectional, num_buckets)
+BIAS_RULES = ('none', 'interpolate', 'extend')
 
 
-def bias_by_offset(rel_embedding: Array, bidirectional: bool) -> Array:
-  """The bias of every clipped offset: `[heads, 2 * MAX_DISTANCE + 1]`, column `o + MAX_DISTANCE`
-  holding offset `o = key - query` in `[-MAX_DISTANCE, MAX_DISTANCE]`.
+@dataclasses.dataclass(frozen=True)
+class OffsetMap:
+  """How the encoder reads its trained bucket table at one input length: static and hashable,
+  what every attention implementation takes (`offset_map=`); `BiasRule.at` makes it.
 
-  Every offset with `|o| >= MAX_DISTANCE` falls in the last bucket of its side
-  (`relative_position_bucket`; `test_bias_by_offset_covers_every_offset` checks it), so
-  `bias(o) = bias_by_offset[:, clip(o, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE]` exactly.
+  Attributes:
+    interpolation: s in (0, 1]; offset d is read as `round(d * s)` (half away from zero) before
+      it is bucketed: position interpolation for an additive relative bias (ALiBi's,
+      Al-Khateeb et al. 2023, arXiv:2310.13017), on T5's buckets.
+    extension: e >= 1; T5's logarithmic buckets spread over `max_distance = round(128 * e)`
+      instead of 128 (HF's `relative_attention_max_distance`), the far bucket starting later.
+
+  `OffsetMap()` (1, 1) is T5 as trained. Beyond `far` every offset is in the last bucket of its
+  side, so an implementation needs the table's lookup only in the band `|offset| < far`.
   """
-  # [h, num_buckets] -> [h, 2 * MAX_DISTANCE + 1]
-  return jnp.take(rel_embedding, offset_buckets(bidirectional, rel_embedding.shape[-1]), axis=1)
+
+  interpolation: float = 1.0
+  extension: float = 1.0
+
+  def __post_init__(self):
+    for name, value, ok, wanted in (
+        ('interpolation', self.interpolation, lambda v: 0.0 < v <= 1.0, 'in (0, 1]'),
+        ('extension', self.extension, lambda v: v >= 1.0, '>= 1')):
+      if (isinstance(value, bool) or not isinstance(value, (int, float))
+          or not math.isfinite(value) or not ok(value)):
+        raise ValueError(f'OffsetMap.{name}={value!r}: expected a finite number {wanted}.')
+      object.__setattr__(self, name, float(value))
+
+  @property
+  def is_identity(self) -> bool:
+    return self.interpolation == 1.0 and self.extension == 1.0
+
+  @property
+  def max_distance(self) -> int:
+    """The bucketing's `max_distance`: 128 stretched by `extension`."""
+    return max(MAX_DISTANCE, round(MAX_DISTANCE * self.extension))
+
+  def scaled(self, offsets: np.ndarray) -> np.ndarray:
+    """`round(d * s)` of int offsets, half away from zero, exactly: s is read as the fraction
+    p / q nearest it with q <= 10^6 (L_tr / L itself for a rule resolved from the lengths; 3/10
+    for 0.3), so that halves round the same on every platform."""
+    d = np.asarray(offsets, np.int64)
+    if self.interpolation == 1.0:
+      return d
+    s = fractions.Fraction(self.interpolation).limit_denominator(10 ** 6)
+    p, q = s.numerator, s.denominator
+    return np.sign(d) * ((2 * np.abs(d) * p + q) // (2 * q))
+
+  @property
+  def far(self) -> int:
+    """F, the band's half-width: the least F with `round(F * s) >= max_distance`, so every
+    offset `|d| >= F` is in the last bucket of its side (128 for T5 as trained)."""
+    md = self.max_distance
+    f = math.ceil(md / self.interpolation)
+    while f > 1 and self.scaled(np.asarray([f - 1]))[0] >= md:
+      f -= 1
+    while self.scaled(np.asarray([f]))[0] < md:
+      f += 1
+    return f
+
+  def buckets(self, offsets: np.ndarray, bidirectional: bool,
+              num_buckets: int = NUM_BUCKETS) -> np.ndarray:
+    """The bucket of each int offset `key - query` under this map (host numpy, int32)."""
+    scaled = self.scaled(offsets).clip(-self.max_distance, self.max_distance).astype(np.int32)
+    return relative_position_bucket(scaled, bidirectional, num_buckets, self.max_distance)
 
 
-def offset_index(q_pos: Array, k_pos: Array) -> Array:
-  """Column of `bias_by_offset` for each (query, key): int32 `[q, k]` from `[q]`, `[k]`."""
+@dataclasses.dataclass(frozen=True)
+class BiasRule:
+  """A relative-bias rule of the encoder, resolved per input length (`at`): T5's trained table
+  is read differently, its parameters unchanged. The decoder is never touched.
+
+  Attributes:
+    kind: 'none' (T5 as trained), 'interpolate' (`OffsetMap.interpolation`) or 'extend'
+      (`OffsetMap.extension`).
+    scale: the rule's s ('interpolate', in (0, 1]) or e ('extend', >= 1), used at every length;
+      None: from the lengths, s = L_tr / L and e = L / L_tr for inputs longer than
+      `reference_length` (T5 as trained at and below it).
+    reference_length: L_tr, for `scale=None` (a model's fact: gin binds it for every kind; a
+      given scale is used as it is).
+  """
+
+  kind: str = 'none'
+  scale: float | None = None
+  reference_length: int | None = None
+
+  def __post_init__(self):
+    if self.kind not in BIAS_RULES:
+      raise ValueError(f'BiasRule.kind={self.kind!r}: expected one of {BIAS_RULES}.')
+    value = self.reference_length
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+      raise ValueError(f'BiasRule.reference_length={value!r}: expected L_tr, an int >= 2.')
+    if self.kind == 'none':
+      if self.scale is not None:
+        raise ValueError(f"BiasRule(kind='none') takes no scale; got scale={self.scale!r}.")
+      return
+    if self.scale is not None:
+      self.at(0)  # Checks the scale (OffsetMap's range for the kind).
+      object.__setattr__(self, 'scale', float(self.scale))
+    elif value is None:
+      raise ValueError(f'BiasRule(kind={self.kind!r}) has scale=None and reference_length=None: '
+                       'give L_tr (the scale then follows the lengths) or a scale.')
+
+  def at(self, length: int) -> OffsetMap:
+    """The rule's `OffsetMap` for inputs `length` tokens wide."""
+    if self.kind == 'none':
+      return OffsetMap()
+    if self.scale is not None:
+      factor = self.scale
+    elif length <= self.reference_length:
+      return OffsetMap()
+    else:
+      factor = (self.reference_length / length if self.kind == 'interpolate'
+                else length / self.reference_length)
+    try:
+      return (OffsetMap(interpolation=factor) if self.kind == 'interpolate'
+              else OffsetMap(extension=factor))
+    except ValueError as e:
+      raise ValueError(f'BiasRule(kind={self.kind!r}).scale={self.scale!r}: {e}') from None
+
+  def describe(self) -> str:
+    """'none', 'interpolate (s = L_tr / L, L_tr = 256)', 'extend (e = 4)'."""
+    if self.kind == 'none':
+      return 'none'
+    letter = 's' if self.kind == 'interpolate' else 'e'
+    if self.scale is not None:
+      return f'{self.kind} ({letter} = {self.scale:g})'
+    ratio = 'L_tr / L' if self.kind == 'interpolate' else 'L / L_tr'
+    return f'{self.kind} ({letter} = {ratio}, L_tr = {self.reference_length})'
+
+
+@functools.lru_cache(maxsize=None)
+def offset_buckets(bidirectional: bool, num_buckets: int = NUM_BUCKETS,
+                   offset_map: OffsetMap = OffsetMap()) -> np.ndarray:
+  """Host-side bucket of every clipped offset: int32 `[2 * F + 1]` (F = `offset_map.far`),
+  entry `o + F` for offset `o = key - query` in `[-F, F]`."""
+  far = offset_map.far
+  offsets = np.arange(-far, far + 1, dtype=np.int32)
+  if offset_map.is_identity:
+    out = relative_position_bucket(offsets, bidirectional, num_buckets)
+  else:
+    out = offset_map.buckets(offsets, bidirectional, num_buckets)
+  out.setflags(write=False)
+  return out
+
+
+def bucket_steps(bidirectional: bool, num_buckets: int = NUM_BUCKETS,
+                 offset_map: OffsetMap = OffsetMap()) -> tuple[tuple[int, int], ...]:
+  """`((offset, bucket), ...)`: the bucket as a step function of the offset (host numpy), for
+  kernels without a gather: the first entry's bucket holds from the most negative offset on,
+  each later one from its offset on (ascending). Offsets beyond `offset_map.far` keep the last
+  entry of their side."""
+  far = offset_map.far
+  buckets = offset_buckets(bidirectional, num_buckets, offset_map)  # [2 * far + 1]
+  steps = [(-(2 ** 31) + 1, int(buckets[0]))]
+  for i in range(1, len(buckets)):
+    if buckets[i] != buckets[i - 1]:
+      steps.append((i - far, int(buckets[i])))
+  return tuple(steps)
+
+
+def bias_by_offset(rel_embedding: Array, bidirectional: bool,
+                   offset_map: OffsetMap = OffsetMap()) -> Array:
+  """The bias of every clipped offset: `[heads, 2 * F + 1]` (F = `offset_map.far`), column
+  `o + F` holding offset `o = key - query` in `[-F, F]`.
+
+  Every offset with `|o| >= F` falls in the last bucket of its side
+  (`relative_position_bucket`, `OffsetMap.far`; `test_bias_by_offset_covers_every_offset` checks
+  it), so `bias(o) = bias_by_offset[:, clip(o, -F, F) + F]` exactly.
+  """
+  # [h, num_buckets] -> [h, 2 * F + 1]
+  return jnp.take(rel_embedding, offset_buckets(bidirectional, rel_embedding.shape[-1],
+                                                offset_map), axis=1)
+
+
+def offset_index(q_pos: Array, k_pos: Array, far: int = MAX_DISTANCE) -> Array:
+  """Column of `bias_by_offset` (half-width `far`) for each (query, key): int32 `[q, k]` from
+  `[q]`, `[k]`."""
   offsets = k_pos[None, :] - q_pos[:, None]
-  return jnp.clip(offsets, -MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE
+  return jnp.clip(offsets, -far, far) + far
 
 
 def relative_position_bias(
-    rel_embedding: Array, q_len: int, k_len: int, bidirectional: bool, q_offset: int = 0
+    rel_embedding: Array, q_len: int, k_len: int, bidirectional: bool, q_offset: int = 0,
+    offset_map: OffsetMap = OffsetMap(),
 ) -> Array:
   """Materialized relative-position bias.
 
@@ -154,6 +319,7 @@ def relative_position_bias(
     k_len: number of key positions, starting at 0.
     bidirectional: encoder (True) or causal decoder (False) bucketing.
     q_offset: position of the first query.
+    offset_map: how offsets are read (`OffsetMap`; the default: T5 as trained).
 
   Returns:
     `[1, heads, q_len, k_len]` bias in the table's dtype.
@@ -162,9 +328,9 @@ def relative_position_bias(
   # [q, k] offsets (and what follows) at compile time: at 4k tokens that folding took minutes.
   q_pos, k_pos = jax.lax.optimization_barrier(
       (jnp.arange(q_len, dtype=jnp.int32) + q_offset, jnp.arange(k_len, dtype=jnp.int32)))
-  # [h, 2 * MAX_DISTANCE + 1] -> [h, q, k]
-  bias = jnp.take(bias_by_offset(rel_embedding, bidirectional), offset_index(q_pos, k_pos),
-                  axis=1)
+  # [h, 2 * F + 1] -> [h, q, k]
+  bias = jnp.take(bias_by_offset(rel_embedding, bidirectional, offset_map),
+                  offset_index(q_pos, k_pos, offset_map.far), axis=1)
   return bias[None]
 
 
@@ -314,6 +480,7 @@ def reference_self_attention(
     with_stats: bool = False,
     dropout_rng: Array | None = None,
     dropout_rate: float = 0.0,
+    offset_map: OffsetMap = OffsetMap(),
 ) -> tuple[Array, RowStats | None]:
   """Self-attention with T5 relative bias and padding/segment mask, `[L, L]` materialized.
 
@@ -336,13 +503,15 @@ def reference_self_attention(
       by `dropout_multiplier(dropout_rng, dropout_rate, ...)`, t5x's mask, after the softmax;
       row statistics are those of the softmax, before dropout.
     dropout_rate: attention dropout rate.
+    offset_map: how offsets are read in the bias table (`OffsetMap`; the default: as trained).
 
   Returns:
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
   length = query.shape[1]
   # [1, h, l, l]
-  bias = relative_position_bias(rel_embedding.astype(jnp.float32), length, length, bidirectional)
+  bias = relative_position_bias(rel_embedding.astype(jnp.float32), length, length, bidirectional,
+                                offset_map=offset_map)
   if not bidirectional:
     positions = jax.lax.optimization_barrier(jnp.arange(length, dtype=jnp.int32))
     causal = positions[None, :] <= positions[:, None]  # [l, l]

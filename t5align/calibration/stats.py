@@ -343,6 +343,7 @@ def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -
     k = layer0['projected_key'][0].astype(jnp.float32)
     table = jnp.asarray(params['encoder']['relpos_bias']['rel_embedding'], jnp.float32)
     b, l, h, _ = q.shape
+    offset_map = network.encoder_offset_map(config, 0, l)  # layer 0's bias rule at this length
     valid = tokens > 0  # [b, l]
     chunks = batching.ceil_div(l, chunk)
     q = jnp.pad(q, ((0, 0), (0, chunks * chunk - l), (0, 0), (0, 0)))
@@ -352,7 +353,8 @@ def _sorted_logits_fn(config: network.T5Config, chunk: int, mesh: Mesh | None) -
       qc = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=1)  # [b, c, h, d]
       # [b, c, h, d] x [b, l, h, d] -> [b, h, c, l], plus the [1, h, c, l] relative bias.
       logits = jnp.einsum('bqhd,bkhd->bhqk', qc, k, precision=reference.dot_precision(qc, k))
-      logits += reference.relative_position_bias(table, chunk, l, True, q_offset=start)
+      logits += reference.relative_position_bias(table, chunk, l, True, q_offset=start,
+                                                 offset_map=offset_map)
       logits = jnp.where(valid[:, None, None, :], logits, -jnp.inf)
       ranked = sort_descending(logits)  # padding keys sort last
       ranked = jnp.where(jnp.isfinite(ranked), ranked, 0.0)

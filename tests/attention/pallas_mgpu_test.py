@@ -71,9 +71,8 @@ def _interpret_mode():
     raise
 
 
-def _tile_regions(padded, block_q, block_k):
+def _tile_regions(padded, block_q, block_k, far=reference.MAX_DISTANCE):
   """(band, far) bool `[nq, nk]` of the kernel's loops, from the query blocks' first rows."""
-  far = reference.MAX_DISTANCE
   q_base = np.arange(padded // block_q)[:, None] * block_q
   k = np.arange(padded // block_k)[None, :]
   lo = np.maximum(q_base - far + 1, 0) // block_k
@@ -101,19 +100,24 @@ def test_the_test_input_has_tiles_of_every_kind():
   assert np.any(k_tile * BLOCK_K < q_block * BLOCK_Q)
 
 
+@pytest.mark.parametrize('offset_map', [
+    reference.OffsetMap(), reference.OffsetMap(interpolation=0.5),
+    reference.OffsetMap(extension=1.5)], ids=['as_trained', 'interpolate_half', 'extend_1.5'])
 @pytest.mark.parametrize('block_q,block_k', [(64, 128), (64, 64), (128, 64)])
-def test_band_bias_tiles_are_the_reference_bias(block_q, block_k):
+def test_band_bias_tiles_are_the_reference_bias(block_q, block_k, offset_map):
   """Every band tile of every query block: the tile of `band_bias_tiles` the kernel picks
   (`(k_start - q_start - deltas[0]) / gcd`) equals 'reference's materialized bias there; far
-  tiles are one value per side."""
+  tiles are one value per side. With a bias rule, the band widens to its `far`
+  (tests/attention/bias_rules_test.py holds 'reference' to the written-out rule)."""
   heads, length = 2, 768
   table = jax.random.normal(jax.random.PRNGKey(3), (heads, reference.NUM_BUCKETS))
-  full = np.asarray(reference.relative_position_bias(table, length, length, True))[0]
-  tiles = np.asarray(pallas_mgpu.band_bias_tiles(table, block_q, block_k, True))
-  deltas = pallas_mgpu.band_deltas(block_q, block_k)
+  full = np.asarray(reference.relative_position_bias(table, length, length, True,
+                                                     offset_map=offset_map))[0]
+  tiles = np.asarray(pallas_mgpu.band_bias_tiles(table, block_q, block_k, True, offset_map))
+  deltas = pallas_mgpu.band_deltas(block_q, block_k, offset_map.far)
   assert tiles.shape == (heads, len(deltas), block_q, block_k)
-  band, _ = _tile_regions(length, block_q, block_k)
-  lut = np.asarray(reference.bias_by_offset(table, True))
+  band, _ = _tile_regions(length, block_q, block_k, offset_map.far)
+  lut = np.asarray(reference.bias_by_offset(table, True, offset_map))
   for qb, kb in np.ndindex(*band.shape):
     q0, k0 = qb * block_q, kb * block_k
     expected = full[:, q0:q0 + block_q, k0:k0 + block_k]
@@ -126,20 +130,26 @@ def test_band_bias_tiles_are_the_reference_bias(block_q, block_k):
 
 
 CASES = {
-    # name: (temperature, with_stats, length, exact_logits)
-    'per_head_tau_with_stats': (np.array([[0.6, 1.7], [1.3, 0.8]], np.float32), True, 300, True),
-    'per_example_tau_no_stats': (np.array([0.6, 1.3], np.float32), False, 200, False),
+    # name: (temperature, with_stats, length, exact_logits, offset_map)
+    'per_head_tau_with_stats': (np.array([[0.6, 1.7], [1.3, 0.8]], np.float32), True, 300, True,
+                                reference.OffsetMap()),
+    'per_example_tau_no_stats': (np.array([0.6, 1.3], np.float32), False, 200, False,
+                                 reference.OffsetMap()),
+    # A bias rule: the band widened to 171 (s = 3/4), and 448 tokens still have far tiles.
+    'interpolated_bias_with_stats': (np.array([[0.6, 1.7], [1.3, 0.8]], np.float32), True, 448,
+                                     True, reference.OffsetMap(interpolation=0.75)),
 }
 
 
 def _check_interpret_case(case, interpret=True):
   """Runs CASES[case] (in interpret mode unless `interpret` is False) and checks it against
   'reference' (see `test_interpret_mode_matches_reference`)."""
-  temperature, with_stats, length, exact_logits = CASES[case]
+  temperature, with_stats, length, exact_logits, offset_map = CASES[case]
   query, key, value, table = _inputs(length=length, exact_logits=exact_logits)
   ids = _segment_ids(length=length)
   kwargs = dict(rel_embedding=table, segment_ids=jnp.asarray(ids),
-                temperature=jnp.asarray(temperature), dtype=jnp.bfloat16, with_stats=with_stats)
+                temperature=jnp.asarray(temperature), dtype=jnp.bfloat16, with_stats=with_stats,
+                offset_map=offset_map)
   with _interpret_mode():
     out, stats = pallas_mgpu.pallas_mgpu_attention(
         query, key, value, block_q=BLOCK_Q, block_k=BLOCK_K, interpret=interpret, **kwargs)
