@@ -52,6 +52,9 @@ class Calibration:
   clamped: bool = False  # the target lay outside the searched range, or tau was clamped to 1
   details: dict = dataclasses.field(default_factory=dict)
   note: str = ''  # why `clamped` is set, in words (shown under `TemperatureSchedule.table`)
+  # The encoder's relative-bias rule with this tau (`reference.BIAS_RULES`), resolved from the
+  # lengths: s = L_tr / L ('interpolate'), e = L / L_tr ('extend'); 'none': T5's bias.
+  bias_rule: str = 'none'
 
 
 def _need(mapping: Any, key: str, kind: Any, source: str, where: str) -> Any:

@@ -180,14 +180,16 @@ def _attention_inputs(config, params, tokens, temperature):
                      temperature=temperature, mutable=['attention_inputs'])[1]
 
 
-def _numpy_head_stats(config, params, tokens, temperature):
+def _numpy_head_stats(config, params, tokens, temperature, buckets=None):
   """Per-head mean row P_max and entropy (float64 numpy) of every encoder layer at
   `temperature` (any `network.layer_temperatures` form, one value per example at most).
 
   Each layer's projected queries and keys come from the model run at `temperature` (so layer i
   sees the output of layers < i at their taus); its logits (q.k plus the relative bias, keys of
   other segments / padding masked) are then materialized in float64, divided by that layer's
-  and head's tau, and the row statistics are averaged over every non-pad query row.
+  and head's tau, and the row statistics are averaged over every non-pad query row. `buckets`:
+  int `[l, l]` bucket of every (query, key), for a bias rule written out by the caller (None:
+  t5align's T5 bucketing, itself checked against t5x's fixture).
 
   Returns:
     (pmax `[n, h]`, entropy `[n, h]`).
@@ -199,7 +201,10 @@ def _numpy_head_stats(config, params, tokens, temperature):
   taus = np.broadcast_to(np.asarray(network.layer_temperatures(temperature, n, b, h),
                                     np.float64), (b, n, h))
   table = params['encoder']['relpos_bias']['rel_embedding']
-  bias = np.asarray(reference.relative_position_bias(table, l, l, True), np.float64)  # [1,h,l,l]
+  if buckets is None:
+    bias = np.asarray(reference.relative_position_bias(table, l, l, True), np.float64)
+  else:
+    bias = np.asarray(table, np.float64)[:, buckets][None]  # [1, h, l, l]
   valid = tokens > 0  # [b, l]
   pmax, entropy = np.zeros((n, h)), np.zeros((n, h))
   for i in range(n):  # NOTE: padding query rows are all -inf (NaN rows), excluded below.
@@ -220,7 +225,8 @@ def _numpy_head_stats(config, params, tokens, temperature):
 
 @pytest.fixture(scope='session')
 def numpy_head_stats():
-  """`numpy_head_stats(config, params, tokens, temperature) -> (pmax [n, h], entropy [n, h])`."""
+  """`numpy_head_stats(config, params, tokens, temperature, buckets=None) -> (pmax [n, h],
+  entropy [n, h])`."""
   return _numpy_head_stats
 
 

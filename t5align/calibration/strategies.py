@@ -17,17 +17,31 @@ Strategies (`STRATEGIES`), each giving tau for a target length L_ex from a refer
   'llama4_length',         function's docstring): InfoScale with d = d_h or heads x d_h, Llama 4's
   'yarn_mscale'            length term floored at L_tr, YaRN's 1 / (0.1 ln(L_ex / L_tr) + 1)^2.
 
+Options, appended to a name with ':' (`parse_name`; any order, each at most once):
+  'from_layer=K'           the temperature applies from encoder layer K on (tau = 1 below; the
+                           statistic matched is pooled over layers K.. only); for the
+                           encoder-wide strategies (not the per-layer / per-head ones).
+  'floor'                  never flatter than trained: tau = min(tau, 1), 1 at L_tr (the
+                           entropy-aware form of Zhang et al. 2024).
+  'bias=RULE'              a relative-bias rule of the encoder (`reference.BiasRule`:
+                           'interpolate', s = L_tr / L; 'extend', e = L / L_tr) on while tau is
+                           calibrated and applied; 'bias=joint' chooses the rule with tau
+                           (Algorithm 1 over (rule, tau) pairs, for 'pmax' and 'entropy').
+  and the base 'none' (tau = 1), for a bias rule alone: 'none:bias=interpolate'.
+e.g. 'pmax:from_layer=1:floor', 'entropy:bias=joint', 'log_length:bias=extend'.
+
 This module is the strategy level (`calibrate`), over `search`, `stats` and `closed_form` (see
 the package's docstring).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from jax.sharding import Mesh
 
+from t5align.attention import reference
 from t5align.calibration import closed_form as closed_form_lib
 from t5align.calibration import search as search_lib
 from t5align.calibration import stats as stats_lib
@@ -46,6 +60,84 @@ STRATEGIES = ('pmax', 'entropy', 'pmax_bisect', 'entropy_bisect', 'pmax_per_laye
               'prop2', 'infoscale_head', 'infoscale_model', 'llama4_length', 'yarn_mscale')
 # What one calibration's tau covers (`parse_strategy`): the whole encoder, each layer, each head.
 SCOPES = ('encoder', 'layer', 'head')
+NONE = 'none'  # The base of a bias rule alone (tau = 1).
+JOINT = 'joint'  # bias=joint: the rule chosen with tau.
+# The rules 'bias=joint' chooses among, in the order ties are broken.
+JOINT_RULES = reference.BIAS_RULES
+
+
+class Spec(NamedTuple):
+  """A strategy name parsed (`parse_name`): its base strategy and options."""
+
+  base: str  # one of STRATEGIES, or NONE
+  from_layer: int = 0
+  floor: bool = False
+  bias: str = 'none'  # one of reference.BIAS_RULES, or JOINT
+
+  @property
+  def name(self) -> str:
+    """The canonical name: the base, then from_layer, floor and bias in that order."""
+    parts = [self.base]
+    if self.from_layer:
+      parts.append(f'from_layer={self.from_layer}')
+    if self.floor:
+      parts.append('floor')
+    if self.bias != 'none':
+      parts.append(f'bias={self.bias}')
+    return ':'.join(parts)
+
+  def bias_rule(self, reference_length: int, kind: str | None = None) -> reference.BiasRule:
+    """The rule resolved from the lengths (`kind`: the one chosen for 'bias=joint')."""
+    kind = kind or self.bias
+    if kind == JOINT:
+      raise ValueError('bias=joint names no rule until it is calibrated.')
+    return reference.BiasRule(kind, reference_length=reference_length)
+
+
+def parse_name(strategy: Any) -> Spec:
+  """A strategy name and its options (module docstring); ValueError names the part at fault."""
+  if not isinstance(strategy, str):
+    raise ValueError(f'strategy={strategy!r}: expected a name such as {STRATEGIES[0]!r}.')
+  base, *options = strategy.split(':')
+  if base not in STRATEGIES and base != NONE:
+    raise ValueError(f'strategy={strategy!r}: {base!r} is not a strategy; expected one of '
+                     f'{STRATEGIES + (NONE,)}, then options (from_layer=K, floor, bias=RULE).')
+  fields: dict[str, Any] = {}
+  for option in options:
+    key, eq, value = option.partition('=')
+    if key in fields:
+      raise ValueError(f'strategy={strategy!r} gives {key!r} twice.')
+    if key == 'from_layer' and eq and value.isdigit() and int(value) >= 1:
+      fields[key] = int(value)
+    elif key == 'floor' and not eq:
+      fields[key] = True
+    elif key == 'bias' and value in reference.BIAS_RULES[1:] + (JOINT,):
+      fields[key] = value
+    else:
+      raise ValueError(
+          f'strategy={strategy!r}: option {option!r}; expected from_layer=K (K >= 1), floor or '
+          f'bias=RULE (RULE one of {reference.BIAS_RULES[1:] + (JOINT,)}).')
+  spec = Spec(base, **fields)
+  _, search, scope = _base_kind(base)
+  if spec.from_layer and scope != 'encoder':
+    raise ValueError(f'strategy={strategy!r}: from_layer is for the encoder-wide strategies; '
+                     f'{base!r} already gives each layer its own tau.')
+  if spec.bias == JOINT and search != 'grid':
+    raise ValueError(f"strategy={strategy!r}: bias=joint extends Algorithm 1's grid search; "
+                     f'use it with {STATISTICS}.')
+  if base == NONE and spec.bias == 'none':
+    raise ValueError(f"strategy={strategy!r}: 'none' (tau = 1) takes a bias rule, e.g. "
+                     "'none:bias=interpolate'.")
+  return spec
+
+
+def is_strategy(name: Any) -> bool:
+  """Whether `name` is a strategy name with valid options (`parse_name`)."""
+  try:
+    parse_name(name)
+  except ValueError:
+    return False
+  return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +197,16 @@ class SearchSettings:
 
 
 def parse_strategy(strategy: str) -> tuple[str, str, str]:
-  """(statistic, search, scope in `SCOPES`): 'pmax_per_layer' -> ('pmax', 'bisect', 'layer');
-  'entropy' -> ('entropy', 'grid', 'encoder'); 'prop1' -> ('prop1', 'closed_form', 'encoder')."""
-  if strategy not in STRATEGIES:
-    raise ValueError(f'strategy={strategy!r}; expected one of {STRATEGIES}.')
+  """(statistic, search, scope in `SCOPES`) of a name's base (options: `parse_name`):
+  'pmax_per_layer' -> ('pmax', 'bisect', 'layer'); 'entropy:bias=joint' -> ('entropy', 'grid',
+  'encoder'); 'prop1' -> ('prop1', 'closed_form', 'encoder'); 'none:...' -> ('none',
+  'closed_form', 'encoder')."""
+  return _base_kind(parse_name(strategy).base)
+
+
+def _base_kind(strategy: str) -> tuple[str, str, str]:
+  if strategy == NONE:
+    return NONE, 'closed_form', 'encoder'
   base, _, variant = strategy.partition('_')
   if base not in STATISTICS:
     return strategy, 'closed_form', 'encoder'
@@ -170,6 +268,54 @@ def _align(params, config, tokens, statistic, target_stats, *, search: str, scop
   return chosen, values, clamped, {'layers': infos}
 
 
+def _layers_from(tau: Any, from_layer: int, num_layers: int) -> Any:
+  """An encoder-wide tau as one per layer, 1 below `from_layer` (as it is when 0)."""
+  if not from_layer:
+    return tau
+  return (1.0,) * from_layer + (float(tau),) * (num_layers - from_layer)
+
+
+def _floored(tau: Any) -> Any:
+  """`min(tau, 1)` of every value (the nested form kept)."""
+  if isinstance(tau, tuple):
+    return tuple(_floored(t) for t in tau)
+  return min(float(tau), 1.0)
+
+
+def _from_layer_values(stats: stats_lib.AttentionStats, statistic: str,
+                       from_layer: int) -> np.ndarray:
+  """`[t]` statistic pooled over layers `from_layer`.. (all of them when 0)."""
+  if not from_layer:
+    return stats.values(statistic)
+  return np.mean(getattr(stats, f'layer_{statistic}')[:, from_layer:], axis=1)
+
+
+def _joint(params, config, tokens, statistic: str, target: float, spec: Spec,
+           reference_length: int, settings: SearchSettings, memo: stats_lib.Memo
+           ) -> tuple[str, float, float, bool, dict]:
+  """Algorithm 1 over (bias rule, tau) pairs: every rule of `JOINT_RULES` with every grid tau,
+  the pair whose statistic is closest to `target` (ties: the first rule, then the first tau).
+  One vmapped sweep of the grid per rule (a rule sets the bias's band, a static shape)."""
+  num_layers = config.num_encoder_layers
+  grid = np.asarray(settings.grid, np.float64)
+  rows = np.asarray([np.ravel(np.broadcast_to(_layers_from(t, spec.from_layer, num_layers),
+                                              (num_layers,))) for t in grid])
+  values = {}
+  for kind in JOINT_RULES:
+    ruled = dataclasses.replace(config, encoder_bias_rule=spec.bias_rule(reference_length, kind))
+    taus = rows if spec.from_layer else grid
+    values[kind] = _from_layer_values(
+        memo.attention_stats(params, ruled, tokens, taus, **settings.stats_kwargs()),
+        statistic, spec.from_layer)
+  table = np.stack([values[k] for k in JOINT_RULES])  # [rules, grid]
+  rule_index, tau_index = np.unravel_index(np.argmin(np.abs(table - target)), table.shape)
+  kind, tau = JOINT_RULES[rule_index], float(grid[tau_index])
+  # Clamped: the target lies beyond every pair's statistic.
+  clamped = not (table.min() <= target <= table.max())
+  details = {'grid': grid.tolist(), 'pairs': {k: v.tolist() for k, v in values.items()}}
+  return kind, tau, float(table[rule_index, tau_index]), clamped, details
+
+
 def calibrate(
     params: Any,
     config: network.T5Config,
@@ -185,9 +331,10 @@ def calibrate(
 
   Args:
     params: the T5X 'params' tree.
-    config: the model config.
+    config: the model config (its own `encoder_bias_rule` must be 'none': a strategy's
+      'bias=RULE' option sets the rule it is calibrated with).
     tokens: int `[b, L_ex]` samples at the target length; L_ex is the array's width.
-    strategy: one of `STRATEGIES`.
+    strategy: one of `STRATEGIES`, with options (`parse_name`).
     reference_tokens: int `[b', L_tr]` reference samples; if None, `tokens` cut to
       `reference_length` (the same documents, as in the paper).
     reference_length: L_tr; defaults to `reference_tokens`' width, else 512.
@@ -195,9 +342,21 @@ def calibrate(
     memo: results shared with other calls on the same model (see `Memo`); None: a fresh one.
 
   Returns:
-    A Calibration with the chosen tau, the target and achieved statistic and search details.
+    A Calibration with the chosen tau (and bias rule), the target and achieved statistic and
+    search details.
   """
-  statistic, search, scope = parse_strategy(strategy)
+  spec = parse_name(strategy)
+  statistic, search, scope = _base_kind(spec.base)
+  rules = config.encoder_bias_rule
+  if any(r.kind != 'none' for r in (rules if isinstance(rules, tuple) else (rules,))):
+    raise ValueError(
+        f'T5Config.encoder_bias_rule={rules!r}: calibrate with the model as trained and give '
+        f"the rule in the strategy's name instead ({spec.base + ':bias=interpolate'!r}), so "
+        'that the schedule records it.')
+  if spec.from_layer >= config.num_encoder_layers:
+    raise ValueError(f'strategy={strategy!r}: from_layer={spec.from_layer}, but the model has '
+                     f'{config.num_encoder_layers} encoder layers (0..'
+                     f'{config.num_encoder_layers - 1}).')
   settings = settings or SearchSettings()
   tokens = stats_lib.check_tokens(tokens)
   length = tokens.shape[1]
@@ -208,38 +367,90 @@ def calibrate(
   stats_lib.check_lengths(length, reference_length)
   if reference_tokens is None:
     reference_tokens = stats_lib.cut_to_length(tokens, reference_length, settings.eos_id)
+  bias = spec.bias if spec.bias != JOINT else 'none'
   common = dict(strategy=strategy, length=length, reference_length=reference_length)
-  if strategy in closed_form_lib.FORMULAS:  # Data-free: no encoder pass.
-    tau, details = closed_form_lib.formula_tau(strategy, length, reference_length,
+
+  def finish(calibration: schedule.Calibration) -> schedule.Calibration:
+    """The options applied to the base's calibration: from_layer, floor, the bias rule."""
+    tau = _layers_from(calibration.tau, spec.from_layer, config.num_encoder_layers)
+    if spec.floor:
+      tau = 1.0 if length == reference_length else _floored(tau)
+    return dataclasses.replace(calibration, tau=tau,
+                               bias_rule=calibration.bias_rule if spec.bias == JOINT else bias)
+
+  if spec.base == NONE:
+    return finish(schedule.Calibration(tau=1.0, **common))
+  if spec.base in closed_form_lib.FORMULAS:  # Data-free: no encoder pass.
+    tau, details = closed_form_lib.formula_tau(spec.base, length, reference_length,
                                                num_heads=config.num_heads,
                                                head_dim=config.head_dim)
-    return schedule.Calibration(tau=tau, details=details, **common)
+    return finish(schedule.Calibration(tau=tau, details=details, **common))
   memo = memo if memo is not None else stats_lib.Memo()
   params = partitioning.place_params(params, config, settings.mesh)
+  # The model at L_ex with the strategy's bias rule (at L_tr every rule is T5's bias).
+  ruled = (config if bias == 'none' else
+           dataclasses.replace(config, encoder_bias_rule=spec.bias_rule(reference_length)))
   if search == 'closed_form':
     ref = closed_form_lib.summarize_logit_vector(
         memo.sorted_logits(params, config, reference_tokens, settings.chunk))
     ext = closed_form_lib.summarize_logit_vector(
-        memo.sorted_logits(params, config, tokens, settings.chunk))
+        memo.sorted_logits(params, ruled, tokens, settings.chunk))
     details = {'reference': ref._asdict(), 'extrapolation': ext._asdict()}
     p_tr = None
-    if strategy == 'prop1':
+    if spec.base == 'prop1':
       p_tr = closed_form_lib.reference_pmax(memo.attention_stats(
           params, config, reference_tokens, [1.0], **settings.stats_kwargs()))
       details['p_tr'] = p_tr
     try:
       tau, note, details['unclamped_tau'] = closed_form_lib.closed_form_tau(
-          strategy, reference_length, length, ref.sigma, ext.sigma, p_tr)
+          spec.base, reference_length, length, ref.sigma, ext.sigma, p_tr)
     except ValueError as e:
       raise ValueError(f'{e} (L_ex={length}, L_tr={reference_length}, details={details})') from e
-    return schedule.Calibration(tau=tau, clamped=bool(note), note=note, details=details, **common)
+    return finish(schedule.Calibration(tau=tau, clamped=bool(note), note=note, details=details,
+                                       **common))
   target_stats = memo.attention_stats(params, config, reference_tokens, [1.0],
                                       **settings.stats_kwargs())
+  if spec.bias == JOINT:
+    target = float(_from_layer_values(target_stats, statistic, spec.from_layer)[0])
+    kind, tau, achieved, clamped, details = _joint(
+        params, config, tokens, statistic, target, spec, reference_length, settings, memo)
+    return finish(schedule.Calibration(
+        tau=tau, target=target, achieved=achieved, clamped=clamped, bias_rule=kind,
+        note='target outside the searched range' if clamped else '', details=details,
+        **common))
+  if spec.from_layer:
+    return finish(_align_from_layer(params, ruled, tokens, statistic, target_stats, spec,
+                                    search=search, settings=settings, memo=memo, **common))
   tau, achieved, clamped, details = _align(
-      params, config, tokens, statistic, target_stats, search=search, scope=scope,
+      params, ruled, tokens, statistic, target_stats, search=search, scope=scope,
       settings=settings, memo=memo)
   prefix = {'encoder': '', 'layer': 'layer_', 'head': 'head_'}[scope]
   target = _as_float(getattr(target_stats, f'{prefix}{statistic}')[0])
+  return finish(schedule.Calibration(
+      tau=tau, target=target, achieved=achieved, clamped=clamped,
+      note='target outside the searched range' if clamped else '', details=details, **common))
+
+
+def _align_from_layer(params, config, tokens, statistic, target_stats, spec: Spec, *,
+                      search: str, settings: SearchSettings, memo: stats_lib.Memo,
+                      **common) -> schedule.Calibration:
+  """An encoder-wide tau searched for layers `spec.from_layer`.. (tau = 1 below), matching the
+  statistic pooled over those layers."""
+  num_layers, k = config.num_encoder_layers, spec.from_layer
+  target = float(_from_layer_values(target_stats, statistic, k)[0])
+
+  def evaluate(taus: np.ndarray) -> np.ndarray:
+    rows = np.asarray([_layers_from(t, k, num_layers) for t in np.ravel(taus)])  # [t, n]
+    return _from_layer_values(memo.attention_stats(params, config, tokens, rows,
+                                                   **settings.stats_kwargs()), statistic, k)
+
+  if search == 'grid':
+    tau, achieved, info = search_lib.grid_search(evaluate, target, settings.grid)
+  else:
+    tau, achieved, info = search_lib.bisect_search(
+        evaluate, target, increasing=statistic == 'entropy', bracket=settings.bracket,
+        tol=settings.tol, points=settings.search_points)
+  clamped = info.pop('clamped')
   return schedule.Calibration(tau=tau, target=target, achieved=achieved, clamped=clamped,
-                     note='target outside the searched range' if clamped else '',
-                     details=details, **common)
+                              note='target outside the searched range' if clamped else '',
+                              details=info, **common)
