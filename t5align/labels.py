@@ -32,11 +32,18 @@ PAPER_ORDER = (TAU_ONE, STRATEGY_LABELS['pmax'], STRATEGY_LABELS['entropy'],
 
 
 def strategy_label(strategy: str) -> str:
-  """The row label of a calibration strategy; raises ValueError naming an unknown one."""
-  if strategy not in STRATEGY_LABELS:
+  """The row label of a calibration strategy, its options (`calibration.strategies.parse_name`)
+  in words: 'pmax:from_layer=1:bias=joint' -> 'w/ P_max (from layer 1, bias joint)',
+  'none:bias=extend' -> 'tau = 1 (bias extend)'. Raises ValueError naming an unknown base."""
+  base, *options = strategy.split(':')
+  if base != 'none' and base not in STRATEGY_LABELS:
     raise ValueError(f'strategy={strategy!r} has no label; expected one of '
-                     f'{tuple(STRATEGY_LABELS)}.')
-  return STRATEGY_LABELS[strategy]
+                     f'{tuple(STRATEGY_LABELS)}, with options.')
+  label = TAU_ONE if base == 'none' else STRATEGY_LABELS[base]
+  if not options:
+    return label
+  words = [o.replace('from_layer=', 'from layer ').replace('=', ' ') for o in options]
+  return f'{label} ({", ".join(words)})'
 
 
 def label_order(label: str) -> tuple[int, str]:

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5align.attention import reference
 from t5align import labels
 from t5align.runtime import fileio
 from t5align.runtime import outputs
@@ -33,7 +34,9 @@ from t5align.runtime import validate
 if TYPE_CHECKING:  # Annotations only: the schedule's data needs no model at run time.
   pass
 
-FORMAT = 't5align.temperature_schedule.v1'
+FORMAT = 't5align.temperature_schedule.v2'
+# Format 1 (to 0.2.0): no `bias_rule` per calibration (every calibration used T5's bias).
+FORMAT_1 = 't5align.temperature_schedule.v1'
 
 Tau = float | tuple[float, ...] | tuple[tuple[float, ...], ...]  # scalar, [n] or [n, h]
 
@@ -74,6 +77,9 @@ def calibration_from_dict(item: Mapping[str, Any], source: str,
   _need(item, 'length', int, source, where)
   _need(item, 'reference_length', int, source, where)
   _need(item, 'tau', (int, float, list), source, where)
+  if 'bias_rule' in item and item['bias_rule'] not in reference.BIAS_RULES:
+    raise ValueError(f'{source}: {where}[\'bias_rule\'] must be one of {reference.BIAS_RULES}; '
+                     f'got {item["bias_rule"]!r}.')
   fields = {f.name for f in dataclasses.fields(Calibration)}
   item = {k: v for k, v in item.items() if k in fields}
   for key in ('tau', 'target', 'achieved'):
@@ -267,10 +273,7 @@ class TemperatureSchedule:
     def need(mapping, key, kind, where):
       return _need(mapping, key, kind, source, where)
 
-    if not isinstance(data, Mapping) or data.get('format') != FORMAT:
-      found = data.get('format') if isinstance(data, Mapping) else type(data).__name__
-      raise ValueError(f'{source}: not a temperature schedule (format {found!r}, expected '
-                       f'{FORMAT!r}).')
+    data = upgrade(data, source)
 
     def make(item, where):
       return calibration_from_dict(item, source, where)
@@ -299,6 +302,16 @@ class TemperatureSchedule:
       if str(e).startswith(source):
         raise
       raise ValueError(f'{source}: {e}') from e
+
+  def bias_rule(self, length: int, strategy: str | None = None) -> str:
+    """The bias rule (`reference.BIAS_RULES`) of `strategy` for inputs `length` tokens wide:
+    that of the calibrated length nearest in log length ('none' at and below L_tr). A rule is
+    static in the compiled encoder, so one holds per input width: a 'bias=joint' strategy that
+    chose different rules at different lengths applies its neighbour's."""
+    if length <= self.reference_length:
+      return 'none'
+    items = self.calibrations[strategy or self.strategy]
+    return min(items, key=lambda c: abs(math.log(c.length / length))).bias_rule
 
   def save(self, path: str) -> None:
     """Writes JSON atomically (a temporary file in the same folder, then os.replace)."""
@@ -329,6 +342,28 @@ class TemperatureSchedule:
     notes = [f'  * {labels.strategy_label(name)} at {c.length}: {c.note}' for name, items in
              self.calibrations.items() for c in items if c.clamped and c.note]
     return '\n'.join(lines + notes)
+
+
+def upgrade(data: Any, source: str) -> Mapping[str, Any]:
+  """A schedule file's mapping in today's format (`FORMAT`), read from format 1 or 2; the file
+  itself is left as it is. Format 1 calibrations get `bias_rule` 'none' (T5's bias, the only
+  one then)."""
+  found = data.get('format') if isinstance(data, Mapping) else type(data).__name__
+  if found == FORMAT:
+    return data
+  if found != FORMAT_1:
+    raise ValueError(f'{source}: not a temperature schedule (format {found!r}, expected '
+                     f'{FORMAT!r} or {FORMAT_1!r}).')
+  with_rule = lambda items: ([{**c, 'bias_rule': 'none'} if isinstance(c, Mapping) else c
+                              for c in items] if isinstance(items, list) else items)
+  out = {**data, 'format': FORMAT}
+  if isinstance(data.get('calibrations'), Mapping):
+    out['calibrations'] = {k: with_rule(v) for k, v in data['calibrations'].items()}
+  if isinstance(data.get('tasks'), Mapping):
+    out['tasks'] = {t: ({k: with_rule(v) for k, v in cals.items()}
+                        if isinstance(cals, Mapping) else cals)
+                    for t, cals in data['tasks'].items()}
+  return out
 
 
 @gin.configurable(module='t5align.schedule')

@@ -53,6 +53,8 @@ from t5align.calibration.stats import layer0_sorted_logits
 from t5align.calibration.stats import length_groups
 from t5align.calibration.stats import Memo
 from t5align.calibration.strategies import calibrate
+from t5align.calibration.strategies import is_strategy
+from t5align.calibration.strategies import parse_name
 from t5align.calibration.strategies import parse_strategy
 from t5align.calibration.strategies import SCOPES
 from t5align.calibration.strategies import SearchSettings
@@ -68,7 +70,8 @@ __all__ = [
     'CalibrationLog', 'check_lengths', 'check_tokens', 'clamp_tau',
     'closed_form_tau', 'cut_at_boundary', 'cut_to_length', 'encoder_attention_stats', 'grid_search',
     'grid_steps', 'layer0_sorted_logits', 'length_groups', 'log_length_tau', 'LogitSummary', 'Memo',
-    'PAPER_GRID', 'parse_strategy', 'prop1_tau', 'prop2_tau', 'reference_pmax',
+    'PAPER_GRID', 'is_strategy', 'parse_name', 'parse_strategy', 'prop1_tau', 'prop2_tau',
+    'reference_pmax',
     'remove_log', 'resumed_calibrations', 'run_lockstep', 'run_steps', 'SCOPES', 'SearchSettings',
     'STATISTICS',
     'STRATEGIES',

@@ -13,6 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from t5align.attention import reference
 from t5align import labels
 from t5align.runtime import validate
 from t5align import schedule as schedule_lib
@@ -57,6 +58,25 @@ class Temperature:
     # [] or [layers] -> [1, 1 or layers]; [layers, heads] -> [1, layers, heads]
     tau = tau[None] if tau.ndim == 2 else tau.reshape(1, -1)
     return np.repeat(tau, tokens.shape[0], axis=0)
+
+  def model_config(self, config: Any, length: int) -> Any:
+    """`config` (a `network.T5Config`) for inputs up to `length` tokens: with the schedule's
+    bias rule there (`TemperatureSchedule.bias_rule`, resolved from L_tr / L at each input's
+    width), else as it is. A rule given both ways (the config's `encoder_bias_rule`, e.g. gin's
+    BIAS_RULE, and the schedule's) is refused, naming both."""
+    if self.schedule is None:
+      return config
+    kind = self.schedule.bias_rule(length)
+    if kind == 'none':
+      return config
+    own = config.encoder_bias_rule
+    if any(r.kind != 'none' for r in (own if isinstance(own, tuple) else (own,))):
+      raise ValueError(
+          f'the model sets a bias rule (T5Config.encoder_bias_rule={own!r}, e.g. BIAS_RULE) and '
+          f'the schedule strategy {self.schedule.strategy!r} calibrated its own ({kind!r}): set '
+          'one of them.')
+    return dataclasses.replace(config, encoder_bias_rule=reference.BiasRule(
+        kind, reference_length=self.schedule.reference_length))
 
   def describe(self) -> dict[str, Any]:
     """JSON-able settings for run.json and metrics.json."""

@@ -156,7 +156,8 @@ class CalibrationJob:
                        why=f'REFERENCE_LENGTH, L_tr = {reference}: calibration aligns '
                            'longer inputs to it',
                        example=f'({2 * reference}, {4 * reference})')
-    validate.strategy_names(self.strategies, 'STRATEGIES', calibration.STRATEGIES)
+    validate.strategy_names(self.strategies, 'STRATEGIES', calibration.STRATEGIES,
+                            calibration.parse_name)
     search = self.search
     validate.run_settings(num_samples=self.num_samples, batch_size=search.batch_size or 1,
                           tau_batch_size=search.tau_batch_size, seed=self.seed,

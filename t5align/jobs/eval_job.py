@@ -391,8 +391,11 @@ class _Run:
       logging.info('%s: process %d reads %d of %d examples (share %d of %d)', task.name,
                    jax.process_index(), len(examples), total, self.group, self.groups)
     longest = int(shares[:, 2].max())
+    # The schedule's bias rule, if its strategy calibrated one (static in the program).
+    config = temp.model_config(self.model.config, longest)
+    model = self.model if config is self.model.config else network.Transformer(config)
     step = self.job.program(
-        self.model, self.mesh, self.params, temp, scored=scored, steps=steps,
+        model, self.mesh, self.params, temp, scored=scored, steps=steps,
         eos_id=vocab.eos_id, input_length=min(longest, job.truncate_inputs or longest),
         target_length=int(shares[:, 3].max()))
     # Before anything is written or run: the step for the widest batch fits the devices.

@@ -7,7 +7,7 @@ traced value cannot be checked, so callers validate before tracing.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -119,13 +119,20 @@ def int_tuple(values: Any, name: str, *, minimum: int, why: str = '',
   return tuple(int(v) for v in values)
 
 
-def strategy_names(values: Any, name: str, known: Sequence[str]) -> tuple[str, ...]:
-  """A non-empty tuple or list of distinct names out of `known`."""
+def strategy_names(values: Any, name: str, known: Sequence[str],
+                   parse: Callable[[str], Any] | None = None) -> tuple[str, ...]:
+  """A non-empty tuple or list of distinct names out of `known`, or that `parse` takes (it
+  raises ValueError saying why not: `calibration.parse_name`, names with options)."""
   if not isinstance(values, (tuple, list)) or not values:
     raise ValueError(f'{name}={values!r}: expected a tuple of strategy names, e.g. '
                      f"{name}=('{known[0]}',); known: {', '.join(known)}.")
   for value in values:
-    if value not in known:
+    if parse is not None and value not in known:
+      try:
+        parse(value)
+      except ValueError as e:
+        raise ValueError(f'{name}={tuple(values)!r}: {e}') from None
+    elif value not in known:
       raise ValueError(f'{name}={tuple(values)!r}: {value!r} is not a strategy; known: '
                        f'{", ".join(known)}.')
   if len(set(values)) != len(values):

@@ -349,3 +349,61 @@ def test_a_non_finite_schedule_target_names_the_file_and_key(tmp_path, target, s
                      match=rf"temperature schedule {path}: calibrations\['pmax'\]\[0\]\['target'\] "
                            rf'holds {shown}; every number there must be finite'):
     schedule.load_schedule(str(path))
+
+
+# Format 2: each calibration's bias rule; format 1 files upgraded on read.
+
+
+def test_format_1_schedules_load_with_t5s_bias_and_format_2_keeps_the_rule(tmp_path):
+  """A format-1 file (no `bias_rule`) loads as before, every calibration with T5's bias; a
+  format-2 file round-trips its rules, and the file on disk is not rewritten."""
+  old = {**_schedule_dict([512, 1024]), 'format': 't5align.temperature_schedule.v1'}
+  path = tmp_path / 'old.json'
+  path.write_text(json.dumps(old))
+  loaded = schedule.load_schedule(str(path))
+  assert [c.bias_rule for c in loaded.calibrations['pmax']] == ['none', 'none']
+  assert [c.tau for c in loaded.calibrations['pmax']] == [0.9, 0.9]
+  assert json.loads(path.read_text()) == old
+  joint = schedule.TemperatureSchedule(512, {'pmax:bias=joint': (
+      _cal('pmax:bias=joint', 1024, 0.9, bias_rule='none'),
+      _cal('pmax:bias=joint', 4096, 0.8, bias_rule='interpolate'))}, 'pmax:bias=joint')
+  joint.save(str(tmp_path / 'new.json'))
+  again = schedule.load_schedule(str(tmp_path / 'new.json'))
+  assert json.loads((tmp_path / 'new.json').read_text())['format'] == schedule.FORMAT
+  assert [c.bias_rule for c in again.calibrations['pmax:bias=joint']] == ['none', 'interpolate']
+  # The rule of an input width: its nearest calibrated length's, T5's at and below L_tr.
+  assert [again.bias_rule(n) for n in (512, 1400, 2200, 8192)] == [
+      'none', 'none', 'interpolate', 'interpolate']
+
+
+def test_an_unknown_bias_rule_or_format_is_refused_naming_the_key(tmp_path):
+  data = _schedule_dict([512])
+  data['calibrations']['pmax'][0]['bias_rule'] = 'stretch'
+  path = tmp_path / 's.json'
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=re.escape(
+      f"{path}: calibrations['pmax'][0]['bias_rule'] must be one of")):
+    schedule.load_schedule(str(path))
+  path.write_text(json.dumps({**data, 'format': 't5align.temperature_schedule.v9'}))
+  with pytest.raises(ValueError, match="format 't5align.temperature_schedule.v9', expected"):
+    schedule.load_schedule(str(path))
+
+
+def test_a_schedules_bias_rule_reaches_the_model_once():
+  """An eval (`Temperature.model_config`) gives the encoder the schedule's rule for the task's
+  width; with the model's own rule too (gin's BIAS_RULE) it is refused naming both."""
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
+  from t5align.evaluation import temperature  # pylint: disable=g-import-not-at-top
+  ruled = schedule.TemperatureSchedule(512, {'pmax:bias=interpolate': (
+      _cal('pmax:bias=interpolate', 2048, 0.8, bias_rule='interpolate'),)},
+      'pmax:bias=interpolate')
+  temp = temperature.Temperature(schedule=ruled)
+  config = network.T5Config(vocab_size=32, num_encoder_layers=2, num_heads=2)
+  assert temp.model_config(config, 2048).encoder_bias_rule == reference.BiasRule(
+      'interpolate', reference_length=512)
+  assert temp.model_config(config, 512) is config  # At L_tr: T5's bias.
+  assert temperature.Temperature(constant=0.8).model_config(config, 2048) is config
+  own = config.replace(encoder_bias_rule=reference.BiasRule('extend', scale=2.0))
+  with pytest.raises(ValueError, match=r"encoder_bias_rule=.*'extend'.*calibrated its own "
+                                       r"\('interpolate'\): set one of them"):
+    temp.model_config(own, 2048)

@@ -184,7 +184,7 @@ def test_header_and_imports(gin_file):
   text = (MODELS_DIR / gin_file).read_text()
   imports = re.findall(r'^(?:from|import)\s.*$', text, flags=re.M)
   # Model files configure only our network, so neither t5x nor seqio must be importable.
-  assert all(re.match(r'from (__gin__|t5align) import', line) for line in imports), imports
+  assert all(re.match(r'from (__gin__|t5align(\.\w+)*) import', line) for line in imports), imports
   for line in re.findall(r'^include\s.*$', text, flags=re.M):
     assert re.fullmatch(r"include 'gin/models/[\w/]+\.gin'", line), line
   if gin_file in ('t5_1_1/base.gin', 't5_1_0/base.gin'):  # The family files name the vocabulary.
@@ -353,3 +353,20 @@ def test_tiny_runs_with_the_released_bfloat16_dtype_string():
   assert np.isfinite(np.asarray(logits)).all()
   # Parameters stay float32 whatever the activation dtype.
   assert {s.dtype for s in jax.tree.leaves(network.param_shapes(cfg))} == {np.dtype('float32')}
+
+
+def test_bias_rule_macros_build_the_encoders_rule():
+  """BIAS_RULE / BIAS_SCALE / TRAINING_LENGTH reach `T5Config.encoder_bias_rule`: T5's bias by
+  default, the length-derived rule over the model's L_tr (256 for the shipped model, 512 for
+  the released ones), a given scale; a bad rule is refused by gin's call naming it."""
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
+  assert build_config('retrieval_small.gin').encoder_bias_rule == reference.BiasRule(
+      'none', reference_length=256)
+  rule = build_config('retrieval_small.gin', ("BIAS_RULE = 'interpolate'",)).encoder_bias_rule
+  assert rule == reference.BiasRule('interpolate', reference_length=256)
+  assert rule.at(1024) == reference.OffsetMap(interpolation=0.25)
+  rule = build_config('flan_t5/base.gin', ("BIAS_RULE = 'extend'", 'BIAS_SCALE = 2.0')
+                      ).encoder_bias_rule
+  assert rule.at(700) == reference.OffsetMap(extension=2.0) and rule.reference_length == 512
+  with pytest.raises(ValueError, match="BiasRule.kind='stretch'"):
+    build_config('retrieval_small.gin', ("BIAS_RULE = 'stretch'",))
