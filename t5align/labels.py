@@ -46,6 +46,11 @@ def strategy_label(strategy: str) -> str:
   return f'{label} ({", ".join(words)})'
 
 
+def row_label(row: str) -> str:
+  """A report row's label: 'tau=1' (no calibration), else its strategy's (`strategy_label`)."""
+  return TAU_ONE if row == 'tau=1' else strategy_label(row)
+
+
 def label_order(label: str) -> tuple[int, str]:
   """Sort key of a table row: `PAPER_ORDER` first, then the rest by name."""
   return (PAPER_ORDER.index(label), label) if label in PAPER_ORDER else (len(PAPER_ORDER), label)

@@ -100,7 +100,8 @@ def parse_name(strategy: Any) -> Spec:
     raise ValueError(f'strategy={strategy!r}: expected a name such as {STRATEGIES[0]!r}.')
   base, *options = strategy.split(':')
   if base not in STRATEGIES and base != NONE:
-    raise ValueError(f'strategy={strategy!r}: {base!r} is not a strategy; expected one of '
+    where = '' if base == strategy else f' (in {strategy!r})'
+    raise ValueError(f'{base!r} is not a strategy{where}; expected one of '
                      f'{STRATEGIES + (NONE,)}, then options (from_layer=K, floor, bias=RULE).')
   fields: dict[str, Any] = {}
   for option in options:

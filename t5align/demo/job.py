@@ -14,8 +14,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from t5align.attention import reference
 from t5align import calibration
 from t5align import checkpoints
+from t5align import labels
 from t5align import network
 from t5align import partitioning
 from t5align import schedule as schedule_lib
@@ -228,36 +230,46 @@ def _calibrate(params, config, plan: planning.Plan, prompts, references, identit
 def _evaluate(params, config, vocab, plan: planning.Plan, schedule, results: store.Results,
               settings: planning.DemoSettings, start: float) -> list[dict[str, Any]]:
   """Evaluates every cell not in `results` yet, longest length first; returns each evaluated
-  cell's seconds. A row whose temperature for a task at L equals an earlier row's (at L_tr
-  every strategy's is 1 by construction) copies that cell instead."""
-  model = network.Transformer(config)
+  cell's seconds. A row whose temperature and bias rule for a task at L equal an earlier row's
+  (at L_tr every strategy's are 1 and T5's bias by construction) copies that cell instead."""
+  models = {}  # bias rule -> the model reading its bias table so
+
+  def model_for(rule: str) -> network.Transformer:
+    if rule not in models:
+      models[rule] = network.Transformer(dataclasses.replace(
+          config, encoder_bias_rule=reference.BiasRule(
+              rule, reference_length=plan.reference_length)))
+    return models[rule]
+
   layers = config.num_encoder_layers
   cells, copies = [], []
   for L in reversed(plan.eval_lengths):
-    seen = []  # (row, tau, task) evaluated at L
+    seen = []  # (row, tau, bias rule, task) evaluated at L
     for row in plan.rows:
       for task in plan.row_tasks(row):
-        # Each task at the temperature calibrated on it (per task, as the paper does).
+        # Each task at the temperature (and bias rule) calibrated on it (per task, as the paper).
+        untouched = L == plan.reference_length or row == 'tau=1'
         tau = temperatures.encoder_temperature(
-            1.0 if L == plan.reference_length or row == 'tau=1'
-            else temperatures.row_temperature(schedule.for_task(task), row, L), layers)
-        same = next((r for r, t, k in seen if k == task and t.shape == tau.shape
-                     and np.array_equal(t, tau)), None)
+            1.0 if untouched else temperatures.row_temperature(schedule.for_task(task), row, L),
+            layers)
+        rule = 'none' if untouched else schedule.for_task(task).bias_rule(L, row)
+        same = next((r for r, t, b, k in seen if k == task and b == rule
+                     and t.shape == tau.shape and np.array_equal(t, tau)), None)
         if same is None:
-          seen.append((row, tau, task))
+          seen.append((row, tau, rule, task))
           if results.get(row, task, L) is None:
-            cells.append((L, row, tau, task))
+            cells.append((L, row, tau, rule, task))
         else:
           copies.append((L, row, same, task))
   # One compiled decoder per length: every task decodes the longest answer's steps.
   decode_length = max(heldout.DECODE_LENGTH.values())
   eta = timing.Eta({i: (L, settings.num_examples) for i, (L, *_) in enumerate(cells)})
   seconds = []
-  for i, (L, row, tau, task) in enumerate(cells):
-    compiles = i == 0 or cells[i - 1][0] != L
+  for i, (L, row, tau, rule, task) in enumerate(cells):
+    compiles = i == 0 or cells[i - 1][0] != L or cells[i - 1][3] != rule
     t0 = time.time()
     records = heldout.retrieval_predictions(
-        model, params, vocab, tasks=[task], length=L, num_examples=settings.num_examples,
+        model_for(rule), params, vocab, tasks=[task], length=L, num_examples=settings.num_examples,
         seed=inputs.EVAL_SEED, batch_size=min(settings.batch_size, settings.num_examples),
         temperature=tau, decode_length=decode_length)
     store.write_predictions(settings.output_dir, row, L, records)
@@ -265,7 +277,7 @@ def _evaluate(params, config, vocab, plan: planning.Plan, schedule, results: sto
     results.put(row, task, L, value)
     seconds.append({'length': L, 'row': row, 'task': task, 'compiled': compiles,
                     'seconds': round(time.time() - t0, 2)})
-    _log(f'{planning.ROW_LABELS[row]:>20} @ {L:>5} {task}: {value:.0f}% '
+    _log(f'{labels.row_label(row):>20} @ {L:>5} {task}: {value:.0f}% '
          f'(cell {i + 1}/{len(cells)}{eta.advance(i)})', start)
   results.put_cells([(row, task, L, results.get(same, task, L)) for L, row, same, task in copies])
   return seconds

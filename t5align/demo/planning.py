@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from t5align import labels
 from t5align.demo import inputs
 from t5align.shipped import assets
 from t5align.shipped import train_data
@@ -15,15 +14,18 @@ from t5align.shipped import train_data
 # Strategies the full mode calibrates; all but `TABULATED` are also evaluated (report rows).
 # The training-free temperatures of other work sit beside log-length (`calibration.FORMULAS`).
 LITERATURE = ('infoscale_head', 'infoscale_model', 'llama4_length', 'yarn_mscale')
+# The positional rules (`calibration.parse_name`'s options): the relative bias read by a rule
+# alone and with P_max's tau, the joint (rule, tau) choice, and the temperature from layer 1 on
+# (the shipped model has 3 encoder layers).
+POSITIONAL = ('none:bias=interpolate', 'none:bias=extend', 'pmax:bias=interpolate',
+              'pmax:bias=extend', 'pmax:bias=joint', 'pmax:from_layer=1')
 STRATEGIES = ('pmax', 'entropy', 'log_length', *LITERATURE, 'prop1', 'prop2', 'pmax_per_layer',
-              'pmax_per_head')
+              'pmax_per_head', *POSITIONAL)
 TABULATED = ('prop1', 'prop2')  # Calibrated and tabulated, not evaluated.
 EVALUATED = tuple(s for s in STRATEGIES if s not in TABULATED)
-# Evaluated in the full mode only: per head (its search costs ~2x per layer), and the literature's
-# formulas (free to calibrate, but each a row of evaluation cells).
-FULL_ONLY = ('pmax_per_head', *LITERATURE)
-# Report rows: 'tau=1' and the strategies, named as every other table names them.
-ROW_LABELS = {'tau=1': labels.TAU_ONE, **labels.STRATEGY_LABELS}
+# Evaluated in the full mode only: per head (its search costs ~2x per layer), the literature's
+# formulas (free to calibrate, but each a row of evaluation cells) and the positional rules.
+FULL_ONLY = ('pmax_per_head', *LITERATURE, *POSITIONAL)
 
 
 @dataclasses.dataclass(frozen=True)

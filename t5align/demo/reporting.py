@@ -32,7 +32,7 @@ def accuracy_table(results: Mapping[str, Any], rows: Sequence[str], task: str,
     cells = [_cell(results, row, task, L) for L in lengths]
     if all(c is None for c in cells):
       continue
-    table.append([planning.ROW_LABELS[row],
+    table.append([labels.row_label(row),
                   *('' if c is None else tables.accuracy_cell(c, trials) for c in cells)])
   return markdown.markdown_table(['', *map(str, lengths)], table)
 
@@ -48,7 +48,7 @@ def headline_table(results: Mapping[str, Any], plan: planning.Plan) -> str:
   fmt = lambda row, tasks, L: '/'.join(
       '-' if _cell(results, row, t, L) is None else f'{_cell(results, row, t, L):.0f}'
       for t in tasks)
-  table = [[planning.ROW_LABELS[row], *(fmt(row, tuned, L) for L in plan.eval_lengths)]
+  table = [[labels.row_label(row), *(fmt(row, tuned, L) for L in plan.eval_lengths)]
            for row in plan.rows]
   if controls:
     table.append([f'{labels.TAU_ONE}: {" / ".join(controls)} (control)',
@@ -75,7 +75,7 @@ def observations(results: Mapping[str, Any], plan: planning.Plan) -> list[str]:
       cell = {r: _cell(results, r, task, L) for r in plan.rows}
       base = cell['tau=1']
       verdict = {r: tables.compare_accuracies(cell[r], base, trials) for r in plan.rows[1:]}
-      listed = lambda word: ', '.join(f'{planning.ROW_LABELS[r]} {cell[r]:.0f}%'
+      listed = lambda word: ', '.join(f'{labels.row_label(r)} {cell[r]:.0f}%'
                                       for r in plan.rows[1:] if verdict[r] == word)
       parts = [f'{word} than tau = 1 ({base:.0f}%): {listed(word)}' for word in ('better', 'worse')
                if listed(word)]
@@ -105,7 +105,7 @@ def plot_accuracy(results: Mapping[str, Any], plan: planning.Plan, path: str) ->
       xs = lengths * 2.0 ** (0.06 * (i - (len(rows) - 1) / 2))
       errors = np.maximum(np.stack([ys - bounds[:, 0], bounds[:, 1] - ys]), 0.0)  # [2, l]
       ax.errorbar(xs, ys, yerr=errors, marker='o', ms=4, capsize=2, lw=1.2,
-                  label=planning.ROW_LABELS[row], color=f'C{plan.rows.index(row)}')
+                  label=labels.row_label(row), color=f'C{plan.rows.index(row)}')
     ax.axvline(plan.reference_length, color='0.5', ls='--', lw=1)
     ax.text(plan.reference_length * 1.06, 3, 'L_tr', color='0.4', fontsize=8)
     ax.set_xscale('log', base=2)

@@ -110,7 +110,8 @@ class T5AlignLM(TemplateLM):
     self.mesh = partitioning.eval_mesh(args.num_partitions)
     params, config = self.checkpoint.load(given, self.mesh)
     self.config = dataclasses.replace(config, dtype=jnp.dtype(args.dtype), dropout_rate=0.0,
-                                      attention_impl=args.attention_impl)
+                                      attention_impl=args.attention_impl,
+                                      encoder_bias_rule=args.encoder_bias_rule())
     self.engine = engine_lib.Engine(network.Transformer(self.config), params, self.mesh,
                                     args.batch_size, self.tokenizer_.eos_id)
     self.policy = self._policy(params)
@@ -139,6 +140,14 @@ class T5AlignLM(TemplateLM):
                                               schedule_strategy=args.schedule_strategy,
                                               model=name)
       self._check_schedule(temp.schedule)
+      ruled = {c.bias_rule for cals in [temp.schedule.calibrations, *temp.schedule.tasks.values()]
+               for c in cals[temp.schedule.strategy]} - {'none'}
+      if ruled:
+        raise ValueError(
+            f'schedule {args.schedule}: strategy {temp.schedule.strategy!r} was calibrated with '
+            f'the bias rule {sorted(ruled)}, which the lm-eval model does not apply per request '
+            '(one rule for batches of mixed widths): give it as bias_rule= with a schedule '
+            'strategy without one.')
       return temperatures.Scheduled(temp.schedule, args.schedule, args.schedule_task)
     tau = config.encoder_attention_temperature if args.temperature is None else (
         validate.temperature_setting(args.temperature, 'temperature',

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 from t5align.calibration import strategies as strategies_lib
 from t5align.attention import dispatch
+from t5align.attention import reference
 from t5align.runtime import validate
 
 TRUNCATION_SIDES = ('left', 'middle', 'right')
@@ -83,10 +84,28 @@ def _temperature(value: Any) -> Any:
 def _calibrate(value: Any) -> Any:
   if value is None:
     return None
-  if value not in strategies_lib.STRATEGIES:
-    raise ValueError(f'calibrate={value!r} is not a strategy; known: '
-                     f'{", ".join(strategies_lib.STRATEGIES)}.')
+  try:
+    spec = strategies_lib.parse_name(value)
+  except ValueError as e:
+    raise ValueError(f'calibrate={value!r}: {e}') from None
+  if spec.bias != 'none' or spec.base == strategies_lib.NONE:
+    raise ValueError(f'calibrate={value!r}: the lm-eval model calibrates temperatures only; give '
+                     'the bias rule as bias_rule= (its requests are encoded in batches of mixed '
+                     'widths, one rule for all).')
   return value
+
+
+def _bias_scale(value: Any) -> Any:
+  if value is None:
+    return None
+  if isinstance(value, str):  # lm-eval's --model_args values are text.
+    try:
+      value = float(value)
+    except ValueError:
+      raise ValueError(f'bias_scale={value!r}: expected a number.') from None
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise ValueError(f'bias_scale={value!r}: expected a number.')
+  return float(value)
 
 
 def _attention(value: Any) -> Any:
@@ -141,9 +160,15 @@ class ModelArgs:
       "a strategy, calibrated per length bucket on the requests' own contexts"))
   reference_length: int | None = _setting(None, _positive_int('reference_length',
                                                               allow_none=True),
-                                          'L_tr, for calibrate')
+                                          'L_tr, for calibrate and bias_rule')
   calibrate_samples: int = _setting(8, _positive_int('calibrate_samples'), (
       'contexts calibrated on per length bucket'))
+  bias_rule: str = _setting('none', _choice('bias_rule', reference.BIAS_RULES), (
+      "the encoder's relative-bias rule: 'interpolate' (offsets read as round(d * L_tr / L)) or "
+      "'extend' (buckets over 128 * L / L_tr), L the batch's encoder width, L_tr "
+      'reference_length'))
+  bias_scale: float | None = _setting(None, _bias_scale, (
+      "the rule's s or e at every width instead (then reference_length is not needed)"))
   attention_impl: str = _setting('auto', _attention, 'the encoder attention implementation')
   num_partitions: int = _setting(1, _positive_int('num_partitions'), (
       "devices along the mesh's 'model' axis"))
@@ -158,9 +183,17 @@ class ModelArgs:
     if len(given) > 1:
       raise ValueError(f'{" and ".join(given)} both set the temperature: give one.')
     for name, needs in (('schedule_strategy', 'schedule'), ('schedule_task', 'schedule'),
-                        ('reference_length', 'calibrate'), ('calibrate_samples', 'calibrate')):
+                        ('calibrate_samples', 'calibrate')):
       if getattr(self, name) != _default(name) and getattr(self, needs) is None:
         raise ValueError(f'{name} is read with {needs}= only; {needs} is not set.')
+    if (self.reference_length is not None and self.calibrate is None
+        and self.bias_rule == 'none'):
+      raise ValueError('reference_length is read with calibrate= or bias_rule= only; neither is '
+                       'set.')
+    if self.bias_scale is not None and self.bias_rule == 'none':
+      raise ValueError('bias_scale is read with bias_rule= only; bias_rule is not set.')
+    # The rule itself checks its scale and L_tr (naming them).
+    self.encoder_bias_rule()
     if self.schedule_other_checkpoint and self.schedule is None:
       raise ValueError('schedule_other_checkpoint is read with schedule= only; schedule is not '
                        'set.')
@@ -173,6 +206,17 @@ class ModelArgs:
       raise ValueError(f'reference_length={self.reference_length} is not below max_length='
                        f'{self.max_length}: contexts are cut to max_length, so none is longer '
                        'than L_tr and there is nothing to calibrate.')
+
+  def encoder_bias_rule(self) -> reference.BiasRule:
+    """The encoder's `reference.BiasRule` of bias_rule, bias_scale and reference_length."""
+    if self.bias_rule == 'none':
+      return reference.BiasRule()
+    try:
+      return reference.BiasRule(self.bias_rule, scale=self.bias_scale,
+                                reference_length=self.reference_length)
+    except ValueError as e:
+      raise ValueError(f'bias_rule={self.bias_rule}: {e} (bias_scale=, reference_length=)'
+                       ) from None
 
   @classmethod
   def from_kwargs(cls, kwargs: Mapping[str, Any]) -> ModelArgs:

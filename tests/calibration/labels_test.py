@@ -34,9 +34,15 @@ def _schedule() -> schedule.TemperatureSchedule:
 
 def test_printed_labels_come_from_the_table():
   table = set(labels.STRATEGY_LABELS.values())
-  # The demo's report rows.
-  assert set(planning.ROW_LABELS.values()) == table | {labels.TAU_ONE}
-  assert set(planning.ROW_LABELS) >= set(planning.STRATEGIES)
+  # The demo's report rows: the table's labels, options in words after them.
+  for row in ('tau=1', *planning.STRATEGIES):
+    base = row.split(':')[0]
+    label = labels.row_label(row)
+    assert label == (labels.TAU_ONE if base in ('tau=1', 'none') else labels.STRATEGY_LABELS[base]
+                     ) + ('' if ':' not in row else label[label.index(' ('):])
+  assert labels.row_label('pmax:from_layer=1:bias=joint') == 'w/ P_max (from layer 1, bias joint)'
+  assert labels.row_label('none:bias=extend') == 'tau = 1 (bias extend)'
+  assert {labels.row_label(r) for r in planning.STRATEGIES if ':' not in r} <= table
   # The schedule's temperature table: each row starts with a strategy's label.
   sched = _schedule()
   rows = sched.table().splitlines()[3:]

@@ -190,7 +190,7 @@ def test_demo_full_mode_plans_them():
   full = planning.make_plan(planning.DemoSettings(full=True), 256)
   for s in NEW:
     assert s in full.strategies and s in full.rows and s in full.pooled
-    assert planning.ROW_LABELS[s] == labels.strategy_label(s)
+    assert labels.row_label(s) == labels.strategy_label(s)
   default = planning.make_plan(planning.DemoSettings(), 256)
   assert not set(NEW) & set(default.strategies)
   planning.DemoSettings(strategies=NEW).check()  # --strategies takes them

@@ -24,6 +24,7 @@ import runs
 
 from seqio_tasks import metrics
 from t5align import calibration
+from t5align import labels
 from t5align import network
 from t5align import run_identity
 from t5align.demo import command
@@ -608,9 +609,12 @@ def test_report_of_the_run_states_its_sample(shortened):
 
 def test_full_mode_runs_per_head_beside_per_layer():
   full = planning.make_plan(planning.DemoSettings(full=True), 256)
-  assert full.rows[-2:] == ('pmax_per_layer', 'pmax_per_head')
-  assert 'pmax_per_head' not in planning.make_plan(planning.DemoSettings(), 256).strategies
-  assert planning.ROW_LABELS['pmax_per_head'] == 'w/ P_max (per head)'
+  at = full.rows.index('pmax_per_layer')
+  assert full.rows[at:at + 2] == ('pmax_per_layer', 'pmax_per_head')
+  assert full.rows[at + 2:] == planning.POSITIONAL
+  default = planning.make_plan(planning.DemoSettings(), 256).strategies
+  assert 'pmax_per_head' not in default and not set(planning.POSITIONAL) & set(default)
+  assert labels.row_label('pmax_per_head') == 'w/ P_max (per head)'
   c = lambda s, tau: calibration.Calibration(s, 512, 256, tau)
   per_head = np.array([[0.8, 0.9], [1.0, 0.6], [0.7, 0.7]])  # [layers, heads]
   table = reporting.temperature_table(

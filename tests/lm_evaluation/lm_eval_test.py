@@ -20,6 +20,7 @@ import pytest
 
 lm_eval = pytest.importorskip('lm_eval')
 
+from t5align.attention import reference  # noqa: E402  # pylint: disable=g-import-not-at-top
 from t5align.lm_eval import engine as engine_lib  # noqa: E402  # pylint: disable=g-import-not-at-top
 from t5align.lm_eval import settings  # noqa: E402
 from t5align.lm_eval import sources  # noqa: E402
@@ -52,7 +53,15 @@ GEN_TOKS = {'toy_gen': 24, 'toy_gen_long': 5}
     ({'pretrained': '/c', 'calibrate': 'pmax', 'reference_length': 512, 'max_length': 512},
      'reference_length=512 is not below max_length=512'),
     ({'pretrained': '/c', 'calibrate': 'pmaks', 'reference_length': 512},
-     "calibrate='pmaks' is not a strategy"),
+     "calibrate='pmaks': 'pmaks' is not a strategy"),
+    ({'pretrained': '/c', 'calibrate': 'pmax:bias=joint', 'reference_length': 512},
+     'give the bias rule as bias_rule='),
+    ({'pretrained': '/c', 'bias_rule': 'stretch'}, "bias_rule='stretch': expected one of none"),
+    ({'pretrained': '/c', 'bias_rule': 'interpolate'},
+     'bias_rule=interpolate: .*give L_tr .* \\(bias_scale=, reference_length=\\)'),
+    ({'pretrained': '/c', 'bias_rule': 'extend', 'bias_scale': '0.5'},
+     'bias_rule=extend: .*extension=0.5'),
+    ({'pretrained': '/c', 'bias_scale': 2.0}, 'bias_scale is read with bias_rule= only'),
     ({'pretrained': '/c', 'temperature': 0.8, 'schedule': '/s.json'}, 'both set the temperature'),
     ({'pretrained': '/c', 'schedule_task': 'x'}, 'schedule_task is read with schedule= only'),
     ({'pretrained': '/c', 'reference_length': 512}, 'reference_length is read with calibrate='),
@@ -67,6 +76,16 @@ GEN_TOKS = {'toy_gen': 24, 'toy_gen_long': 5}
 def test_model_arguments_refused_by_name(kwargs, message):
   with pytest.raises(ValueError, match=message):
     settings.ModelArgs.from_kwargs(kwargs)
+
+
+def test_bias_rule_arguments_make_the_encoders_rule():
+  args = settings.ModelArgs.from_kwargs({'pretrained': '/c', 'bias_rule': 'interpolate',
+                                         'reference_length': 256})
+  assert args.encoder_bias_rule() == reference.BiasRule('interpolate', reference_length=256)
+  args = settings.ModelArgs.from_kwargs({'pretrained': '/c', 'bias_rule': 'extend',
+                                         'bias_scale': '2'})
+  assert args.encoder_bias_rule().at(4096) == reference.OffsetMap(extension=2.0)
+  assert settings.ModelArgs(pretrained='/c').encoder_bias_rule() == reference.BiasRule()
 
 
 def test_model_arguments_as_lm_eval_passes_them():

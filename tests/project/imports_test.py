@@ -16,7 +16,9 @@ RUNTIME = {'t5align.runtime', 't5align.runtime.fileio', 't5align.runtime.outputs
 ATTENTION = {'t5align.attention', 't5align.attention.blockwise', 't5align.attention.dispatch',
              't5align.attention.pallas_gpu', 't5align.attention.pallas_mgpu',
              't5align.attention.pallas_tpu', 't5align.attention.reference'}
-SCHEDULE = {'t5align', 't5align.labels', 't5align.schedule'} | RUNTIME
+# A schedule names bias rules: the attention math's names (jax and numpy only), not its kernels.
+SCHEDULE = {'t5align', 't5align.labels', 't5align.schedule', 't5align.attention',
+            't5align.attention.reference'} | RUNTIME
 
 
 def _loaded(module: str) -> tuple[set[str], set[str]]:
