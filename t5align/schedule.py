@@ -313,6 +313,34 @@ class TemperatureSchedule:
     items = self.calibrations[strategy or self.strategy]
     return min(items, key=lambda c: abs(math.log(c.length / length))).bias_rule
 
+  def model_config(self, config: Any, length: int | None = None) -> Any:
+    """`config` (a `network.T5Config`) with this schedule's bias rule for inputs `length` tokens
+    wide (`bias_rule`), resolved from L_tr / L at each input's width; as it is where the rule is
+    'none'. `length` None (a caller that does not know the width: t5x's model, built before its
+    data): the strategy's one rule, refused if its calibrations differ. A rule given both ways
+    (the config's `encoder_bias_rule`, e.g. gin's BIAS_RULE, and the schedule's) is refused,
+    naming both."""
+    if length is None:
+      kinds = sorted({c.bias_rule for c in self.calibrations[self.strategy]})
+      if len(kinds) > 1:
+        raise ValueError(
+            f'schedule strategy {self.strategy!r} chose the bias rules {kinds} at different '
+            'lengths, and this model applies one to every input: calibrate at the one length '
+            "evaluated (per task), or run `python -m t5align.eval`, which applies each width's.")
+      kind = kinds[0]
+    else:
+      kind = self.bias_rule(length)
+    rule = reference.BiasRule(kind, reference_length=self.reference_length)
+    own = config.encoder_bias_rule
+    if kind == 'none' or own == rule:  # (A module rebuilt from its clone has it already.)
+      return config
+    if any(r.kind != 'none' for r in (own if isinstance(own, tuple) else (own,))):
+      raise ValueError(
+          f'the model sets a bias rule (T5Config.encoder_bias_rule={own!r}, e.g. BIAS_RULE) and '
+          f'the schedule strategy {self.strategy!r} calibrated its own ({kind!r}): set one of '
+          'them.')
+    return dataclasses.replace(config, encoder_bias_rule=rule)
+
   def save(self, path: str) -> None:
     """Writes JSON atomically (a temporary file in the same folder, then os.replace)."""
     fileio.write_json_atomic(path, self.to_dict(), allow_nan=False, sort_keys=False)

@@ -73,7 +73,8 @@ class ScheduledTransformer(network.Transformer):
   the schedule `task_schedule(schedule_path, schedule_strategy, schedule_task)` (a file with
   per-task entries: `schedule_task`'s own). Parameters and signatures are the parent's; an
   explicit `temperature` still wins. The schedule is read, and checked against the task, when
-  the module is built (gin configures it before t5x restores the checkpoint).
+  the module is built (gin configures it before t5x restores the checkpoint), and a strategy
+  calibrated with a bias rule gives the encoder that rule (`TemperatureSchedule.model_config`).
   """
 
   schedule_path: str | None = None
@@ -81,9 +82,11 @@ class ScheduledTransformer(network.Transformer):
   schedule_task: str | None = None
 
   def __post_init__(self):
-    super().__post_init__()
     if self.schedule_path:
-      task_schedule(self.schedule_path, self.schedule_strategy, self.schedule_task)
+      schedule = task_schedule(self.schedule_path, self.schedule_strategy, self.schedule_task)
+      # The strategy's bias rule, if it calibrated one (static in the encoder).
+      object.__setattr__(self, 'config', schedule.model_config(self.config))
+    super().__post_init__()
 
   def encode(self, encoder_input_tokens, encoder_segment_ids=None, enable_dropout=True,
              temperature=None):

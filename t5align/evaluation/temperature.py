@@ -13,7 +13,6 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from t5align.attention import reference
 from t5align import labels
 from t5align.runtime import validate
 from t5align import schedule as schedule_lib
@@ -60,23 +59,9 @@ class Temperature:
     return np.repeat(tau, tokens.shape[0], axis=0)
 
   def model_config(self, config: Any, length: int) -> Any:
-    """`config` (a `network.T5Config`) for inputs up to `length` tokens: with the schedule's
-    bias rule there (`TemperatureSchedule.bias_rule`, resolved from L_tr / L at each input's
-    width), else as it is. A rule given both ways (the config's `encoder_bias_rule`, e.g. gin's
-    BIAS_RULE, and the schedule's) is refused, naming both."""
-    if self.schedule is None:
-      return config
-    kind = self.schedule.bias_rule(length)
-    if kind == 'none':
-      return config
-    own = config.encoder_bias_rule
-    if any(r.kind != 'none' for r in (own if isinstance(own, tuple) else (own,))):
-      raise ValueError(
-          f'the model sets a bias rule (T5Config.encoder_bias_rule={own!r}, e.g. BIAS_RULE) and '
-          f'the schedule strategy {self.schedule.strategy!r} calibrated its own ({kind!r}): set '
-          'one of them.')
-    return dataclasses.replace(config, encoder_bias_rule=reference.BiasRule(
-        kind, reference_length=self.schedule.reference_length))
+    """`config` for inputs up to `length` tokens: with the schedule's bias rule there
+    (`TemperatureSchedule.model_config`), else as it is."""
+    return config if self.schedule is None else self.schedule.model_config(config, length)
 
   def describe(self) -> dict[str, Any]:
     """JSON-able settings for run.json and metrics.json."""
@@ -123,7 +108,14 @@ def make_temperature(config: Any, temperature: Any = None,
   else:
     temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model,
                                                config.num_heads)
-  return Temperature(constant=temperature, label=label or '')
+  temp = Temperature(constant=temperature, label=label or '')
+  rules = config.encoder_bias_rule
+  rules = rules if isinstance(rules, tuple) else (rules,)
+  if not label and any(r.kind != 'none' for r in rules):
+    # The model's own bias rule (gin's BIAS_RULE) names the row too: rows differ by it.
+    words = '; '.join(dict.fromkeys(r.describe() for r in rules))
+    temp = dataclasses.replace(temp, label=f'{temp.label} (bias {words})')
+  return temp
 
 
 def task_temperature(temp: Temperature, task: str) -> Temperature:

@@ -324,6 +324,37 @@ def test_scheduled_transformer_applies_the_tasks_own_entry(tiny, tmp_path):
     scheduled.ScheduledTransformer(config, schedule_path=path)
 
 
+def test_scheduled_transformer_applies_the_strategys_bias_rule(tiny, tmp_path):
+  """A strategy calibrated with a bias rule: t5x.eval's network reads the encoder's bias table
+  by that rule (resolved at the input's width, L_tr the schedule's) with the schedule's taus,
+  as `network.Transformer` with the rule and those taus; mixed rules are refused."""
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
+  config, params = tiny
+  path = str(tmp_path / 'ruled.json')
+  name = 'pmax:bias=interpolate'
+  schedule.TemperatureSchedule(16, {name: (calibration.Calibration(
+      name, 32, 16, 0.6, bias_rule='interpolate'),)}, name).save(path)
+  model = scheduled.ScheduledTransformer(config, schedule_path=path)
+  assert model.config.encoder_bias_rule == reference.BiasRule('interpolate', reference_length=16)
+  tokens = jnp.array([[5] * 40 + [1], [5] * 30 + [1] + [0] * 10])
+  got = model.apply({'params': params}, tokens, enable_dropout=False, method='encode')
+  taus = schedule.load_schedule(path).temperatures(tokens)  # Row 1 (31 tokens): between 1, 0.6.
+  ruled = network.Transformer(model.config)
+  want = ruled.apply({'params': params}, tokens, enable_dropout=False, method='encode',
+                     temperature=taus)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  plain = network.Transformer(config).apply({'params': params}, tokens, enable_dropout=False,
+                                            method='encode', temperature=taus)
+  assert not np.allclose(got, plain, rtol=1e-3, atol=1e-3)
+  mixed = str(tmp_path / 'mixed.json')
+  joint = 'pmax:bias=joint'
+  schedule.TemperatureSchedule(16, {joint: (
+      calibration.Calibration(joint, 32, 16, 0.6, bias_rule='interpolate'),
+      calibration.Calibration(joint, 64, 16, 0.5, bias_rule='extend'))}, joint).save(mixed)
+  with pytest.raises(ValueError, match=r"chose the bias rules \['extend', 'interpolate'\]"):
+    scheduled.ScheduledTransformer(config, schedule_path=mixed)
+
+
 # ---------------------------------------------------------------------------------------------
 # Report.
 
@@ -797,3 +828,15 @@ def test_eval_through_a_repointed_link_uses_one_checkpoint_and_a_resume_is_refus
                            rf'{os.path.realpath(eight)} then\.'):
     conftest.run_eval(*runs.eval_args(tmp_path / 'out', str(link), '--gin.MODEL_NAME=m'))
   assert (folder / 'predictions.jsonl').read_bytes() == reference['ref8']
+
+
+def test_a_models_bias_rule_names_its_report_row():
+  """gin's BIAS_RULE with a constant temperature: the row says so ('tau = 0.8 (bias ...)'), so a
+  report never puts it beside the same tau without the rule under one label."""
+  from t5align.attention import reference  # pylint: disable=g-import-not-at-top
+  config = network.T5Config(vocab_size=32, num_encoder_layers=2, num_heads=2)
+  assert temperature.make_temperature(config, 0.8).label == 'tau = 0.8'
+  ruled = config.replace(encoder_bias_rule=reference.BiasRule('interpolate', reference_length=256))
+  assert (temperature.make_temperature(ruled, 0.8).label
+          == 'tau = 0.8 (bias interpolate (s = L_tr / L, L_tr = 256))')
+  assert temperature.make_temperature(ruled, 0.8, label='mine').label == 'mine'
