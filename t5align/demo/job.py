@@ -188,7 +188,9 @@ def _calibrate(params, config, plan: planning.Plan, prompts, references, identit
     where = task if len(plan.seeds) == 1 or task == 'pooled' else f'{task} (seed {plan.seeds[k]})'
     left = eta.advance((task, k, c.length, c.strategy))
     _log(f'calibrated {len(eta.finished)}/{len(pieces)} {where}: {c.strategy} @ {c.length} -> '
-         f'tau {np.round(c.tau, 3).tolist()}{" (calibration" + left[1:] + ")" if left else ""}',
+         f'tau {np.round(c.tau, 3).tolist()}'
+         f'{"" if c.bias_rule == "none" else ", bias " + c.bias_rule}'
+         f'{" (calibration" + left[1:] + ")" if left else ""}',
          start)
 
   settings = temperatures.calibration_settings(mesh)

@@ -133,15 +133,19 @@ def _layer_taus(tau: Any) -> np.ndarray:
 def temperature_table(tasks: Mapping[str, Mapping[str, Sequence[calibration.Calibration]]],
                       strategies: Sequence[str], lengths: Sequence[int]) -> str:
   """Plain text: per task and strategy, the calibrated tau at each length (per-layer taus
-  joined by '/'; per-head ones as each layer's mean over its heads, joined by '/')."""
+  joined by '/'; per-head ones as each layer's mean over its heads, joined by '/'), a joint
+  calibration's chosen bias rule after it ('0.500 i': interpolate, 'e': extend)."""
   head = f'{"task":<16}{"strategy":<24}' + ''.join(f'{L:>18}' for L in lengths)
   lines = [head, '-' * len(head)]
   for task, cals in tasks.items():
     for s in strategies:
       by_length = {c.length: c for c in cals.get(s, ())}
+      mark = lambda c: (('*' if c.clamped else '')
+                        + ('' if c.bias_rule == 'none' or not s.endswith(':bias=joint')
+                           else ' ' + c.bias_rule[0]))
       cells = ['-' if L not in by_length else '/'.join(
-          f'{t:.3f}' for t in _layer_taus(by_length[L].tau)) + ('*' if by_length[L].clamped
-                                                                 else '') for L in lengths]
+          f'{t:.3f}' for t in _layer_taus(by_length[L].tau)) + mark(by_length[L])
+               for L in lengths]
       lines.append(f'{task:<16}{labels.strategy_label(s):<24}' + ''.join(f'{c:>18}'
                                                                           for c in cells))
   return '\n'.join(lines)

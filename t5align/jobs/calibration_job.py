@@ -412,5 +412,6 @@ def activation_dtype(config: network.T5Config | None, dtype: str | None) -> str:
 def _progress(done: int, total: int, c: calibration.Calibration, start: float) -> None:
   tau = c.tau if np.ndim(c.tau) == 0 else float(np.mean(c.tau))
   flag = ' (target outside range)' if c.clamped else ''
+  rule = '' if c.bias_rule == 'none' else f' bias={c.bias_rule}'
   logging.info('%s', f'[{done:>3}/{total}] L_ex={c.length:<6} {c.strategy:<18} tau={tau:.3f}'
-               f'{flag}  {time.time() - start:7.1f} s')
+               f'{rule}{flag}  {time.time() - start:7.1f} s')
