@@ -282,4 +282,6 @@ def _evaluate(params, config, vocab, plan: planning.Plan, schedule, results: sto
     _log(f'{labels.row_label(row):>20} @ {L:>5} {task}: {value:.0f}% '
          f'(cell {i + 1}/{len(cells)}{eta.advance(i)})', start)
   results.put_cells([(row, task, L, results.get(same, task, L)) for L, row, same, task in copies])
+  for L, row, same, task in copies:
+    store.copy_predictions(settings.output_dir, same, row, L, task)
   return seconds

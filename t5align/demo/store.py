@@ -93,6 +93,18 @@ def write_predictions(output_dir: str, row: str, length: int,
   multihost.on_writer(write, f'writing {output_dir}/predictions')
 
 
+def copy_predictions(output_dir: str, source_row: str, row: str, length: int,
+                     task: str) -> None:
+  """A cell evaluated once for two rows (the same temperature and bias rule): `row`'s file is
+  `source_row`'s, so every row of a cell has its per-example records (paired comparisons read
+  them: benchmarks/ranking.py)."""
+  def write():
+    source = predictions_path(output_dir, source_row, length, task)
+    fileio.write_atomic(predictions_path(output_dir, row, length, task),
+                        fileio.read_bytes(source))
+  multihost.on_writer(write, f'writing {output_dir}/predictions')
+
+
 def calibration_identity(settings: planning.DemoSettings, plan: planning.Plan,
                          config: network.T5Config, prompts, references) -> dict[str, Any]:
   """The run identity of a calibration (`run_identity.make`): the checkpoint's and vocabulary's

@@ -52,6 +52,17 @@ def _loaded(module: str) -> tuple[set[str], set[str]]:
                         't5align.run_identity', 't5align.runtime', 't5align.runtime.fileio',
                         't5align.runtime.outputs'},
      set()),
+    # Paired tests of rows on the same examples, with the report's Wilson interval: no JAX.
+    ('t5align.evaluation.paired', {'t5align', 't5align.labels', 't5align.evaluation',
+                                   't5align.evaluation.paired', 't5align.evaluation.tables',
+                                   't5align.evaluation.markdown', 't5align.evaluation.suites',
+                                   't5align.evaluation.suites.layout',
+                                   't5align.evaluation.suites.zeroscrolls',
+                                   't5align.evaluation.suites.scrolls',
+                                   't5align.evaluation.suites.ruler', 't5align.run_identity',
+                                   't5align.runtime', 't5align.runtime.fileio',
+                                   't5align.runtime.outputs'},
+     set()),
     # The suites' layouts, which seqio_tasks reads their columns from: light for both.
     ('t5align.evaluation.suites', {'t5align', 't5align.labels', 't5align.evaluation',
                                    't5align.evaluation.markdown', 't5align.evaluation.suites',
