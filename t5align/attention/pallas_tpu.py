@@ -36,15 +36,31 @@ _STATS_PER_PAIR = 2
 class Options:
   """'pallas_tpu' tiles and VMEM limit (keywords of `pallas_tpu_attention`; set in
   T5Config.attention_options); None: `default_blocks()` and
-  Mosaic's default scoped VMEM limit."""
+  Mosaic's default scoped VMEM limit (a third of it, at least `BAND_VMEM_BYTES`, may hold one
+  head's bias band)."""
 
   block_q: int | None = None
   block_k: int | None = None
   vmem_limit_bytes: int | None = None
 
 
-def default_blocks(device_kind: str | None = None) -> tuple[int, int]:
-  """`(block_q, block_k)`: 512 x 512 on every TPU generation (`device_kind` for future tuning).
+# VMEM the band tiles of one head may take (float32, `_band`'s count x block_q x block_k): a
+# third of the smallest default scoped limit (16 MiB), leaving the rest to q, k, v and the
+# accumulators. T5's own band at 512 x 512 takes 3 MiB.
+BAND_VMEM_BYTES = 16 * 2 ** 20 // 3
+
+
+def band_bytes(block_q: int, block_k: int, far: int) -> int:
+  """VMEM of one head's band tiles (`_band`) for blocks `block_q` x `block_k`."""
+  return _band(block_q, block_k, far)[2] * block_q * block_k * 4
+
+
+def default_blocks(device_kind: str | None = None,
+                   far: int = reference.MAX_DISTANCE) -> tuple[int, int]:
+  """`(block_q, block_k)`: 512 x 512 on every TPU generation (`device_kind` for future tuning);
+  for a band widened by a bias rule (`reference.OffsetMap.far`), the largest square blocks of
+  512, 256 or 128 whose band tiles fit `BAND_VMEM_BYTES` (at 16k tokens with L_tr = 512, s =
+  1/32: 128 x 128, 4.1 MiB; 512 x 512 would take 19 MiB, more than the scoped limit).
 
   Chosen from what Mosaic reports, not from timings (no TPU ran the kernel). Scoped VMEM of the
   kernel at 8,192 tokens, head_dim 64, bfloat16, statistics on (`python -m
@@ -57,7 +73,10 @@ def default_blocks(device_kind: str | None = None) -> tuple[int, int]:
   re-read k and v less often. T5Config.attention_options sets others.
   """
   del device_kind
-  return 512, 512
+  for block in (512, 256, 128):
+    if band_bytes(block, block, far) <= BAND_VMEM_BYTES:
+      return block, block
+  return LANES, LANES
 
 
 def _band(block_q: int, block_k: int, far: int) -> tuple[int, int, int]:
@@ -270,7 +289,7 @@ def pallas_tpu_attention(
     `[b, l, h, d]` output and optional RowStats `[b, h, l]`.
   """
   batch, length, heads, depth = query.shape
-  default_q, default_k = default_blocks()
+  default_q, default_k = default_blocks(far=offset_map.far)
   block_q, block_k = block_q or default_q, block_k or default_k
   for name, size in (('block_q', block_q), ('block_k', block_k)):
     if size % LANES:
@@ -278,6 +297,15 @@ def pallas_tpu_attention(
   # NOTE: no block longer than the input rounded up to 128 (short inputs, tests).
   fit = blockwise.round_up(length, LANES)
   block_q, block_k = min(block_q, fit), min(block_k, fit)
+  band = band_bytes(block_q, block_k, offset_map.far)
+  allowed = max(BAND_VMEM_BYTES, (vmem_limit_bytes or 0) // 3)
+  if band > allowed:
+    raise ValueError(
+        f'pallas_tpu blocks {block_q} x {block_k}: the bias band of {offset_map} (|offset| < '
+        f'{offset_map.far}) takes {band / 2 ** 20:.1f} MiB of VMEM per head, over the '
+        f'{allowed / 2 ** 20:.1f} MiB it may (a third of the scoped limit); give smaller blocks '
+        '(pallas_tpu.Options(block_q=, block_k=); None picks ones that fit) or a larger '
+        'vmem_limit_bytes.')
   multiple = math.lcm(block_q, block_k)
   padded = blockwise.round_up(length, multiple)
   nq, nk = padded // block_q, padded // block_k

@@ -123,3 +123,50 @@ def test_skipped_and_unmasked_tiles_match_reference(bidirectional):
   np.testing.assert_allclose(np.asarray(stats.entropy)[valid],
                              np.asarray(ref_stats.entropy)[valid], rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(stats.entropy)[~valid], np.log(length), rtol=1e-5)
+
+
+def test_a_wide_bias_band_picks_blocks_whose_band_fits_vmem():
+  """A bias rule's band (`OffsetMap.far`) sets the default blocks: 512 x 512 for T5's (3 band
+  tiles, 3 MiB), smaller where 512 x 512 would overflow Mosaic's scoped VMEM; explicit blocks
+  that do not fit are refused naming the band and what to change."""
+  wide = reference.BiasRule('interpolate', reference_length=512).at(16384)  # s = 1/32
+  assert wide.far == 4080
+  assert pallas_tpu.default_blocks() == (512, 512)
+  assert pallas_tpu.band_bytes(512, 512, 128) == 3 * 2 ** 20
+  assert pallas_tpu.band_bytes(512, 512, wide.far) == 17 * 2 ** 20  # Over 16 MiB.
+  assert pallas_tpu.default_blocks(far=wide.far) == (128, 128)
+  assert pallas_tpu.default_blocks(far=reference.BiasRule(
+      'extend', reference_length=512).at(8192).far) == (256, 256)  # far 2048: 4.25 MiB
+  q = jnp.zeros((1, 1024, 1, 128), jnp.float32)
+  with pytest.raises(ValueError, match=r'pallas_tpu blocks 512 x 512: the bias band of '
+                                       r'OffsetMap\(interpolation=0.03125.*\|offset\| < 4080\) '
+                                       r'takes 17.0 MiB'):
+    pallas_tpu.pallas_tpu_attention(
+        q, q, q, rel_embedding=jnp.zeros((1, 32)), segment_ids=jnp.ones((1, 1024), jnp.int32),
+        block_q=512, block_k=512, interpret=True, offset_map=wide)
+
+
+@pytest.mark.tpu_compile
+@needs_libtpu
+def test_a_wide_bias_band_compiles_for_tpu():
+  """At 16k tokens with s = L_tr / L = 1/32, the kernel with its default blocks compiles for a
+  v5e chip (512 x 512 blocks overflow its scoped VMEM: CompileTimeScopedVmemOom)."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  device = topologies.get_topology_desc(topology_name=TOPOLOGY, platform='tpu').devices[0]
+  mesh = jax.sharding.Mesh([device], ('x',))
+  wide = reference.BiasRule('interpolate', reference_length=512).at(16384)
+  length, heads, depth = 16384, 8, 64
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  sds = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
+  qkv = [sds((1, length, heads, depth), jnp.bfloat16)] * 3
+
+  def attend(q, k, v, table, ids, tau):
+    return pallas_tpu.pallas_tpu_attention(q, k, v, rel_embedding=table, segment_ids=ids,
+                                           temperature=tau, dtype=jnp.bfloat16, with_stats=True,
+                                           offset_map=wide)
+
+  with jax.set_mesh(mesh):
+    compiled = jax.jit(attend).lower(*qkv, sds((heads, 32), jnp.float32),
+                                     sds((1, length), jnp.int32),
+                                     sds((1, heads), jnp.float32)).compile()
+  assert 'tpu_custom_call' in compiled.as_text()
