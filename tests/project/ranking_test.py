@@ -240,15 +240,6 @@ def test_rows_on_different_examples_are_refused_naming_both_files(tmp_path):
     ranking.rank(folder)
 
 
-def test_a_missing_file_no_row_could_have_copied_is_refused(tmp_path):
-  folder = _demo_output(str(tmp_path / 'demo'))
-  path = store.predictions_path(folder, 'shiny_rule', 1024, 'kv')
-  os.remove(path)
-  with pytest.raises(ValueError, match=f'shiny_rule for kv at 1024 tokens but there is no '
-                                       f'{re.escape(path)}'):
-    ranking.rank(folder)
-
-
 def test_a_file_that_disagrees_with_results_json_is_refused(tmp_path):
   folder = _demo_output(str(tmp_path / 'demo'))
   store.write_predictions(folder, 'pmax', 1024, {'kv': _records('kv', 1024, _right(range(4)))})
@@ -257,11 +248,15 @@ def test_a_file_that_disagrees_with_results_json_is_refused(tmp_path):
     ranking.rank(folder)
 
 
-def test_a_copied_cells_missing_file_is_refused_naming_the_command_that_writes_it(tmp_path):
+@pytest.mark.parametrize('row, task, length', [
+    ('shiny_rule', 'kv', 1024),  # An evaluated cell.
+    ('entropy', 'lines', 512)])  # A copied one (`store.copy_predictions`).
+def test_a_missing_file_is_refused_naming_the_command_that_writes_it(tmp_path, row, task,
+                                                                     length):
   folder = _demo_output(str(tmp_path / 'demo'))
-  path = store.predictions_path(folder, 'entropy', 512, 'lines')
+  path = store.predictions_path(folder, row, length, task)
   os.remove(path)
-  with pytest.raises(ValueError, match=f'entropy for lines at 512 tokens but there is no '
+  with pytest.raises(ValueError, match=f'{row} for {task} at {length} tokens but there is no '
                                        f'{re.escape(path)}; run the demo command again'):
     ranking.rank(folder)
 
