@@ -44,8 +44,9 @@ class T5Config:
   # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x.
   encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
   # Encoder relative-bias rule (`reference.BiasRule`: 'none', 'interpolate', 'extend'), one for
-  # every layer or a tuple with one per encoder layer; resolved at each input's (static) length
-  # (`encoder_offset_map`). The decoder's bias is never changed. In gin (dynamic registration,
+  # every layer or a tuple with one per encoder layer; resolved at each call's (static, padded)
+  # input width (`encoder_offset_map`), or once by a job at its inputs' length
+  # (`bias_rules_at`). The decoder's bias is never changed. In gin (dynamic registration,
   # `from t5align.attention import reference`): `encoder_bias_rule = @reference.BiasRule()`.
   encoder_bias_rule: reference.BiasRule | Sequence[reference.BiasRule] = reference.BiasRule()
   # Encoder self-attention implementation (dispatch.NAMES): 'reference' (materialized), 'blockwise',
@@ -133,6 +134,16 @@ def encoder_offset_map(config: T5Config, layer: int, length: int) -> reference.O
   config's bias rule (`T5Config.encoder_bias_rule`) resolved at that length."""
   rule = config.encoder_bias_rule
   return (rule if isinstance(rule, reference.BiasRule) else rule[layer]).at(length)
+
+
+def bias_rules_at(config: T5Config, length: int) -> T5Config:
+  """`config` with its encoder bias rules resolved at inputs of `length` tokens
+  (`reference.BiasRule.fixed_at`): every batch then reads the table alike whatever its padded
+  width (an eval's task: its longest input)."""
+  rule = config.encoder_bias_rule
+  fixed = (rule.fixed_at(length) if isinstance(rule, reference.BiasRule)
+           else tuple(r.fixed_at(length) for r in rule))
+  return config if fixed == rule else dataclasses.replace(config, encoder_bias_rule=fixed)
 
 
 def attention_options(config: T5Config, impl: str) -> Any:

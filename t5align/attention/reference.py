@@ -245,6 +245,16 @@ class BiasRule:
     except ValueError as e:
       raise ValueError(f'BiasRule(kind={self.kind!r}).scale={self.scale!r}: {e}') from None
 
+  def fixed_at(self, length: int) -> BiasRule:
+    """This rule as it is at inputs of `length` tokens, for every width: its scale at `length`
+    given explicitly (T5's bias, kind 'none', where it is the identity there). A job that knows
+    its inputs' length resolves there once, so that a batch's padding does not move L."""
+    offset_map = self.at(length)
+    if offset_map.is_identity:
+      return BiasRule()
+    scale = offset_map.interpolation if self.kind == 'interpolate' else offset_map.extension
+    return BiasRule(self.kind, scale=scale)
+
   def describe(self) -> str:
     """'none', 'interpolate (s = L_tr / L, L_tr = 256)', 'extend (e = 4)'."""
     if self.kind == 'none':

@@ -391,8 +391,10 @@ class _Run:
       logging.info('%s: process %d reads %d of %d examples (share %d of %d)', task.name,
                    jax.process_index(), len(examples), total, self.group, self.groups)
     longest = int(shares[:, 2].max())
-    # The schedule's bias rule, if its strategy calibrated one (static in the program).
-    config = temp.model_config(self.model.config, longest)
+    # The bias rule (the model's, or the schedule strategy's), resolved once at the task's
+    # longest input: every batch reads the table alike, whatever BATCH_SIZE pads it to.
+    encoded = min(longest, job.truncate_inputs or longest)
+    config = network.bias_rules_at(temp.model_config(self.model.config, encoded), encoded)
     model = self.model if config is self.model.config else network.Transformer(config)
     step = self.job.program(
         model, self.mesh, self.params, temp, scored=scored, steps=steps,

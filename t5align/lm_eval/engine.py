@@ -114,9 +114,18 @@ class Engine:
     return self.programs[key](*args)
 
   def _batches(self, contexts: Sequence[np.ndarray]) -> list[list[int]]:
-    """Indices of `contexts`, longest first (ties in order), in batches of `batch_size`."""
+    """Indices of `contexts`, longest first (ties in order), in batches of `batch_size`. With
+    an encoder bias rule (resolved at the batch's width), a batch holds contexts of one `width`
+    only, so that a context's rule is its own width's, whatever its batch-mates."""
     order = sorted(range(len(contexts)), key=lambda i: (-len(contexts[i]), i))
-    return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+    rules = self.model.config.encoder_bias_rule
+    if all(r.kind == 'none' for r in (rules if isinstance(rules, tuple) else (rules,))):
+      return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+    groups = collections.defaultdict(list)
+    for i in order:
+      groups[width(len(contexts[i]))].append(i)
+    return [g[i:i + self.batch_size] for g in groups.values()
+            for i in range(0, len(g), self.batch_size)]
 
   def _inputs(self, contexts: Sequence[np.ndarray], taus: np.ndarray,
               batch: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

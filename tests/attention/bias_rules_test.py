@@ -104,6 +104,26 @@ def test_rules_resolve_from_the_lengths_and_keep_the_trained_bias_up_to_l_tr():
           == 'extend (e = L / L_tr, L_tr = 512)')
 
 
+def test_a_rule_fixed_at_a_length_reads_alike_at_every_width():
+  """A job resolves a length-derived rule once at its inputs' length (`fixed_at`,
+  `network.bias_rules_at`): the same map at any padded width; T5's bias at or below L_tr."""
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  rule = reference.BiasRule('interpolate', reference_length=256)
+  fixed = rule.fixed_at(576)
+  assert fixed == reference.BiasRule('interpolate', scale=256 / 576)
+  assert fixed.at(640) == fixed.at(4096) == rule.at(576) != rule.at(640)
+  assert rule.fixed_at(256) == reference.BiasRule()
+  assert reference.BiasRule('extend', reference_length=256).fixed_at(1024) == reference.BiasRule(
+      'extend', scale=4.0)
+  config = network.T5Config(vocab_size=32, num_encoder_layers=2, num_heads=2,
+                            encoder_bias_rule=(reference.BiasRule(), rule))
+  fixed_config = network.bias_rules_at(config, 576)
+  assert fixed_config.encoder_bias_rule == (reference.BiasRule(), fixed)
+  assert network.bias_rules_at(fixed_config, 1000) == fixed_config  # Fixed: stays.
+  plain = network.T5Config(vocab_size=32, num_encoder_layers=2, num_heads=2)
+  assert network.bias_rules_at(plain, 576) is plain
+
+
 @pytest.mark.parametrize('kwargs,message', [
     (dict(kind='stretch'), "BiasRule.kind='stretch'"),
     (dict(kind='interpolate'), 'reference_length=None'),
