@@ -88,6 +88,22 @@ def test_bias_rule_arguments_make_the_encoders_rule():
   assert settings.ModelArgs(pretrained='/c').encoder_bias_rule() == reference.BiasRule()
 
 
+def test_with_a_bias_rule_a_batch_holds_one_width():
+  """The rule is resolved at a batch's width: with one, contexts of different widths
+  (`engine.width`) never share a batch, so a request's rule is its own width's; without one,
+  batches are longest first as before."""
+  import types  # pylint: disable=g-import-not-at-top
+  from t5align import network  # pylint: disable=g-import-not-at-top
+  lengths = [700, 100, 390, 120, 500, 90]  # widths 768, 128, 512, 128, 512, 128
+  contexts = [np.ones(n, np.int32) for n in lengths]
+  config = network.T5Config(vocab_size=32)
+  plain = types.SimpleNamespace(model=types.SimpleNamespace(config=config), batch_size=2)
+  assert engine_lib.Engine._batches(plain, contexts) == [[0, 4], [2, 3], [1, 5]]  # pylint: disable=protected-access
+  ruled = types.SimpleNamespace(model=types.SimpleNamespace(config=config.replace(
+      encoder_bias_rule=reference.BiasRule('interpolate', reference_length=256))), batch_size=2)
+  assert engine_lib.Engine._batches(ruled, contexts) == [[0], [4, 2], [3, 1], [5]]  # pylint: disable=protected-access
+
+
 def test_model_arguments_as_lm_eval_passes_them():
   args = settings.ModelArgs.from_kwargs({
       'pretrained': '/c', 'backend': 'seq2seq', 'batch_size': '4', 'max_batch_size': 64,
