@@ -50,7 +50,7 @@ _REMOTE_METADATA = ('checkpoint', 'state/_METADATA', 'state/manifest.ocdbt',
 # The layout of a run identity (run.json, a calibration log's header, a schedule's
 # provenance['identity']). 1 (no 'format'): gin's bindings as 'gin', the settings at the top
 # level, those added later only when not their defaults. 2: 'settings' from the jobs' fields.
-FORMAT = 2
+FORMAT = 3
 # The metadata key of a job's (or settings object's) field that is not part of its identity; its
 # value says why (e.g. "where results go"). `settings_record` leaves such fields out.
 NOT_IDENTITY = 'not_identity'
@@ -402,6 +402,20 @@ def _format_1_to_2(record: dict[str, Any], kind: str) -> dict[str, Any]:
   return out
 
 
+# Format 3 added T5Config.encoder_bias_rule to the recorded config (eval, train); every run
+# before it read T5's bias as trained.
+_FORMAT_2_BIAS_RULE = "BiasRule(kind='none', scale=None, reference_length=None)"
+
+
+def _format_2_to_3(record: dict[str, Any]) -> dict[str, Any]:
+  """Format 2 -> 3: a recorded model config gets `encoder_bias_rule`, T5's bias."""
+  out = dict(record)
+  if isinstance(out.get('config'), Mapping) and 'encoder_bias_rule' not in out['config']:
+    out['config'] = {**out['config'], 'encoder_bias_rule': _FORMAT_2_BIAS_RULE}
+  out['format'] = 3
+  return out
+
+
 def upgrade(record: Any, kind: str, source: str = 'a run record') -> Any:
   """A recorded identity (`kind`: one of `KINDS`; `source`: where it was read, for errors) in
   today's format (`FORMAT`): the one place records of an earlier format are converted, on read,
@@ -418,6 +432,8 @@ def upgrade(record: Any, kind: str, source: str = 'a run record') -> Any:
                      f'{FORMAT} (a newer t5align wrote it?).')
   if version == 1:
     record = _format_1_to_2(record, kind)
+  if record['format'] == 2:
+    record = _format_2_to_3(record)
   return record
 
 

@@ -220,6 +220,9 @@ class BiasRule:
     if self.kind == 'none':
       if self.scale is not None:
         raise ValueError(f"BiasRule(kind='none') takes no scale; got scale={self.scale!r}.")
+      # T5's bias has no L_tr: one 'none' rule, whatever length gin binds (run records compare
+      # it).
+      object.__setattr__(self, 'reference_length', None)
       return
     if self.scale is not None:
       self.at(0)  # Checks the scale (OffsetMap's range for the kind).

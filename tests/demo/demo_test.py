@@ -347,7 +347,7 @@ def test_results_of_other_weights_are_refused(tmp_path):
   # Written as format 1 (before records had a format), compared as today's (`upgrade`).
   recorded = {'model_dir': '/a', 'num_examples': 4,
               'checkpoint': {'sha256': 'aa', 'bytes': 10}, 'checkpoint_path': '/a/checkpoint_5'}
-  settings = {**recorded, 'format': 2, 'jax_default_matmul_precision': None}
+  settings = {**recorded, 'format': run_identity.FORMAT, 'jax_default_matmul_precision': None}
   path = str(tmp_path / 'results.json')
   json.dump({'settings': recorded, 'accuracy': {'tau=1': {'lines': {'512': 50.0}}}},
             open(path, 'w', encoding='utf-8'))

@@ -598,7 +598,7 @@ def test_a_folder_recorded_before_record_formats_resumes(e2e_env, monkeypatch, t
   for name in ('predictions.jsonl', 'metrics.json'):
     assert (resumed / task / name).read_bytes() == (whole / task / name).read_bytes(), name
   assert (resumed / task / 'run.json').read_bytes() == recorded  # Read as today's, not rewritten.
-  assert json.loads((whole / task / 'run.json').read_text())['format'] == 2
+  assert json.loads((whole / task / 'run.json').read_text())['format'] == run_identity.FORMAT
   assert 'EvalJob.temperature = 0.9' in (whole / task / 'config.gin').read_text()
 
 

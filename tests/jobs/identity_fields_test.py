@@ -237,7 +237,7 @@ def test_every_record_carries_its_format():
                    _calibration_identity(jobs.CalibrationJob(checkpoint=jobs.Checkpoint(
                        str(CKPT)))),
                    _train_identity(jobs.TrainJob(model=model, model_dir='/m'))):
-    assert identity['format'] == run_identity.FORMAT == 2
+    assert identity['format'] == run_identity.FORMAT == 3
     assert 'gin' not in identity
 
 

@@ -10,6 +10,7 @@ calibrate_test.py, train_test.py); the fields each record holds in identity_fiel
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -22,8 +23,10 @@ import pytest
 import conftest
 import runs
 
+from t5align.attention import reference
 from t5align import jobs
 from t5align.jobs import eval_job
+from t5align import network
 from t5align import run_identity
 from t5align.runtime import multihost
 from t5align import schedule
@@ -55,31 +58,34 @@ def test_a_schedule_is_reused_only_for_what_it_was_calibrated_for(tmp_path):
 
 
 def test_a_format_1_record_is_upgraded_once_on_read():
-  """58d8be9's run.json (format 1: tests/testdata/old_gin_names) read as format 2: gin's
+  """58d8be9's run.json (format 1: tests/testdata/old_gin_names) read as today's: gin's
   bindings gone (config.gin holds them now), the settings moved into 'settings', what format 1
   left out at its default (truncate_inputs, RULER's task options, jax's matmul precision) given
   that default; every other field as it was."""
   recorded = json.loads((runs.REPO_ROOT / 'tests/testdata/old_gin_names/eval_run_58d8be9.json')
                         .read_text())
   upgraded = run_identity.upgrade(recorded, 'eval')
-  assert upgraded['format'] == 2 and 'gin' not in upgraded
+  assert upgraded['format'] == run_identity.FORMAT and 'gin' not in upgraded
   assert upgraded['settings'] == {'checkpoint': {'params_dtype': 'float32'}, 'split': 'test',
                                   'truncate_inputs': None}
   assert upgraded['jax_default_matmul_precision'] is None
   assert {k: upgraded['task_options'][k] for k in ('ruler_examples', 'ruler_budget')} == {
       'ruler_examples': 500, 'ruler_budget': 'upstream'}
   moved = {'gin', 'params_dtype', 'split', 'format', 'settings', 'jax_default_matmul_precision',
-           'task_options'}
+           'task_options', 'config'}
   assert {k: v for k, v in upgraded.items() if k not in moved} == {
       k: v for k, v in recorded.items() if k not in moved}
-  assert run_identity.upgrade(upgraded, 'eval') == upgraded  # Once: format 2 is today's.
+  # Format 3: the config gains T5's bias rule.
+  assert upgraded['config'] == {**recorded['config'], 'encoder_bias_rule': str(
+      reference.BiasRule())}
+  assert run_identity.upgrade(upgraded, 'eval') == upgraded  # Once: it is today's format.
   # The job gin makes from the record's command records those settings.
   assert upgraded['settings'] == run_identity.settings_record(
       jobs.EvalJob(temperature=0.9, max_decode_length=8, batch_size=1))
 
 
 @pytest.mark.parametrize('record, kind, message', [
-    ({'format': 3}, 'eval', r'a run record is of format 3: this t5align reads formats 1 to 2'),
+    ({'format': 4}, 'eval', r'a run record is of format 4: this t5align reads formats 1 to 3'),
     ({'format': 'x'}, 'eval', r"a run record is of format 'x'"),
     ({}, 'evaluation', r"kind='evaluation'; expected one of \('eval', 'calibration'"),
 ])
@@ -150,3 +156,20 @@ def test_two_processes_with_different_num_examples_both_refuse_to_start(tmp_path
             '(process 0 -> the other): process 1: arguments.num_examples: 8 -> 16; '
             "gin.NUM_EXAMPLES: '8' -> '16'") in text, text[-3000:]
   assert not (tmp_path / 'out' / runs.TASK).exists()
+
+
+def test_a_format_2_record_reads_with_t5s_bias():
+  """Format 2 (0.2.0: no bias rules) records the model's config without `encoder_bias_rule`;
+  read as format 3, the config has T5's bias, as today's default records it: the folder
+  resumes. Records without a config (calibration, demo) only change their format."""
+  config = network.T5Config(vocab_size=32, num_encoder_layers=2, num_heads=2)
+  today = {f.name: str(getattr(config, f.name)) for f in dataclasses.fields(config)}
+  old = {'format': 2, 'config': {k: v for k, v in today.items() if k != 'encoder_bias_rule'},
+         'settings': {}}
+  upgraded = run_identity.upgrade(old, 'eval')
+  assert upgraded == {'format': 3, 'config': today, 'settings': {}}
+  assert run_identity.upgrade({'format': 2, 'settings': {}}, 'calibration') == {
+      'format': 3, 'settings': {}}
+  ruled = dataclasses.replace(config, encoder_bias_rule=reference.BiasRule(
+      'none', reference_length=512))  # gin's default binds L_tr to every kind
+  assert str(ruled.encoder_bias_rule) == today['encoder_bias_rule']

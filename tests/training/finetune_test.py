@@ -275,7 +275,7 @@ def test_a_synthetic_runs_record_of_format_1_reads_as_todays(tmp_path):
                       num_steps=4, batch_size=2, mix=train_data.Mix({'passkey': 1.0}),
                       input_length=128, target_length=8)
   now = job.identity({})
-  assert now['format'] == 2 and now['settings']['mix'] == {
+  assert now['format'] == run_identity.FORMAT and now['settings']['mix'] == {
       'weights': {'passkey': 1.0}, 'min_length': 0, 'length_power': 1.0, 'min_units': None}
   format_1 = {  # What 0f3d22d's TrainJob wrote for these settings.
       'batch_size': 2, 'config': now['config'], 'input_length': 128, 'learning_rate': 1e-3,
