@@ -1,7 +1,9 @@
 """docs/ranking.md: the demo's encoder-temperature rules ranked by paired tests on its examples.
 
 Run from the repository root, after a demo run:
-  python -m t5align.demo --full --num_examples 200 --output_dir demo_ranking
+  python -m t5align.demo --strategies pmax none:bias=interpolate none:bias=extend \
+      pmax:bias=interpolate pmax:bias=extend pmax:bias=joint pmax:from_layer=1 \
+      --num_examples 100 --output_dir demo_ranking
   python -m benchmarks.ranking --demo_output demo_ranking [--out docs/ranking.md]
       [--json benchmarks/results/ranking.json] [--machine TEXT]
   python -m benchmarks.ranking --check   # exit 1 if the page is not what the JSON record gives
@@ -231,6 +233,12 @@ def ranking(cells: Sequence[Mapping[str, Any]], rows: Sequence[str]) -> list[dic
                                     -r['mean_accuracy']))
 
 
+def p_clause(p: float, alpha: float = paired.ALPHA) -> str:
+  """'p = 0.031', or 'p < 0.0001' (`p_text`'s '<0.0001'), for a sentence."""
+  text = p_text(p, alpha)
+  return f'p {text[0]} {text[1:]}' if text.startswith('<') else f'p = {text}'
+
+
 def p_text(p: float, alpha: float = paired.ALPHA) -> str:
   """A p-value in two significant figures (more where two would round across `alpha`);
   '<0.0001' below it."""
@@ -269,7 +277,7 @@ def conclusions(record: Mapping[str, Any]) -> list[str]:
           b = c['rows'][base]
           by_task.setdefault(c['task'], []).append(
               f'{c["length"]} ({v["accuracy"]:.0f}% vs {b["accuracy"]:.0f}%, '
-              f'p = {p_text(v["vs_baseline"]["p"], alpha)})')
+              f'{p_clause(v["vs_baseline"]["p"], alpha)})')
       if by_task:
         any_row = True
         count = sum(map(len, by_task.values()))
@@ -309,7 +317,7 @@ def conclusions(record: Mapping[str, Any]) -> list[str]:
     if below:
       text += ('; significantly below it: '
                + ', '.join(f'{label[r]} {rows[r]["accuracy"]:.0f}% '
-                           f'(p = {p_text(rows[r]["vs_best"]["p"], alpha)})' for r in below))
+                           f'({p_clause(rows[r]["vs_best"]["p"], alpha)})' for r in below))
     out.append(text + '.')
   return out
 

@@ -273,3 +273,15 @@ def test_demo_command_of_the_documented_run_parses_back_to_its_settings():
   assert text == 'python -m t5align.demo --full --num_examples 200 --output_dir demo_ranking'
   args = command.flag_parser().parse_args(text.split()[3:])
   assert (args.full, args.num_examples, args.output_dir) == (True, 200, 'demo_ranking')
+
+
+def test_the_committed_ranking_page_is_what_its_record_gives():
+  """docs/ranking.md is rendered from benchmarks/results/ranking.json alone: editing either
+  without the other fails here."""
+  record = ranking.main(['--check'])
+  assert record['format'] == ranking.FORMAT and record['cells']
+
+
+def test_p_values_read_as_words_in_sentences():
+  assert [ranking.p_clause(p) for p in (0.031, 0.0000123, 0.04999)] == [
+      'p = 0.031', 'p < 0.0001', 'p = 0.04999']
