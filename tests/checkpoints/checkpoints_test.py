@@ -646,6 +646,9 @@ def _hf_dirs(tmp_path_factory):
   return dirs, tensors
 
 
+# NOTE: slow, as the fixture imports torch and transformers and builds two models: 3.5 s on the
+# idle 2-core VM, 10.2 s (over the fast lane's limit) when the disk cache was cold.
+@pytest.mark.slow
 @pytest.mark.torch
 @pytest.mark.parametrize('kind', ['relu_safetensors', 'relu_bin', 'gated_safetensors',
                                   'gated_sharded', 'gated_flax'])
@@ -665,6 +668,7 @@ def test_hf_checkpoint_maps_every_parameter(hf_dirs, kind):
           config.head_dim, config.emb_dim, config.mlp_dim) == (2, 3, 2, 6, 16, 24)
 
 
+@pytest.mark.slow  # The fixture's imports (above).
 @pytest.mark.torch
 def test_hf_unscaled_tied_head_becomes_logits_dense(hf_dirs):
   sd, _ = hf_dirs[1]['relu']
