@@ -119,6 +119,17 @@ class T5Config:
           raise ValueError(f'T5Config.attention_options: {name} {field.name} must be a positive '
                            f'int{" or None" if field.default is None else ""}; got {value!r}.')
 
+  @property
+  def encoder_bias_rules(self) -> tuple[reference.BiasRule, ...]:
+    """`encoder_bias_rule` as one rule per encoder layer."""
+    rule = self.encoder_bias_rule
+    return (rule,) * self.num_encoder_layers if isinstance(rule, reference.BiasRule) else rule
+
+  @property
+  def has_bias_rule(self) -> bool:
+    """Whether some encoder layer reads its bias table by a rule (not as trained)."""
+    return any(r.kind != 'none' for r in self.encoder_bias_rules)
+
 
 def encoder_attention_impl(config: T5Config, length: int, platform: str | None = None) -> str:
   """The implementation (a key of `dispatch.IMPLEMENTATIONS`) the encoder uses for inputs of
@@ -132,8 +143,7 @@ def encoder_attention_impl(config: T5Config, length: int, platform: str | None =
 def encoder_offset_map(config: T5Config, layer: int, length: int) -> reference.OffsetMap:
   """How encoder layer `layer` reads its bias table for inputs of `length` (static) tokens: the
   config's bias rule (`T5Config.encoder_bias_rule`) resolved at that length."""
-  rule = config.encoder_bias_rule
-  return (rule if isinstance(rule, reference.BiasRule) else rule[layer]).at(length)
+  return config.encoder_bias_rules[layer].at(length)
 
 
 def bias_rules_at(config: T5Config, length: int) -> T5Config:

@@ -334,7 +334,7 @@ class TemperatureSchedule:
     own = config.encoder_bias_rule
     if kind == 'none' or own == rule:  # (A module rebuilt from its clone has it already.)
       return config
-    if any(r.kind != 'none' for r in (own if isinstance(own, tuple) else (own,))):
+    if config.has_bias_rule:
       raise ValueError(
           f'the model sets a bias rule (T5Config.encoder_bias_rule={own!r}, e.g. BIAS_RULE) and '
           f'the schedule strategy {self.strategy!r} calibrated its own ({kind!r}): set one of '
@@ -374,24 +374,15 @@ class TemperatureSchedule:
 
 def upgrade(data: Any, source: str) -> Mapping[str, Any]:
   """A schedule file's mapping in today's format (`FORMAT`), read from format 1 or 2; the file
-  itself is left as it is. Format 1 calibrations get `bias_rule` 'none' (T5's bias, the only
-  one then)."""
+  itself is left as it is. Format 1 calibrations have no `bias_rule`, so they read with
+  `Calibration.bias_rule`'s default, 'none' (T5's bias, the only one then)."""
   found = data.get('format') if isinstance(data, Mapping) else type(data).__name__
   if found == FORMAT:
     return data
   if found != FORMAT_1:
     raise ValueError(f'{source}: not a temperature schedule (format {found!r}, expected '
                      f'{FORMAT!r} or {FORMAT_1!r}).')
-  with_rule = lambda items: ([{**c, 'bias_rule': 'none'} if isinstance(c, Mapping) else c
-                              for c in items] if isinstance(items, list) else items)
-  out = {**data, 'format': FORMAT}
-  if isinstance(data.get('calibrations'), Mapping):
-    out['calibrations'] = {k: with_rule(v) for k, v in data['calibrations'].items()}
-  if isinstance(data.get('tasks'), Mapping):
-    out['tasks'] = {t: ({k: with_rule(v) for k, v in cals.items()}
-                        if isinstance(cals, Mapping) else cals)
-                    for t, cals in data['tasks'].items()}
-  return out
+  return {**data, 'format': FORMAT}
 
 
 @gin.configurable(module='t5align.schedule')

@@ -60,7 +60,7 @@ def default_blocks(device_kind: str | None = None,
   """`(block_q, block_k)`: 512 x 512 on every TPU generation (`device_kind` for future tuning);
   for a band widened by a bias rule (`reference.OffsetMap.far`), the largest square blocks of
   512, 256 or 128 whose band tiles fit `BAND_VMEM_BYTES` (at 16k tokens with L_tr = 512, s =
-  1/32: 128 x 128, 4.1 MiB; 512 x 512 would take 19 MiB, more than the scoped limit).
+  1/32: 128 x 128, 4.1 MiB; 512 x 512 would take 17 MiB, more than the scoped limit).
 
   Chosen from what Mosaic reports, not from timings (no TPU ran the kernel). Scoped VMEM of the
   kernel at 8,192 tokens, head_dim 64, bfloat16, statistics on (`python -m

@@ -275,11 +275,7 @@ def offset_buckets(bidirectional: bool, num_buckets: int = NUM_BUCKETS,
   """Host-side bucket of every clipped offset: int32 `[2 * F + 1]` (F = `offset_map.far`),
   entry `o + F` for offset `o = key - query` in `[-F, F]`."""
   far = offset_map.far
-  offsets = np.arange(-far, far + 1, dtype=np.int32)
-  if offset_map.is_identity:
-    out = relative_position_bucket(offsets, bidirectional, num_buckets)
-  else:
-    out = offset_map.buckets(offsets, bidirectional, num_buckets)
+  out = offset_map.buckets(np.arange(-far, far + 1), bidirectional, num_buckets)
   out.setflags(write=False)
   return out
 

@@ -283,6 +283,14 @@ def _floored(tau: Any) -> Any:
   return min(float(tau), 1.0)
 
 
+def _candidates(taus: Any, from_layer: int, num_layers: int) -> np.ndarray:
+  """Candidate taus as the sweep takes them: `[t]` as they are, or from layer `from_layer` on
+  `[t, n]` rows (1 below it)."""
+  if not from_layer:
+    return np.asarray(taus, np.float64)
+  return np.asarray([_layers_from(t, from_layer, num_layers) for t in np.ravel(taus)])
+
+
 def _from_layer_values(stats: stats_lib.AttentionStats, statistic: str,
                        from_layer: int) -> np.ndarray:
   """`[t]` statistic pooled over layers `from_layer`.. (all of them when 0)."""
@@ -297,14 +305,11 @@ def _joint(params, config, tokens, statistic: str, target: float, spec: Spec,
   """Algorithm 1 over (bias rule, tau) pairs: every rule of `JOINT_RULES` with every grid tau,
   the pair whose statistic is closest to `target` (ties: the first rule, then the first tau).
   One vmapped sweep of the grid per rule (a rule sets the bias's band, a static shape)."""
-  num_layers = config.num_encoder_layers
   grid = np.asarray(settings.grid, np.float64)
-  rows = np.asarray([np.ravel(np.broadcast_to(_layers_from(t, spec.from_layer, num_layers),
-                                              (num_layers,))) for t in grid])
+  taus = _candidates(grid, spec.from_layer, config.num_encoder_layers)
   values = {}
   for kind in JOINT_RULES:
     ruled = dataclasses.replace(config, encoder_bias_rule=spec.bias_rule(reference_length, kind))
-    taus = rows if spec.from_layer else grid
     values[kind] = _from_layer_values(
         memo.attention_stats(params, ruled, tokens, taus, **settings.stats_kwargs()),
         statistic, spec.from_layer)
@@ -348,12 +353,11 @@ def calibrate(
   """
   spec = parse_name(strategy)
   statistic, search, scope = _base_kind(spec.base)
-  rules = config.encoder_bias_rule
-  if any(r.kind != 'none' for r in (rules if isinstance(rules, tuple) else (rules,))):
+  if config.has_bias_rule:
     raise ValueError(
-        f'T5Config.encoder_bias_rule={rules!r}: calibrate with the model as trained and give '
-        f"the rule in the strategy's name instead ({spec.base + ':bias=interpolate'!r}), so "
-        'that the schedule records it.')
+        f'T5Config.encoder_bias_rule={config.encoder_bias_rule!r}: calibrate with the model as '
+        "trained and give the rule in the strategy's name instead "
+        f"({spec.base + ':bias=interpolate'!r}), so that the schedule records it.")
   if spec.from_layer >= config.num_encoder_layers:
     raise ValueError(f'strategy={strategy!r}: from_layer={spec.from_layer}, but the model has '
                      f'{config.num_encoder_layers} encoder layers (0..'
@@ -441,9 +445,9 @@ def _align_from_layer(params, config, tokens, statistic, target_stats, spec: Spe
   target = float(_from_layer_values(target_stats, statistic, k)[0])
 
   def evaluate(taus: np.ndarray) -> np.ndarray:
-    rows = np.asarray([_layers_from(t, k, num_layers) for t in np.ravel(taus)])  # [t, n]
-    return _from_layer_values(memo.attention_stats(params, config, tokens, rows,
-                                                   **settings.stats_kwargs()), statistic, k)
+    return _from_layer_values(memo.attention_stats(
+        params, config, tokens, _candidates(taus, k, num_layers), **settings.stats_kwargs()),
+        statistic, k)
 
   if search == 'grid':
     tau, achieved, info = search_lib.grid_search(evaluate, target, settings.grid)

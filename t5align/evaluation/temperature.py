@@ -109,11 +109,9 @@ def make_temperature(config: Any, temperature: Any = None,
     temperature = validate.temperature_setting(temperature, 'TEMPERATURE', layers, model,
                                                config.num_heads)
   temp = Temperature(constant=temperature, label=label or '')
-  rules = config.encoder_bias_rule
-  rules = rules if isinstance(rules, tuple) else (rules,)
-  if not label and any(r.kind != 'none' for r in rules):
+  if not label and config.has_bias_rule:
     # The model's own bias rule (gin's BIAS_RULE) names the row too: rows differ by it.
-    words = '; '.join(dict.fromkeys(r.describe() for r in rules))
+    words = '; '.join(dict.fromkeys(r.describe() for r in config.encoder_bias_rules))
     temp = dataclasses.replace(temp, label=f'{temp.label} (bias {words})')
   return temp
 

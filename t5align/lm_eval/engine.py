@@ -118,8 +118,7 @@ class Engine:
     an encoder bias rule (resolved at the batch's width), a batch holds contexts of one `width`
     only, so that a context's rule is its own width's, whatever its batch-mates."""
     order = sorted(range(len(contexts)), key=lambda i: (-len(contexts[i]), i))
-    rules = self.model.config.encoder_bias_rule
-    if all(r.kind == 'none' for r in (rules if isinstance(rules, tuple) else (rules,))):
+    if not self.model.config.has_bias_rule:
       return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
     groups = collections.defaultdict(list)
     for i in order:
