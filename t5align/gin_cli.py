@@ -301,6 +301,17 @@ def register_job(cls: type) -> type:
   return cls
 
 
+def macro_bound_to(name: str, parameter: str) -> str | None:
+  """The macro gin's current configuration binds `name.parameter` to (`name` as the gin files
+  spell it, e.g. 'training.OptimizerConfig'), e.g. 'LEARNING_RATE'; None if it binds none."""
+  for ((_, selector), bound), value in _config_values().items():
+    if bound == parameter and (selector == name or selector.endswith('.' + name)):
+      macro = _macro_name(value)
+      if macro:
+        return macro
+  return None
+
+
 def is_unset(value: object) -> bool:
   """Whether a setting is unset: None, or %gin.REQUIRED that no flag replaced."""
   return value is None or value is gin.REQUIRED or type(value).__name__ == '_GinRequired'

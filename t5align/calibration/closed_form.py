@@ -61,20 +61,37 @@ def clamp_tau(tau: float) -> tuple[float, str]:
 
 def log_length_tau(length: Any, reference_length: int) -> np.ndarray | float:
   """Length-only baseline tau = log L_tr / log L_ex (Yao et al. 2021; Su 2021)."""
+  reference_length = _reference(reference_length, 'log-length')
   length = np.asarray(length, np.float64)
-  if np.any(length < 2) or reference_length < 2:
+  if np.any(~np.isfinite(length)) or np.any(length < 2):
     raise ValueError(f'lengths must be >= 2; got L_ex={length.tolist()}, L_tr={reference_length}.')
   tau = math.log(reference_length) / np.log(length)
   return float(tau) if tau.ndim == 0 else tau
 
 
+def _reference(reference_length: Any, name: str) -> int:
+  """L_tr as an int >= 2 (a token count: no NaN, inf, float or text); ValueError naming `name`."""
+  if isinstance(reference_length, (bool, np.bool_)) or not isinstance(
+      reference_length, (int, np.integer)) or reference_length < 2:
+    raise ValueError(f'{name}: reference_length (L_tr)={reference_length!r}; expected an integer '
+                     '>= 2 (a token count).')
+  return int(reference_length)
+
+
 def _lengths(length: Any, reference_length: int, name: str) -> np.ndarray:
-  """float64 L_ex (any shape), after checking L_ex >= 1 and L_tr >= 2 (ValueError naming `name`)."""
+  """float64 L_ex (any shape), after checking L_ex >= 1 (finite) and L_tr (`_reference`)."""
+  reference_length = _reference(reference_length, name)
   n = np.asarray(length, np.float64)
-  if np.any(~np.isfinite(n)) or np.any(n < 1) or reference_length < 2:
+  if np.any(~np.isfinite(n)) or np.any(n < 1):
     raise ValueError(f'{name}: lengths must be >= 1 and L_tr >= 2; got L_ex={n.tolist()}, '
                      f'L_tr={reference_length}.')
   return n
+
+
+def _finite_number(value: Any) -> bool:
+  """A finite real number (not a bool or text)."""
+  return (isinstance(value, (int, float, np.integer, np.floating))
+          and not isinstance(value, (bool, np.bool_)) and bool(np.isfinite(value)))
 
 
 def _scalar(tau: np.ndarray) -> np.ndarray | float:
@@ -131,13 +148,13 @@ def llama4_length_tau(length: Any, reference_length: int, *, attn_scale: float =
     attn_scale: the source's `attn_scale`.
     floor_scale: the source's `floor_scale`; None: L_tr (the adaptation); 8192: Llama 4's own.
   """
+  n = _lengths(length, reference_length, 'Llama 4 length')
   floor_scale = reference_length if floor_scale is None else floor_scale
   if isinstance(floor_scale, bool) or not isinstance(floor_scale, (int, np.integer)) or (
       floor_scale < 1):
     raise ValueError(f'Llama 4 length: floor_scale={floor_scale!r}; expected a positive integer.')
-  if not np.isfinite(attn_scale) or attn_scale < 0:
+  if not _finite_number(attn_scale) or attn_scale < 0:
     raise ValueError(f'Llama 4 length: attn_scale={attn_scale!r}; expected a number >= 0.')
-  n = _lengths(length, reference_length, 'Llama 4 length')
   return _scalar(1.0 / (1.0 + attn_scale * np.log(np.floor(n / floor_scale) + 1.0)))
 
 
@@ -159,7 +176,7 @@ def yarn_mscale_tau(length: Any, reference_length: int, *,
     reference_length: L_tr.
     coefficient: the 0.1 of 0.1 ln s + 1 (`0.1 * mscale` in transformers' `get_mscale`).
   """
-  if not np.isfinite(coefficient) or coefficient < 0:
+  if not _finite_number(coefficient) or coefficient < 0:
     raise ValueError(f'YaRN mscale: coefficient={coefficient!r}; expected a number >= 0.')
   s = _lengths(length, reference_length, 'YaRN mscale') / reference_length
   mscale = np.where(s > 1, coefficient * np.log(np.maximum(s, 1.0)) + 1.0, 1.0)

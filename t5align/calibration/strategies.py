@@ -36,7 +36,7 @@ the package's docstring).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from jax.sharding import Mesh
@@ -47,8 +47,9 @@ from t5align.calibration import search as search_lib
 from t5align.calibration import stats as stats_lib
 from t5align import network
 from t5align import partitioning
-from t5align import run_identity
 from t5align import schedule
+from t5align import fields
+from t5align.runtime import validate
 
 
 # T5's SentencePiece EOS: the default of the library calls below; pass another vocabulary's
@@ -141,6 +142,26 @@ def is_strategy(name: Any) -> bool:
   return True
 
 
+def _temperatures(values: Any, name: str, ndim: int) -> tuple[float, ...]:
+  """A tuple or list of `ndim`-D temperatures (numbers, not text), as floats."""
+  if not isinstance(values, (tuple, list)) or not values or any(
+      isinstance(v, (str, bytes, bool)) for v in np.ravel(np.asarray(values, object))):
+    raise fields.Refused()
+  taus = validate.temperatures(values, name)
+  if taus.ndim != ndim:
+    raise fields.Refused(f'shape {taus.shape}')
+  return tuple(taus.tolist())
+
+
+def _bracket(values: Any) -> tuple[float, float]:
+  if not isinstance(values, (tuple, list)) or len(values) != 2:
+    raise fields.Refused()
+  low, high = _temperatures(values, 'bracket', ndim=1)
+  if not low < high:
+    raise fields.Refused()
+  return low, high
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
   """How calibrations search and compute (not what they align): one object per job.
@@ -160,23 +181,33 @@ class SearchSettings:
   TAU_BATCH_SIZE); the job sets `mesh` (MESH_SHAPE) and `eos_id` (the inputs' vocabulary).
   """
 
-  grid: tuple[float, ...] = search_lib.PAPER_GRID
-  bracket: tuple[float, float] = (0.05, 1.0)
-  tol: float = 1e-3
-  points: int | None = None
-  mesh: Mesh | None = run_identity.unrecorded(
-      "set by the run from MESH_SHAPE (recorded as 'mesh_shape')", None)
-  batch_size: int | None = run_identity.unrecorded(
-      'examples are computed independently of their batch', None)
-  tau_batch_size: int | None = run_identity.unrecorded(
-      'candidate taus are computed independently of their batch', None)
-  eos_id: int | None = run_identity.unrecorded(
-      "set by the run from the inputs' vocabulary, whose content is recorded", T5_EOS_ID)
-  chunk: int = run_identity.unrecorded('the same values, computed in chunks', 128)
+  grid: tuple[float, ...] = fields.setting(search_lib.PAPER_GRID, check=fields.by(
+      'a non-empty tuple of temperatures (finite, > 0)',
+      lambda v: _temperatures(v, 'grid', ndim=1)))
+  bracket: tuple[float, float] = fields.setting((0.05, 1.0), check=fields.by(
+      'two temperatures (low, high), low < high', _bracket))
+  tol: float = fields.setting(1e-3, check=fields.number(0, above=True))
+  points: int | None = fields.setting(None, check=fields.optional(
+      fields.integer(1), "None (the mesh's 'tau' size, else 2)"))
+  mesh: Mesh | None = fields.setting(None, check=fields.optional(fields.instance(
+      Mesh, 'a jax.sharding.Mesh')), unrecorded="set by the run from MESH_SHAPE (recorded as "
+                                                 "'mesh_shape')")
+  batch_size: int | None = fields.setting(
+      None, check=fields.optional(fields.integer(1), 'None (all at once)'),
+      unrecorded='examples are computed independently of their batch')
+  tau_batch_size: int | None = fields.setting(
+      None, check=fields.optional(fields.integer(1), 'None (all at once)'),
+      unrecorded='candidate taus are computed independently of their batch')
+  eos_id: int | None = fields.setting(
+      T5_EOS_ID, check=fields.optional(fields.integer(0), 'None (cut rows left as they are)'),
+      unrecorded="set by the run from the inputs' vocabulary, whose content is recorded")
+  chunk: int = fields.setting(128, check=fields.integer(1),
+                              unrecorded='the same values, computed in chunks')
+
+  GIN_NAME: ClassVar[str] = 'calibration.SearchSettings'
 
   def __post_init__(self):
-    object.__setattr__(self, 'grid', tuple(float(t) for t in self.grid))
-    object.__setattr__(self, 'bracket', tuple(float(t) for t in self.bracket))
+    fields.check_fields(self)
 
   @property
   def search_points(self) -> int:

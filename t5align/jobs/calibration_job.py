@@ -158,12 +158,8 @@ class CalibrationJob:
                        example=f'({2 * reference}, {4 * reference})')
     validate.strategy_names(self.strategies, 'STRATEGIES', calibration.STRATEGIES,
                             calibration.parse_name)
-    search = self.search
-    validate.run_settings(num_samples=self.num_samples, batch_size=search.batch_size or 1,
-                          tau_batch_size=search.tau_batch_size, seed=self.seed,
-                          params_dtype=self.checkpoint.params_dtype)
-    validate.temperature_array(search.grid, 'calibration.SearchSettings.grid')
-    validate.number(search.tol, 'calibration.SearchSettings.tol', positive=True)
+    # The checkpoint's and the search's fields are checked as they are built (`fields`).
+    validate.run_settings(num_samples=self.num_samples, seed=self.seed)
     if self.mesh_shape is not None:
       validate.int_tuple(self.mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
       self._mesh_axes()

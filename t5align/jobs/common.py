@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Any, Callable, ClassVar, Mapping, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 
 from t5align import checkpoints
-from t5align import gin_cli
 from t5align.checkpoints import store
 from t5align import memory
 from t5align import run_identity
+from t5align import fields
 
 
 class CheckpointChangedError(RuntimeError):
@@ -36,18 +35,24 @@ class Checkpoint:
   to %CHECKPOINT_PATH), as t5x's run files build `utils.RestoreCheckpointConfig`.
   """
 
-  path: str | None = run_identity.unrecorded(
-      "its content is recorded ('checkpoint'); the path only beside it", None)
-  params_dtype: str = 'float32'
-  check_finite: bool = run_identity.unrecorded(
-      'it refuses a checkpoint or not; a result is the same', True)
-  flag: str = run_identity.unrecorded('the setting errors name', 'CHECKPOINT_PATH')
+  path: str | None = fields.setting(
+      None, check=fields.required(fields.path()),
+      unrecorded="its content is recorded ('checkpoint'); the path only beside it")
+  params_dtype: str = fields.setting('float32', check=fields.dtype())
+  check_finite: bool = fields.setting(
+      True, check=fields.boolean(),
+      unrecorded='it refuses a checkpoint or not; a result is the same')
+  flag: str = fields.setting('CHECKPOINT_PATH', check=fields.text(),
+                             unrecorded='the setting errors name')
+
+  GIN_NAME: ClassVar[str] = 'jobs.Checkpoint'
 
   def __post_init__(self):
-    # Unset (None, %gin.REQUIRED): the job's check names it.
-    if not (gin_cli.is_unset(self.path) or isinstance(self.path, (str, os.PathLike))):
-      raise ValueError(f'{self.flag}={self.path!r}: expected the path of a checkpoint (a '
-                       'string).')
+    fields.check_fields(self)  # Unset (None, %gin.REQUIRED): the job's check names it.
+
+  def field_macro(self, name: str) -> str | None:
+    """The flag a field's error names: `flag` for the path (a job holds two checkpoints)."""
+    return self.flag if name == 'path' else None
 
   @property
   def name(self) -> str:

@@ -131,7 +131,6 @@ class EvalJob:
     validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
                           num_examples=self.num_examples,
                           max_decode_length=self.max_decode_length,
-                          params_dtype=self.checkpoint.params_dtype,
                           truncate_inputs=self.truncate_inputs)
 
   def mesh(self) -> jax.sharding.Mesh:

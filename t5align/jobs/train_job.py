@@ -185,11 +185,9 @@ class TrainJob:
   def check(self) -> None:
     """Every setting, each error naming its macro, before any file is written."""
     gin_cli.require(self)
-    opt, mix = self.optimizer, self.mix
+    # The optimizer's and the mix's fields are checked as they are built (`fields`).
     validate.run_settings(
         seed=self.seed, num_steps=self.num_steps, batch_size=self.batch_size,
-        learning_rate=opt.learning_rate, warmup_steps=opt.warmup_steps,
-        weight_decay=opt.weight_decay, length_power=mix.length_power,
         input_length=self.input_length, target_length=self.target_length,
         vocab_size=self.vocab_size, checkpoint_every=self.checkpoint_every,
         keep_checkpoints=self.keep_checkpoints, log_every=self.log_every,
@@ -197,10 +195,11 @@ class TrainJob:
         eval_batch_size=self.eval_batch_size, export_dtype=self.export_dtype)
     if self.eval_lengths:
       validate.int_tuple(self.eval_lengths, 'EVAL_LENGTHS', minimum=2, example='(256, 1024)')
-    for flag, value, known in (('OPTIMIZER', opt.name, training.OPTIMIZERS),
-                               ('SCHEDULE', opt.schedule, training.LEARNING_RATE_SCHEDULES)):
-      if value not in known:
-        raise ValueError(f'{flag}={value!r}; expected one of {", ".join(map(repr, known))}.')
+    if not self.finetuning and self.mix.min_length > self.input_length:
+      raise ValueError(
+          f'train_data.Mix.min_length = {self.mix.min_length}: over the run\'s input length '
+          f'(jobs.TrainJob.input_length = {self.input_length}, L_TR): no example can be that '
+          'long.')
     cfg = self.model.config
     if self.initial_checkpoint is not None and not self.finetuning:
       raise ValueError(

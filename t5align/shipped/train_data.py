@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from seqio_tasks import data
 from seqio_tasks import retrieval
 from t5align.runtime import batching
+from t5align import fields
 from t5align import vocabularies
 
 TASKS = ('passkey', 'passkey_decoys', 'lines', 'kv')
@@ -240,6 +241,14 @@ def eval_examples(task: str, vocab: vocabularies.Vocabulary, length: int, num_ex
           for i in range(num_examples)]
 
 
+def _weights(weights: Any) -> Mapping[str, float]:
+  """`Mix.weights`: a mapping from training tasks to numbers >= 0, one of them > 0."""
+  checked = fields.mapping(TRAIN_TASKS, fields.number(0))(weights)
+  if not sum(checked.values()) > 0:
+    raise fields.Refused('all are 0')
+  return checked
+
+
 @dataclasses.dataclass(frozen=True)
 class Mix:
   """Training mixture: task weights and the input budgets (tokens, with EOS).
@@ -258,17 +267,22 @@ class Mix:
   `jobs.TrainJob.mix` (gin/runs/train_retrieval.gin: MIX, LENGTH_POWER, MIN_UNITS).
   """
 
-  weights: Mapping[str, float] | None = None
-  min_length: int = 0
-  length_power: float = 1.0
-  min_units: Mapping[str, int] | None = None
+  weights: Mapping[str, float] | None = fields.setting(None, check=fields.optional(fields.Check(
+      f'a dict from some of {", ".join(TRAIN_TASKS)} to numbers >= 0, not all 0', _weights),
+      'None (the evaluated tasks equally)'))
+  min_length: int = fields.setting(0, check=fields.integer(0))
+  length_power: float = fields.setting(1.0, check=fields.number(0, above=True))
+  min_units: Mapping[str, int] | None = fields.setting(None, check=fields.optional(
+      fields.mapping(TRAIN_TASKS, fields.integer(1)), "None (each task's own)"))
+
+  GIN_NAME: ClassVar[str] = 'train_data.Mix'
+
+  def __post_init__(self):
+    fields.check_fields(self)
 
   def probabilities(self) -> np.ndarray:
     weights = self.task_weights
     w = np.array([float(weights.get(t, 0.0)) for t in TRAIN_TASKS])
-    unknown = set(weights) - set(TRAIN_TASKS)
-    if unknown or (w < 0).any() or w.sum() <= 0:
-      raise ValueError(f'bad mixture weights {dict(weights)}; tasks are {TRAIN_TASKS}.')
     return w / w.sum()
 
   @property
@@ -280,18 +294,14 @@ class Mix:
   def task_min_units(self) -> Mapping[str, int]:
     return self.min_units or {}
 
-  def __post_init__(self):
-    for task, units in self.task_min_units.items():
-      if task not in TRAIN_TASKS:
-        raise ValueError(f'min_units names unknown task {task!r}; tasks are {TRAIN_TASKS}.')
-      if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ValueError(f'min_units[{task!r}] must be a positive integer; got {units!r}.')
-
 
 def train_example(vocab: vocabularies.Vocabulary, mix: Mix, seed: int, index: int, *,
                   max_length: int) -> Example:
   """Training example `index`: task by `mix`, then its content, then its input budget of at
   most `max_length` tokens (L_TR; see `Mix`)."""
+  if mix.min_length > max_length:
+    raise ValueError(f'train_data.Mix.min_length = {mix.min_length}: over '
+                     f'max_length={max_length}: no example can be that long.')
   rng = data.rng_for(seed, index)
   task = TRAIN_TASKS[int(rng.choice(len(TRAIN_TASKS), p=mix.probabilities()))]
   d = draft(task, rng, max_length)

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import optax
+
+from t5align import fields
 
 OPTIMIZERS = ('adamw', 'adafactor')
 LEARNING_RATE_SCHEDULES = ('cosine', 'wsd', 'constant')
@@ -18,21 +21,27 @@ class OptimizerConfig:
   (warmup, stable at the peak, then linear decay to 10% over the last `decay_fraction` of the
   steps; it keeps the peak rate while the model first learns to retrieve) or 'constant' (warmup,
   then the peak: t5x's fine-tuning rate, 1e-3 with Adafactor). AdamW clips the global
-  gradient norm at `clip_norm`; Adafactor is T5's (factored second moments, updates scaled by each
-  parameter's RMS, update clipping at 1.0). Hashable, so the jitted `train_step` takes it as a
-  static argument and reuses compilations.
+  gradient norm at `clip_norm` (None: no clipping); Adafactor is T5's (factored second
+  moments, updates scaled by each parameter's RMS, update clipping at 1.0). Hashable, so the
+  jitted `train_step` takes it as a static argument and reuses compilations.
 
   gin builds it for `jobs.TrainJob.optimizer` (gin/runs/*.gin: LEARNING_RATE, WARMUP_STEPS,
   OPTIMIZER, SCHEDULE); the job's NUM_STEPS is `total_steps`.
   """
 
-  learning_rate: float = 1e-3
-  warmup_steps: int = 100
-  weight_decay: float = 0.0
-  clip_norm: float = 1.0
-  name: str = 'adamw'
-  schedule: str = 'cosine'
-  decay_fraction: float = 0.2
+  learning_rate: float = fields.setting(1e-3, check=fields.number(0, above=True))
+  warmup_steps: int = fields.setting(100, check=fields.integer(0))
+  weight_decay: float = fields.setting(0.0, check=fields.number(0))
+  clip_norm: float | None = fields.setting(
+      1.0, check=fields.optional(fields.number(0, above=True), 'None (no clipping)'))
+  name: str = fields.setting('adamw', check=fields.text(OPTIMIZERS))
+  schedule: str = fields.setting('cosine', check=fields.text(LEARNING_RATE_SCHEDULES))
+  decay_fraction: float = fields.setting(0.2, check=fields.number(0, above=True, maximum=1))
+
+  GIN_NAME: ClassVar[str] = 'training.OptimizerConfig'
+
+  def __post_init__(self):
+    fields.check_fields(self)
 
   def learning_rate_schedule(self, total_steps: int) -> optax.Schedule:
     """The learning rate at each step of a run of `total_steps`."""
@@ -60,8 +69,10 @@ class OptimizerConfig:
     """The optimizer of a run of `total_steps`."""
     schedule = self.learning_rate_schedule(total_steps)
     if self.name == 'adamw':
-      return optax.chain(optax.clip_by_global_norm(self.clip_norm),
-                         optax.adamw(schedule, b1=0.9, b2=0.98, weight_decay=self.weight_decay))
+      clip = (optax.identity() if self.clip_norm is None
+              else optax.clip_by_global_norm(self.clip_norm))
+      return optax.chain(clip, optax.adamw(schedule, b1=0.9, b2=0.98,
+                                           weight_decay=self.weight_decay))
     if self.name == 'adafactor':
       return optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=1.0,
                              multiply_by_parameter_scale=True,

@@ -611,11 +611,13 @@ def test_a_folder_recorded_before_record_formats_resumes(e2e_env, monkeypatch, t
     ({'batch_size': -1}, 'BATCH_SIZE must be a positive integer; got -1'),
     ({'max_decode_length': -3}, 'MAX_DECODE_LENGTH must be a positive integer; got -3'),
     ({'max_decode_length': 0}, 'MAX_DECODE_LENGTH must be a positive integer; got 0'),
-    ({'checkpoint': jobs.Checkpoint('/no/such', params_dtype='int8')},
-     "PARAMS_DTYPE='int8' is not a floating dtype"),
+    # Built in the test: the checkpoint's settings are refused as it is built.
+    (lambda: {'checkpoint': jobs.Checkpoint('/no/such', params_dtype='int8')},
+     r"jobs\.Checkpoint\.params_dtype = 'int8': expected a floating dtype's name"),
 ])
 def test_eval_run_settings_are_checked_first(settings, message, tmp_path):
   with pytest.raises(ValueError, match=message):
+    settings = settings() if callable(settings) else settings
     jobs.EvalJob(**{'checkpoint': jobs.Checkpoint('/no/such'), 'mixture_or_task_name': 't',
                     'output_dir': str(tmp_path / 'out'), **settings}).run()
 

@@ -16,6 +16,7 @@ import dataclasses
 import pathlib
 
 import jax
+import numpy as np
 import pytest
 
 from t5align import jobs
@@ -211,7 +212,19 @@ def _another(job, field):
     return value + 1
   if isinstance(value, tuple):
     return value[:1]
-  return '/elsewhere' if value is None or isinstance(value, str) else None
+  if isinstance(value, str):
+    return '/elsewhere'
+  if value is not None:
+    return None
+  # Unset: the first of a path, a count and a mesh that the field takes (its check refuses
+  # the others as the object is built).
+  for candidate in ('/elsewhere', 2, jax.sharding.Mesh(np.array(jax.devices()[:1]), ('data',))):
+    try:
+      _replace(job, field, candidate)
+    except ValueError:
+      continue
+    return candidate
+  raise AssertionError(f'no other value for {field}')
 
 
 @pytest.mark.usefixtures('clean_gin')

@@ -96,9 +96,10 @@ def test_a_path_where_the_checkpoint_object_goes_is_refused_by_name():
 
 
 def test_a_checkpoint_path_that_is_not_a_path_is_refused_by_its_flag():
-  with pytest.raises(ValueError, match=r'CHECKPOINT_PATH=5: expected the path of a checkpoint'):
+  with pytest.raises(ValueError, match=r'^jobs\.Checkpoint\.path = 5 \(--gin\.CHECKPOINT_PATH\): '
+                                       r'expected a path \(a string\)\.$'):
     jobs.Checkpoint(5)
-  with pytest.raises(ValueError, match=r'INITIAL_CHECKPOINT_PATH=\(1,\)'):
+  with pytest.raises(ValueError, match=r'= \(1,\) \(--gin\.INITIAL_CHECKPOINT_PATH\)'):
     jobs.Checkpoint((1,), flag='INITIAL_CHECKPOINT_PATH')
 
 

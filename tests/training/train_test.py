@@ -275,9 +275,11 @@ def test_min_units_sets_the_fewest_lines_and_pairs(shipped):
   assert min(u for t, u in plain if t == 'kv') < 2
   assert all(u >= {'lines': 4, 'kv': 2}[t] for t, u in raised), raised
   assert [t for t, _ in plain] == [t for t, _ in raised]  # Same task draws: only budgets move.
-  with pytest.raises(ValueError, match="unknown task 'line'"):
+  with pytest.raises(ValueError, match=r"^train_data\.Mix\.min_units = \{'line': 3\}: expected a "
+                                       r"dict from some of passkey, .* \('line' is not one of "
+                                       r'them\)\.$'):
     train_data.Mix(weights, min_units={'line': 3})
-  with pytest.raises(ValueError, match=r"min_units\['lines'\] must be a positive integer; got 0"):
+  with pytest.raises(ValueError, match=r"\(\['lines'\] = 0 is not a positive integer\)\.$"):
     train_data.Mix(weights, min_units={'lines': 0})
   with pytest.raises(ValueError, match=r'lines: the smallest example \(40 units\) has \d+ tokens, '
                      'over max_length=256'):
@@ -321,9 +323,11 @@ def test_lines_near_is_a_training_only_lines_task_with_short_records(shipped):
   mix = train_data.Mix({'lines_near': 1.0}, min_units={'lines_near': 2})
   assert {train_data.train_example(vocab, mix, 0, i, max_length=L_TR).task
           for i in range(3)} == {'lines_near'}
-  with pytest.raises(ValueError,
-                     match=r"bad mixture weights \{'line_near': 1.0\}; tasks are .*'lines_near'"):
-    train_data.Mix({'line_near': 1.0}).probabilities()
+  with pytest.raises(ValueError,  # Refused as the mix is built, naming the tasks.
+                     match=r"^train_data\.Mix\.weights = \{'line_near': 1\.0\}: expected a "
+                           r"dict from some of .*, lines_near to numbers >= 0, not all 0 .*"
+                           r"\('line_near' is not one of them\)\.$"):
+    train_data.Mix({'line_near': 1.0})
 
 
 def test_passkey_decoys_examples(shipped):
@@ -418,15 +422,17 @@ def test_train_refuses_a_non_positive_num_steps(tmp_path, num_steps):
 
 @pytest.mark.parametrize('setting, message', [
     ({'checkpoint_every': 0}, 'CHECKPOINT_EVERY must be a positive integer; got 0'),
-    ({'optimizer': training.OptimizerConfig(learning_rate='abc')},
-     r"LEARNING_RATE must be a positive number, e\.g\. LEARNING_RATE=0\.01; got 'abc'"),
-    ({'optimizer': training.OptimizerConfig(warmup_steps=-1)},
-     'WARMUP_STEPS must be an integer >= 0; got -1'),
-    ({'optimizer': training.OptimizerConfig(name='sgd')},
-     r"OPTIMIZER='sgd'; expected one of 'adamw', 'adafactor'"),
+    # Built in the test: the optimizer's settings are refused as it is built.
+    (lambda: {'optimizer': training.OptimizerConfig(learning_rate='abc')},
+     r"training\.OptimizerConfig\.learning_rate = 'abc': expected a positive number\."),
+    (lambda: {'optimizer': training.OptimizerConfig(warmup_steps=-1)},
+     r'training\.OptimizerConfig\.warmup_steps = -1: expected an integer >= 0\.'),
+    (lambda: {'optimizer': training.OptimizerConfig(name='sgd')},
+     r"training\.OptimizerConfig\.name = 'sgd': expected one of 'adamw', 'adafactor'\."),
 ])
 def test_train_settings_are_checked_before_work(tmp_path, setting, message):
   with pytest.raises(ValueError, match=message):
+    setting = setting() if callable(setting) else setting
     jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
                   model_dir=str(tmp_path / 'm'), **setting).run()
   assert not (tmp_path / 'm' / assets.VOCAB_FILE).exists()
