@@ -119,6 +119,35 @@ def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str])
           f'would be ignored.{hint} Macros they define: {", ".join(sorted(known)) or "none"}.')
 
 
+def _macros_in(value: object) -> set[str]:
+  """The macros `value` references (`%NAME`, also inside tuples, lists and dicts)."""
+  name = _macro_name(value)
+  if name:
+    return {name}
+  if isinstance(value, (tuple, list)):
+    return set().union(*map(_macros_in, value))
+  if isinstance(value, dict):
+    return set().union(*map(_macros_in, value.values()))
+  return set()
+
+
+def check_macros_reach(bindings: Sequence[str], files: Sequence[str]) -> None:
+  """Raises ValueError for a binding `NAME = ...` of a macro that the gin files define but
+  neither they nor another binding reads (every parameter the files bound to %NAME rebound, in
+  one file or an include): the value would be ignored. Run before the command line's bindings
+  apply: one that rebinds such a parameter is `check_overrides`' (the same value twice is no
+  conflict)."""
+  read = set().union(*map(_macros_in, _config_values().values())) | {
+      m for b in bindings for m in re.findall(r'%([A-Za-z_][A-Za-z0-9_]*)', b)}
+  for line in bindings:
+    match = _MACRO_BINDING.match(line)
+    if match and match.group(1) not in read:
+      name = match.group(1)
+      raise ValueError(
+          f'--gin.{name}: {", ".join(files) or "the gin files"} define {name}, but no binding '
+          f'reads %{name}, so the value would be ignored. Bind the setting itself instead.')
+
+
 def _config_values() -> dict[tuple[tuple[str, str], str], object]:
   """{((scope, selector), parameter): value} of gin's current configuration.
 
@@ -224,9 +253,25 @@ def parse_files(files: Sequence[str], bindings: Sequence[str] = ()) -> None:
   """
   chosen = {m.group(1) for b in bindings if (m := _MACRO_BINDING.match(b))}
   set_by: dict[str, tuple[str, str]] = {}
+  bound_by: dict[tuple[tuple[str, str], str], str] = {}  # parameter -> the file that bound it
   for name in files:
     before = _macro_values()
+    parameters = _config_values()
     gin.parse_config_files_and_bindings([name], None, finalize_config=False)
+    for key, value in _config_values().items():
+      if key in parameters and parameters[key] is value:
+        continue
+      # A later file that rebinds a parameter an earlier one bound to %MACRO cuts it from the
+      # macro: a flag setting that macro would not reach it (`--gin.CHECKPOINT_PATH=A` with a
+      # file binding `jobs.Checkpoint.path = 'B'` would read B).
+      macro = _macro_name(parameters.get(key))
+      if macro in chosen and _macro_name(value) != macro:
+        raise ValueError(
+            f'--gin.{macro} does not reach {_label(key)}: {name} binds it to {_format(value)}, '
+            f'replacing %{macro} from {bound_by.get(key, "an earlier gin file")}, so gin would '
+            f'apply {_format(value)} and ignore the flag. Give the value once: the flag, or '
+            'the binding.')
+      bound_by[key] = name
     for macro, value in _macro_values().items():
       if macro in before and before[macro] != value and macro in set_by and macro not in chosen:
         earlier, old = set_by[macro]
@@ -269,8 +314,9 @@ def check_required_macros() -> None:
 def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) -> None:
   """Parses the flags (see `parse_flags`) and applies them to gin's global configuration.
 
-  Every macro a flag sets must be one the gin files define (`check_macros`); a file that changes
-  a macro an earlier file set warns (`parse_files`); two bindings that set one value differently
+  Every macro a flag sets must be one the gin files define (`check_macros`) and some binding
+  reads (`check_macros_reach`); a file that changes a macro an earlier file set warns, and one
+  that rebinds a parameter bound to a macro a flag sets is refused (`parse_files`); two bindings that set one value differently
   are refused (`check_overrides`), as is a call of a configurable whose required parameters
   nothing binds (`check_required`), and a macro the files mark %gin.REQUIRED that no flag sets
   (`check_required_macros`); with `unset_required`, such macros are bound to None instead (for
@@ -282,6 +328,7 @@ def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) ->
     gin.add_config_file_search_path(path)
   parse_files(files, bindings)
   check_macros(bindings, defined_macros(), files)
+  check_macros_reach(bindings, files)
   check_overrides([(f'--gin_bindings={b!r}', b) for b in raw] + flags)
   check_required(kwargs.get('example_file'))
   if unset_required:

@@ -12,7 +12,10 @@ length, dtypes, attention, examples, checkpoint content, ...) get rows of their 
 with their run folder and the settings that differ (`separate_runs`). Tables: language modeling
 (Table 3, perplexity), retrieval (Table 4, accuracy), multi-document QA (Table 5, accuracy per
 gold position with per-group averages), code completion (Table 6, EM and ES per context-length
-bucket), key-value and code key retrieval. Cells without a result are '-'.
+bucket), key-value and code key retrieval. Cells without a result are '-', a NaN metric 'NaN'.
+Task folders of unfinished runs (run.json or predictions.jsonl without metrics.json) are listed
+under the tables; a row whose results come from different checkpoints of one model (run.json's
+content fingerprint) is a row per checkpoint, labelled '[checkpoint=<sha256 prefix>]'.
 
 ZeroSCROLLS (the t5align_zeroscrolls_{task}_{L} folders) is one table shaped like its paper's:
 the columns GvRp SSFD QMsm SQAL Qspr Nrtv QALT MuSQ SpDg BkSS and Avg (the mean of the 10, only
@@ -43,6 +46,7 @@ from typing import Sequence
 
 from t5align.evaluation import suites
 from t5align.evaluation import tables
+from t5align.runtime import fileio
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,12 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   if missing:
     parser.error(f'not a folder: {", ".join(missing)}')
   results = tables.load_results(args.folders)
+  left_out = tables.unfinished(args.folders)
   if args.folders and not results:
-    parser.error(f'no metrics.json under {", ".join(args.folders)}')
-  text = tables.render(results, published=args.published, ruler_tasks=args.ruler_tasks)
+    parser.error(f'no metrics.json under {", ".join(args.folders)}'
+                 + (f' ({len(left_out)} unfinished task folders: {", ".join(left_out)})'
+                    if left_out else ''))
+  text = tables.render(results, published=args.published, ruler_tasks=args.ruler_tasks,
+                       left_out=left_out)
   if args.output:
-    with open(args.output, 'w', encoding='utf-8') as f:
-      f.write(text)
+    fileio.write_atomic(args.output, text)
   else:
     sys.stdout.write(text)
   return 0

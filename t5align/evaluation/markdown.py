@@ -15,9 +15,12 @@ def split_of(result: Mapping[str, Any]) -> str | None:
 
 
 def fmt(value: float | None, table: str) -> str:
-  """A cell's number to one decimal; '-' for none (or NaN); '>1k' for a perplexity over 1000."""
-  if value is None or value != value:
+  """A cell's number to one decimal; '-' for none (not evaluated), 'NaN' for NaN (evaluated,
+  the metric undefined or broken: not hidden as missing); '>1k' for a perplexity over 1000."""
+  if value is None:
     return '-'
+  if value != value:
+    return 'NaN'
   if table == 'lm' and value > 1000:
     return '>1k'
   return f'{value:.1f}'

@@ -74,7 +74,61 @@ def load_results(folders: Iterable[str]) -> list[dict[str, Any]]:
     result['run'] = (run_identity.upgrade(outputs.read_json(run_file, 'run record'), 'eval',
                                           run_file) if fileio.exists(run_file) else None)
     results.append(result)
-  return separate_runs(results)
+  return split_checkpoints(separate_runs(results))
+
+
+def unfinished(folders: Iterable[str | os.PathLike[str]]) -> list[str]:
+  """Task folders under `folders` that a run started and did not finish: a run.json or
+  predictions.jsonl, no metrics.json (an eval killed, failed or still running). The report
+  lists them under its tables: their results are not in any row."""
+  found = []
+  for folder in folders:
+    for root, dirs, files in os.walk(os.fspath(folder)):
+      dirs.sort()
+      if 'metrics.json' not in files and {'run.json', 'predictions.jsonl'} & set(files):
+        found.append(root)
+  return sorted(set(found))
+
+
+def _checkpoint_of(result: Mapping[str, Any]) -> str | None:
+  """The checkpoint content fingerprint of a result's run.json (its sha256), or None."""
+  fingerprint = (result['run'] or {}).get('checkpoint')
+  if isinstance(fingerprint, Mapping) and isinstance(fingerprint.get('sha256'), str):
+    return fingerprint['sha256']
+  return None
+
+
+def split_checkpoints(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """`results` with no row (model, label) made of several checkpoints' results (whatever their
+  splits: the paper's tables do not show the split, the suites' do).
+
+  A model's name is the folder that holds its checkpoints (`checkpoint_N` of one MODEL_DIR
+  share it), so the cells of one row can come from different checkpoints: then each result's
+  label names its checkpoint, `[checkpoint=<the first 8 hex digits of its run.json's sha256>]`,
+  and every checkpoint is a row of its own.
+
+  Raises:
+    ValueError: such a row holds a result without a run.json (its checkpoint unknown), naming
+      it and one result of each checkpoint.
+  """
+  rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+  for r in results:
+    rows.setdefault((r.get('model', ''), r.get('label', '')), []).append(r)
+  for items in rows.values():
+    shas = {_checkpoint_of(r) for r in items}
+    if len(shas - {None}) < 2:
+      continue
+    unknown = [r['path'] for r in items if _checkpoint_of(r) is None]
+    if unknown:
+      raise ValueError(
+          f'{unknown[0]} (no run.json, so no checkpoint recorded) shares a table row with '
+          f'results of {len(shas - {None})} checkpoints ('
+          + ', '.join(next(r['path'] for r in items if _checkpoint_of(r) == sha)
+                      for sha in sorted(shas - {None}))
+          + '); report them separately.')
+    for r in items:
+      r['label'] = f'{r.get("label", "")} [checkpoint={_checkpoint_of(r)[:8]}]'
+  return list(results)
 
 
 # run.json fields that say where or on how many devices a run ran, not what it computed.
@@ -273,7 +327,7 @@ def _code_tables(results: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def render(results: Sequence[Mapping[str, Any]], published: Collection[str] = (),
-           ruler_tasks: bool = False) -> str:
+           ruler_tasks: bool = False, left_out: Sequence[str] = ()) -> str:
   """Markdown for all results, one section per table kind present.
 
   Args:
@@ -281,6 +335,7 @@ def render(results: Sequence[Mapping[str, Any]], published: Collection[str] = ()
     published: suites (keys of `suites.PUBLISHED`) whose published rows join their table, which
       is printed even without results of ours.
     ruler_tasks: add the RULER table per task after the per-length one.
+    left_out: task folders of unfinished runs (`unfinished`), listed after the tables.
   """
   unknown = sorted(set(published) - set(suites.PUBLISHED))
   if unknown:
@@ -299,4 +354,9 @@ def render(results: Sequence[Mapping[str, Any]], published: Collection[str] = ()
                                                  per_task=ruler_tasks)
     else:
       sections.append(_cells_table(table, items, 'perplexity' if table == 'lm' else None))
+  if left_out:
+    sections.append(f'Left out, unfinished (a run.json or predictions.jsonl, no metrics.json: '
+                    f'an eval killed, failed or still running; rerun it to finish), '
+                    f'{len(left_out)} task folder{"s" if len(left_out) > 1 else ""}:\n\n'
+                    + '\n'.join(f'- {f}' for f in left_out))
   return '\n\n'.join(sections) + '\n'

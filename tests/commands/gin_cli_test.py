@@ -93,7 +93,8 @@ def test_unset_required_binds_required_macros_to_none(tmp_path, clean_gin):
   """What t5align.preflight reads: macros a file marks %gin.REQUIRED become None unless a flag
   sets them; without `unset_required` gin refuses them, as before."""
   path = tmp_path / 'run.gin'
-  path.write_text('CHECKPOINT_PATH = %gin.REQUIRED\nOUTPUT = %gin.REQUIRED\nBATCH = 8\n')
+  path.write_text('CHECKPOINT_PATH = %gin.REQUIRED\nOUTPUT = %gin.REQUIRED\nBATCH = 8\n'
+                  'jobs.EvalJob.output_dir = %OUTPUT\n')  # A macro a flag sets is read.
   gin_cli.configure([f'--gin_file={path}', '--gin.OUTPUT=/tmp/x'], prog='t',
                     unset_required=True)
   assert clean_gin.query_parameter('CHECKPOINT_PATH/macro.value') is None
@@ -210,7 +211,9 @@ def test_the_commands_old_python_names_are_gone(module, name):
 
 def test_misspelt_macro_is_refused_with_the_close_match(tmp_path, clean_gin):
   config = tmp_path / 'run.gin'
-  config.write_text('SCHEDULE_PATH = None\nSCHEDULE_STRATEGY = None\nBATCH_SIZE = 8\n')
+  config.write_text('SCHEDULE_PATH = None\nSCHEDULE_STRATEGY = None\nBATCH_SIZE = 8\n'
+                    'jobs.EvalJob.schedule_path = %SCHEDULE_PATH\n'
+                    'jobs.EvalJob.batch_size = %BATCH_SIZE\n')
   with pytest.raises(ValueError, match=r'--gin.SCHEDULE_PAHT: no macro SCHEDULE_PAHT in .*'
                                        r'run.gin.*Did you mean SCHEDULE_PATH'):
     gin_cli.configure([f'--gin_file={config}', '--gin.SCHEDULE_PAHT=x.json'], prog='t')
@@ -240,6 +243,37 @@ def test_a_flag_and_a_binding_that_set_one_value_differently_are_refused(clean_g
                      '--gin.EVAL_OUTPUT_DIR=o', '--gin.MIXTURE_OR_TASK_NAME=t',
                      '--gin_bindings=jobs.EvalJob.temperature = 0.7'], prog='t')
   assert gin.query_parameter('%TEMPERATURE') == 0.7
+
+
+def test_a_flag_that_a_later_gin_file_cut_off_is_refused_naming_both(clean_gin, tmp_path):
+  """A user's gin file that binds the setting itself (`jobs.Checkpoint.path = 'B'`, as old
+  configs do) would win over --gin.CHECKPOINT_PATH=A: the run read B, exit 0."""
+  over = tmp_path / 'over.gin'
+  over.write_text("jobs.Checkpoint.path = '/ckpt/B'\n")
+  base = ['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
+          '--gin.EVAL_OUTPUT_DIR=o', '--gin.MIXTURE_OR_TASK_NAME=t']
+  with pytest.raises(ValueError, match=re.escape(
+      f"--gin.CHECKPOINT_PATH does not reach t5align.jobs.Checkpoint.path: {over} binds it to "
+      "'/ckpt/B', replacing %CHECKPOINT_PATH from gin/runs/eval.gin, so gin would apply "
+      "'/ckpt/B' and ignore the flag. Give the value once: the flag, or the binding.")):
+    gin_cli.configure([*base, f'--gin_file={over}', '--gin.CHECKPOINT_PATH=/ckpt/A'], prog='t')
+  gin.clear_config()
+  # Without the flag the file's binding is the one value given: it runs.
+  gin_cli.configure([*base, f'--gin_file={over}'], prog='t', unset_required=True)
+  assert gin.query_parameter('t5align.jobs.Checkpoint.path') == '/ckpt/B'
+
+
+def test_a_flag_no_binding_reads_is_refused(clean_gin, tmp_path):
+  """A macro defined but read by nothing (a file rebinding, inside one parse, every parameter
+  that read it) would be ignored."""
+  alone = tmp_path / 'alone.gin'
+  alone.write_text("include 'gin/runs/eval.gin'\njobs.EvalJob.temperature = 0.9\n")
+  with pytest.raises(ValueError, match=re.escape(
+      f'--gin.TEMPERATURE: {alone}, gin/models/retrieval_small.gin define TEMPERATURE, but no '
+      'binding reads %TEMPERATURE, so the value would be ignored. Bind the setting itself '
+      'instead.')):
+    gin_cli.configure([f'--gin_file={alone}', '--gin_file=gin/models/retrieval_small.gin',
+                       '--gin.TEMPERATURE=0.5'], prog='t', unset_required=True)
 
 
 def test_eval_without_a_model_file_names_what_is_missing(clean_gin):

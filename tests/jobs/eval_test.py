@@ -37,6 +37,7 @@ import runs
 from t5align.attention import dispatch
 from t5align import calibration
 from t5align import checkpoints
+from t5align.evaluation import markdown
 from t5align.evaluation import predictions
 from t5align.evaluation import scoring
 from t5align.evaluation import temperature
@@ -461,6 +462,65 @@ def test_report_without_results(tmp_path, capsys):
   with pytest.raises(SystemExit):
     report.main([str(tmp_path)])
   assert 'no metrics.json' in capsys.readouterr().err
+
+
+def test_report_lists_unfinished_runs_under_the_table(tmp_path, capsys):
+  """A folder with predictions and run.json but no metrics.json (a killed eval) used to vanish
+  from the report without a word."""
+  _run_result(tmp_path / 'done', 50.0)
+  killed = tmp_path / 'killed' / 'passkey'
+  killed.mkdir(parents=True)
+  (killed / 'run.json').write_text(json.dumps(_RUN))
+  (killed / 'predictions.jsonl').write_text('{"index": 0}\n')
+  out = tmp_path / 'report.md'
+  assert report.main([str(tmp_path / 'done'), str(tmp_path / 'killed'), '--output',
+                      str(out)]) == 0
+  text = out.read_text()
+  assert text.endswith('Left out, unfinished (a run.json or predictions.jsonl, no metrics.json: '
+                       'an eval killed, failed or still running; rerun it to finish), 1 task '
+                       f'folder:\n\n- {killed}\n'), text
+  assert '| retrieval_t5 tau = 1 | 50.0 | 50.0 |' in text
+  with pytest.raises(SystemExit):  # Nothing finished: the error names what is unfinished.
+    report.main([str(tmp_path / 'killed')])
+  assert f'no metrics.json under {tmp_path / "killed"} (1 unfinished task folders: {killed})' in (
+      capsys.readouterr().err)
+
+
+def _checkpoint_result(folder, column, sha, accuracy):
+  """passkey at `column` of checkpoint `sha` (None: no run.json), of model retrieval_t5."""
+  task = folder / f'passkey_{column}'
+  if sha is not None:
+    fileio.write_json_atomic(task / 'run.json', {**_RUN, 'checkpoint': {'sha256': sha}})
+  fileio.write_json_atomic(task / 'metrics.json', {
+      'task': 'passkey', 'model': 'retrieval_t5', 'label': 'tau = 1', 'table': 'retrieval',
+      'group': 'Passkey', 'column': column, 'metrics': {'accuracy': accuracy},
+      'primary_metric': 'accuracy'})
+
+
+def test_report_splits_a_row_of_two_checkpoints(tmp_path):
+  """Cells of one row (model, label) from two checkpoints of one MODEL_DIR (one model name)
+  used to average into one row naming neither; each checkpoint is now a row."""
+  _checkpoint_result(tmp_path / 'early', '2k', 'a' * 64, 10.0)
+  _checkpoint_result(tmp_path / 'late', '4k', 'd' * 64, 90.0)
+  text = tables.render(tables.load_results([tmp_path / 'early', tmp_path / 'late']))
+  assert '| retrieval_t5 tau = 1 [checkpoint=aaaaaaaa] | 10.0 | - | - |' in text, text
+  assert '| tau = 1 [checkpoint=dddddddd] | - | 90.0 | - |' in text, text
+  _checkpoint_result(tmp_path / 'same', '4k', 'a' * 64, 90.0)  # One checkpoint: one row.
+  text = tables.render(tables.load_results([tmp_path / 'early', tmp_path / 'same']))
+  assert '| retrieval_t5 tau = 1 | 10.0 | 90.0 | 50.0 |' in text, text
+  _checkpoint_result(tmp_path / 'unknown', '8k', None, 30.0)  # Two checkpoints and one unknown.
+  with pytest.raises(ValueError, match=r'passkey_8k/metrics\.json \(no run\.json, so no '
+                                       r'checkpoint recorded\) shares a table row with results '
+                                       r'of 2 checkpoints'):
+    tables.load_results([tmp_path / 'early', tmp_path / 'late', tmp_path / 'unknown'])
+
+
+def test_report_shows_a_nan_metric_as_nan(tmp_path):
+  """NaN (evaluated, the metric broken) is not '-' (not evaluated)."""
+  _run_result(tmp_path / 'a', float('nan'))
+  text = tables.render(tables.load_results([tmp_path / 'a']))
+  assert '| retrieval_t5 tau = 1 | NaN | NaN |' in text, text
+  assert markdown.fmt(None, 'retrieval') == '-'
 
 
 # ---------------------------------------------------------------------------------------------
