@@ -37,7 +37,10 @@ import json
 import os
 import re
 import sys
+import tokenize
 from typing import Mapping, Sequence
+
+from gin import config_parser
 
 from t5align import run_identity
 from t5align.runtime import fileio
@@ -48,8 +51,6 @@ FOLDER = re.compile(r'^t5align_zeroscrolls_(?P<task>[a-z_]+)_(?P<length>\d+)$')
 # (t5x/infer.py; 'predict_with_aux' records hold the 'prediction' too).
 INFER_FILE = re.compile(r'^t5align_zeroscrolls_(?P<task>[a-z_]+)_(?P<length>\d+)'
                         r'-(?:predict|predict_with_aux)\.jsonl-(?P<shard>\d{5})-of-(?P<shards>\d{5})$')
-# The split t5x.infer predicted, as its config.gin records it.
-INFER_SPLIT = re.compile(r"^utils\.DatasetConfig\.split = '(?P<split>[^']*)'$", re.M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +124,48 @@ def task_sources(paths: Sequence[str], length: int | None = None) -> dict[str, S
   return out
 
 
+class _Values(config_parser.ParserDelegate):
+  """Reads a config.gin without its configurables: a reference or macro stays a name."""
+
+  def configurable_reference(self, scoped_name: str, evaluate: bool) -> tuple[str, str]:
+    return ('@', scoped_name)
+
+  def macro(self, name: str) -> tuple[str, str]:
+    return ('%', name)
+
+
+def infer_split(config: str) -> object:
+  """The split t5x.infer predicted: `utils.DatasetConfig.split` (unscoped, the last binding, as
+  gin applies them; through a macro too) in the config.gin t5x wrote, read by gin's own parser
+  (either quote style, the block form `utils.DatasetConfig:` too); None if none is bound.
+
+  Raises:
+    ValueError: naming the file and line, for text gin cannot parse.
+  """
+  text = fileio.read_input(config, 't5x.infer config').decode('utf-8', 'replace')
+  split, macros = None, {}
+  try:
+    for statement in config_parser.ConfigParser(text, _Values()):
+      if not isinstance(statement, config_parser.BindingStatement):
+        continue
+      if not statement.arg_name:  # A macro: `NAME = value`.
+        macros[statement.selector] = statement.value
+      elif (not statement.scope and statement.arg_name == 'split' and (
+          statement.selector == 'utils.DatasetConfig'
+          or statement.selector.endswith('.utils.DatasetConfig'))):
+        split = statement.value
+  except SyntaxError as e:
+    raise ValueError(f'{config}:{e.lineno}: not a gin file t5x.infer wrote ({e.msg}).') from e
+  except tokenize.TokenError as e:  # gin's tokenizer: an unclosed bracket or string.
+    message, (line, _) = e.args
+    raise ValueError(f'{config}:{line}: not a gin file t5x.infer wrote ({message}).') from e
+  for _ in range(len(macros) + 1):  # A macro of a macro: followed to its value.
+    if not (isinstance(split, tuple) and split[:1] == ('%',)):
+      break
+    split = macros.get(split[1])
+  return split
+
+
 def _unfinished(message: str, allow_incomplete: bool) -> None:
   if not allow_incomplete:
     raise ValueError(message)
@@ -162,17 +205,33 @@ def read_predictions(folder: str, allow_incomplete: bool = False) -> dict[str, s
   if split != 'test':
     raise ValueError(f'{folder} holds predictions for the split {split!r}; the leaderboard takes '
                      "the 'test' split: evaluate with t5align.eval's default split.")
-  if not fileio.exists(os.path.join(folder, 'metrics.json')):
+  finished = fileio.exists(os.path.join(folder, 'metrics.json'))
+  if not finished:
     _unfinished(f'{folder}: the run has not finished (no metrics.json); rerun the same '
                 't5align.eval command to finish it.', allow_incomplete)
   path = os.path.join(folder, 'predictions.jsonl')
-  raw = fileio.read_bytes(path)
   predictions: dict[str, str] = {}
-  # Read only (a torn last line is not a record, and not cut here: the folder is the run's).
-  _add_records(path, outputs.decode_lines(outputs.whole_lines(raw), path),
-               lambda r: (r.get('id'), r.get('prediction')),
+  _add_records(path, _whole_lines(path, finished), lambda r: (r.get('id'), r.get('prediction')),
                'a string "id" and "prediction" (a t5align.eval prediction record)', predictions)
   return predictions
+
+
+def _whole_lines(path: str, finished: bool) -> list[str]:
+  """The lines of a predictions file (read through `fileio.read_input`: no fifo, device or
+  oversized file). A torn last line (no newline: the writer was stopped mid-line) is no record:
+  in a finished run's file an error, in an unfinished one's (allowed by `allow_incomplete`, the
+  caller checked) dropped, with a warning that counts its bytes. Read only: the file is the
+  run's, not cut here."""
+  raw = fileio.read_input(path, 'predictions file')
+  whole = outputs.whole_lines(raw)
+  if len(whole) < len(raw):
+    line = whole.count(b'\n') + 1
+    torn = f'{path}:{line}: a torn last line ({len(raw) - len(whole)} bytes'
+    if finished:
+      raise ValueError(f'{torn}, no newline) in the file of a finished run; the file was cut or '
+                       'edited: rerun the command that wrote it.')
+    print(f'warning: {torn}) dropped: the run was stopped while writing it.', file=sys.stderr)
+  return outputs.decode_lines(whole, path)
 
 
 def _infer_id(record: dict) -> tuple[object, object] | None:
@@ -195,10 +254,10 @@ def read_infer_predictions(files: Sequence[str],
   if not fileio.exists(config):
     raise ValueError(f'{files[0]}: no config.gin beside it, which says the split t5x.infer '
                      'predicted; pass the INFER_OUTPUT_DIR as t5x.infer left it.')
-  splits = INFER_SPLIT.findall(fileio.read_bytes(config).decode('utf-8', 'replace'))
-  if splits != ['test']:
+  split = infer_split(config)
+  if split != 'test':
     raise ValueError(f'{config}: t5x.infer predicted the split '
-                     f'{", ".join(map(repr, splits)) or "(none given)"}; the leaderboard takes '
+                     f'{"(none given)" if split is None else repr(split)}; the leaderboard takes '
                      "the 'test' split (utils.DatasetConfig.split, gin/t5x/infer.gin's default).")
   shards = {int(INFER_FILE.match(os.path.basename(f))['shards']) for f in files}
   if len(shards) > 1:
@@ -212,10 +271,11 @@ def read_infer_predictions(files: Sequence[str],
                 'each --shard_id.', allow_incomplete)
   predictions: dict[str, str] = {}
   for path in files:
-    if not fileio.exists(path + '.COMPLETED'):
+    finished = fileio.exists(path + '.COMPLETED')
+    if not finished:
       _unfinished(f'{path}: the run has not finished (no {os.path.basename(path)}.COMPLETED); '
                   'rerun the same t5x.infer command to finish it.', allow_incomplete)
-    _add_records(path, outputs.decode_lines(fileio.read_bytes(path), path), _infer_id,
+    _add_records(path, _whole_lines(path, finished), _infer_id,
                  '{"inputs": {"id": ...}, "prediction": ...} with string values (a t5x.infer '
                  'record written with gin/t5x/infer.gin, which writes the id)', predictions)
   return predictions
@@ -260,8 +320,13 @@ def export(folders: Sequence[str], output: str, *, length: int | None = None,
                      f'{", ".join(folders)}' + (f' at length {length}' if length else '') + '.')
   predictions = {t: read_source(source_of[t], allow_incomplete)
                  for t in zeroscrolls.TASKS if t in source_of}
+  # A task not ZeroSCROLLS' (a misspelt folder or file) is refused by the verifier's rule,
+  # naming where it was found; it is not read.
+  unknown = {t: {} for t in source_of if t not in zeroscrolls.TASKS}
   missing, invalid = zeroscrolls.submission_problems(
-      predictions, expected_ids(list(predictions), allow_incomplete))
+      {**predictions, **unknown}, expected_ids(list(predictions), allow_incomplete))
+  if unknown:
+    invalid.append('found as ' + ', '.join(str(source_of[t]) for t in unknown))
   if invalid or (missing and not allow_incomplete):
     raise ValueError('the leaderboard would refuse these predictions: '
                      + '; '.join(invalid + missing) + '.'

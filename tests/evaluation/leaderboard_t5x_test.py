@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pathlib
 import shutil
 import types
@@ -143,6 +144,68 @@ def test_what_the_run_must_show(infer_dir, tmp_path, capsys):
     leaderboard.export([str(infer_dir), str(tmp_path / 'eval')], output)
   with pytest.raises(ValueError, match='not a folder, nor a t5x.infer output file'):
     leaderboard.export([str(config)], output)
+
+
+@pytest.mark.parametrize('written', [
+    'utils.DatasetConfig.split = "test"',  # Double quotes: gin's string all the same.
+    "utils.DatasetConfig:\n  split = 'test'",  # gin's block form.
+    "SPLIT = 'test'\nutils.DatasetConfig.split = %SPLIT",  # Through a macro.
+])
+def test_config_gin_is_read_by_gins_parser(infer_dir, tmp_path, written):
+  """A double-quoted split used to read as 'no split given'."""
+  config = infer_dir / 'config.gin'
+  config.write_text(config.read_text().replace("utils.DatasetConfig.split = 'test'", written))
+  leaderboard.export([str(infer_dir)], str(tmp_path / 'x.csv'))
+  assert (tmp_path / 'x.csv').read_bytes() == (FIXTURES / 'expected.csv').read_bytes()
+  config.write_text(config.read_text() + "\nscoped/utils.DatasetConfig.split = 'validation'\n"
+                    'utils.DatasetConfig.split = "validation"\n')  # The last unscoped one.
+  with pytest.raises(ValueError, match="t5x.infer predicted the split 'validation'"):
+    leaderboard.export([str(infer_dir)], str(tmp_path / 'x.csv'))
+  config.write_text('utils.DatasetConfig.split = (\n')
+  with pytest.raises(ValueError, match=r'config\.gin:\d+: not a gin file t5x\.infer wrote'):
+    leaderboard.export([str(infer_dir)], str(tmp_path / 'x.csv'))
+
+
+def test_an_unfinished_files_torn_last_line_is_dropped_under_allow_incomplete(
+    infer_dir, tmp_path, capsys):
+  """t5x.infer stopped mid-write leaves a torn last line and no .COMPLETED; --allow_incomplete
+  used to refuse the file for it."""
+  path = infer_dir / QASPER
+  whole = path.read_text()
+  path.write_text(whole + '{"inputs": {"id": "5eed0c33"}, "predic')
+  (infer_dir / f'{QASPER}.COMPLETED').unlink()
+  got = leaderboard.export([str(infer_dir)], str(tmp_path / 'x.csv'), allow_incomplete=True)
+  assert list(got['qasper']) == ['5eed0a11', '5eed0b22']
+  assert f'warning: {path}:3: a torn last line (38 bytes) dropped: the run was stopped while ' \
+         'writing it.' in capsys.readouterr().err
+  (infer_dir / f'{QASPER}.COMPLETED').write_text('')  # Finished, yet torn: cut or edited.
+  with pytest.raises(ValueError, match=rf'{QASPER}:3: a torn last line \(38 bytes, no newline\) '
+                                       'in the file of a finished run'):
+    leaderboard.export([str(infer_dir)], str(tmp_path / 'y.csv'), allow_incomplete=True)
+
+
+def test_a_file_of_an_unknown_task_is_refused_naming_it(infer_dir, tmp_path):
+  """A misspelt task's file was ignored without a word."""
+  odd = infer_dir / 't5align_zeroscrolls_quallity_512-predict.jsonl-00000-of-00001'
+  shutil.copyfile(infer_dir / QASPER, odd)
+  with pytest.raises(ValueError, match=rf'unknown task\(s\) quallity; the tasks are gov_report, '
+                                       rf'.*; found as {odd}'):
+    leaderboard.export([str(infer_dir)], str(tmp_path / 'x.csv'))
+  assert not (tmp_path / 'x.csv').exists()
+
+
+@pytest.mark.parametrize('kind', ['fifo', 'device'])
+def test_a_predictions_file_that_is_no_regular_file_is_refused(infer_dir, tmp_path, kind):
+  """A fifo hung the export; a link to /dev/zero read until the OOM killer came (19.6 GB)."""
+  path = infer_dir / QASPER
+  path.unlink()
+  if kind == 'fifo':
+    os.mkfifo(path)
+  else:
+    path.symlink_to('/dev/zero')
+  with pytest.raises(ValueError, match=rf'predictions file {path} is a {kind}, not a regular '
+                                       'file: give a file'):
+    leaderboard.export([str(infer_dir)], str(tmp_path / 'x.csv'))
 
 
 def test_a_mixed_submission(infer_dir, tmp_path):
