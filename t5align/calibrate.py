@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   gin_cli.configure(argv, prog='python -m t5align.calibrate',
                     description=__doc__, example_file='gin/calibrate.gin')
   job = gin_cli.call_configured('t5align.jobs.CalibrationJob')
-  schedule = job.run()
+  schedule = gin_cli.run_job(job, 'python -m t5align.calibrate')
   if multihost.is_writer():  # The results; progress went to the log (stderr).
     print(job.tables(schedule))
 

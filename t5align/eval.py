@@ -42,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> Mapping[str, Any]:
   gin_cli.configure(sys.argv[1:] if argv is None else argv, prog='python -m t5align.eval',
                     description=__doc__,
                     example_file='gin/runs/eval.gin plus a gin/models file')
-  return gin_cli.call_configured('t5align.jobs.EvalJob').run()
+  return gin_cli.run_job(gin_cli.call_configured('t5align.jobs.EvalJob'),
+                        'python -m t5align.eval')
 
 
 if __name__ == '__main__':

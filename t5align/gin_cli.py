@@ -8,8 +8,10 @@ import logging as std_logging
 import os
 import sys
 import re
+import signal
+import threading
 import warnings
-from typing import Sequence
+from typing import Any, Sequence
 
 from absl import flags
 from absl import logging
@@ -400,3 +402,32 @@ def call_configured(qualified_name: str, **kwargs):
   """
   module, name = qualified_name.rsplit('.', 1)
   return gin.get_configurable(getattr(importlib.import_module(module), name))(**kwargs)
+
+
+class Stopped(BaseException):
+  """SIGTERM, raised in the main thread (as KeyboardInterrupt is for SIGINT), so the run's
+  `finally` blocks and context managers close what it holds (locks, record logs)."""
+
+
+def run_job(job: Any, prog: str) -> Any:
+  """`job.run()` for a command line: stopped by SIGTERM (a scheduler's preemption, `kill`) or
+  SIGINT (Ctrl-C), the run closes what it holds and the command ends with one line that says
+  what is kept and how to resume (`job.resume_note()`), exit 128 + the signal's number (143,
+  130), no traceback. In a thread other than the main one (signals reach only it): `job.run()`
+  as it is."""
+  if threading.current_thread() is not threading.main_thread():
+    return job.run()
+
+  def stop(signum, unused_frame):
+    raise Stopped(signum)
+
+  previous = signal.signal(signal.SIGTERM, stop)
+  try:
+    return job.run()
+  except (Stopped, KeyboardInterrupt) as e:
+    number = signal.SIGTERM if isinstance(e, Stopped) else signal.SIGINT
+    name = 'SIGTERM' if isinstance(e, Stopped) else 'SIGINT (Ctrl-C)'
+    print(f'{prog}: stopped by {name}. {job.resume_note()}', file=sys.stderr, flush=True)
+    raise SystemExit(128 + number) from None
+  finally:
+    signal.signal(signal.SIGTERM, previous)

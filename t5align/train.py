@@ -37,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     'gin/models/retrieval_small.gin')
   job = gin_cli.call_configured('t5align.jobs.TrainJob')
   # training.json records the command line that produced the exported weights.
-  return dataclasses.replace(job, command=shlex.join(
-      ['python', '-m', 't5align.train', *argv])).run()
+  return gin_cli.run_job(dataclasses.replace(job, command=shlex.join(
+      ['python', '-m', 't5align.train', *argv])), 'python -m t5align.train')
 
 
 if __name__ == '__main__':

@@ -246,6 +246,10 @@ class CalibrationJob:
     with outputs.claim(self.output_path, 'OUTPUT_PATH', is_file=True):
       return self._run()
 
+  def resume_note(self) -> str:
+    return (f'The calibrations finished so far are kept in {progress_path(self.output_path)}; '
+            'rerun the same command to continue from them (OUTPUT_PATH is written at the end).')
+
   def tables(self, schedule: schedule_lib.TemperatureSchedule) -> str:
     """What `python -m t5align.calibrate` prints once the run is done: the schedule's table, per
     task (PER_TASK) the per-task against the pooled temperatures of each searched strategy and,

@@ -206,3 +206,7 @@ class Job(Protocol):
 
   def run(self) -> Any:
     """The run."""
+
+  def resume_note(self) -> str:
+    """What a run stopped midway keeps and how to resume it (the command's last line when a
+    signal stops it: `gin_cli.run_job`)."""

@@ -266,6 +266,10 @@ class EvalJob:
     the task, its data, the program, the temperatures)."""
     return {**self._base_identity, **json.loads(json.dumps(facts, sort_keys=True))}
 
+  def resume_note(self) -> str:
+    return (f'The examples recorded so far are kept in {self.output_dir} (predictions.jsonl '
+            'per task); rerun the same command to finish from them.')
+
   def run(self) -> dict[str, dict[str, Any]]:
     """Runs every task; returns {task: metrics} of finished tasks (with several processes,
     process 0's; the others return {})."""

@@ -265,6 +265,11 @@ class TrainJob:
         names=('opt_state', 'batch', 'rng'), units=workload.rows, unit='example',
         workload=workload)]
 
+  def resume_note(self) -> str:
+    return (f'The checkpoints written so far (every {self.checkpoint_every} steps, '
+            f'CHECKPOINT_EVERY) are kept in {self.model_dir}; rerun the same command to continue '
+            'from the last.')
+
   def run(self) -> dict[str, Any]:
     """Trains, evaluates and exports.
 

@@ -284,3 +284,51 @@ def test_eval_without_a_model_file_names_what_is_missing(clean_gin):
                                        r'gin/models file\.'):
     gin_cli.configure(['--gin_file=gin/runs/eval.gin'], prog='t',
                       example_file='gin/runs/eval.gin plus a gin/models file')
+
+
+# ---------------------------------------------------------------- a run stopped by a signal
+
+_STOPPED_RUN = '''
+import os, signal, sys, time
+from t5align import gin_cli
+
+class Job:
+  def run(self):
+    try:
+      {stop}
+      time.sleep(30)
+    finally:
+      open(sys.argv[1], 'w').write('closed')  # What the run holds is closed first.
+
+  def resume_note(self):
+    return 'The examples recorded so far are kept in DIR; rerun the same command.'
+
+gin_cli.run_job(Job(), 'python -m t5align.eval')
+'''
+
+
+@pytest.mark.parametrize('stop, code, name', [
+    ('os.kill(os.getpid(), signal.SIGTERM)', 143, 'SIGTERM'),
+    ('raise KeyboardInterrupt', 130, 'SIGINT (Ctrl-C)'),
+])
+def test_a_run_stopped_by_a_signal_says_what_is_kept(tmp_path, stop, code, name):
+  """SIGTERM used to end eval and calibrate with exit 143 and no word (the resume worked)."""
+  closed = tmp_path / 'closed'
+  done = subprocess.run([sys.executable, '-c', _STOPPED_RUN.format(stop=stop), str(closed)],
+                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert done.returncode == code, done.stderr
+  assert done.stderr.endswith(f'python -m t5align.eval: stopped by {name}. The examples recorded '
+                              'so far are kept in DIR; rerun the same command.\n'), done.stderr
+  assert 'Traceback' not in done.stderr
+  assert closed.read_text() == 'closed'
+
+
+def test_each_job_says_what_a_stopped_run_keeps():
+  assert jobs.EvalJob(output_dir='/out').resume_note() == (
+      'The examples recorded so far are kept in /out (predictions.jsonl per task); rerun the '
+      'same command to finish from them.')
+  assert jobs.CalibrationJob(output_path='/s/schedule.json').resume_note().startswith(
+      'The calibrations finished so far are kept in /s/schedule.json.')
+  assert jobs.TrainJob(model_dir='/m', checkpoint_every=50).resume_note() == (
+      'The checkpoints written so far (every 50 steps, CHECKPOINT_EVERY) are kept in /m; rerun '
+      'the same command to continue from the last.')
