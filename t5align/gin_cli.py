@@ -321,8 +321,9 @@ def configure(argv: Sequence[str], *, unset_required: bool = False, **kwargs) ->
   that rebinds a parameter bound to a macro a flag sets is refused (`parse_files`); two
   bindings that set one value differently are refused (`check_overrides`), as is a call of a
   configurable whose required parameters nothing binds (`check_required`), and a macro the
-  files mark %gin.REQUIRED that no flag sets (`check_required_macros`); with `unset_required`, such macros are bound to None instead (for
-  callers that read neither checkpoint nor data, e.g. `t5align.preflight`).
+  files mark %gin.REQUIRED that no flag sets (`check_required_macros`); with
+  `unset_required`, such macros are bound to None instead (for callers that read neither
+  checkpoint nor data, e.g. `t5align.preflight`).
   """
   files, raw, flags, paths = _parse(argv, **kwargs)
   bindings = raw + [b for _, b in flags]
