@@ -168,14 +168,27 @@ class TemperatureSchedule:
     """The same schedule applying `strategy`."""
     return dataclasses.replace(self, strategy=strategy)
 
-  def for_task(self, task: str) -> TemperatureSchedule:
-    """The schedule calibrated on `task`'s inputs; the pooled one, with a warning, if none."""
+  def for_task(self, task: str, *, allow_pooled: bool = False, source: str = 'the schedule',
+               allow_with: str = '--gin.ALLOW_SCHEDULE_MISMATCH=True') -> TemperatureSchedule:
+    """The schedule calibrated on `task`'s inputs (a file without per-task entries: itself).
+
+    Raises:
+      ValueError: naming `source`, the task and the tasks it has, when it has per-task entries
+        and none for `task`: its pooled temperatures were calibrated on other tasks' inputs.
+        With `allow_pooled` (the user's explicit choice, `allow_with` in the message) the pooled
+        schedule is returned instead, with a warning.
+    """
     if task in self.tasks:
       return TemperatureSchedule(self.reference_length, self.tasks[task], self.strategy,
                                  {**self.provenance, 'task': task})
     if self.tasks:
-      warnings.warn(f'the schedule has no calibration for task {task!r} (it has '
-                    f'{sorted(self.tasks)}); using its pooled calibrations.', stacklevel=2)
+      words = (f'{source} has no calibration for task {task!r} (it has '
+               f'{", ".join(sorted(self.tasks))})')
+      if not allow_pooled:
+        raise ValueError(f'{words}: its pooled temperatures were calibrated on those tasks\' '
+                         'inputs. Calibrate this task (with the others: calibrate\'s '
+                         f'SEQIO_TASK), or set {allow_with} to apply the pooled ones.')
+      warnings.warn(f'{words}; using its pooled calibrations ({allow_with}).', stacklevel=2)
     return self
 
   def task_comparison(self, strategy: str | None = None) -> list[dict[str, Any]]:

@@ -116,9 +116,12 @@ def make_temperature(config: Any, temperature: Any = None,
   return temp
 
 
-def task_temperature(temp: Temperature, task: str) -> Temperature:
-  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given (a
-  schedule with per-task entries but none for `task` warns and uses its pooled calibrations)."""
+def task_temperature(temp: Temperature, task: str, *, allow_pooled: bool = False,
+                     source: str = 'the schedule') -> Temperature:
+  """A schedule's entry calibrated on `task` (paper: per task and setting), else as given; a
+  schedule with per-task entries but none for `task` is refused, naming `source`, unless
+  `allow_pooled` (its pooled calibrations, with a warning: `TemperatureSchedule.for_task`)."""
   if temp.schedule is None:
     return temp
-  return dataclasses.replace(temp, schedule=temp.schedule.for_task(task))
+  return dataclasses.replace(temp, schedule=temp.schedule.for_task(
+      task, allow_pooled=allow_pooled, source=source))

@@ -63,6 +63,9 @@ class EvalJob:
       tuples); None: the config's.
     schedule_path: a `t5align.schedule` JSON file giving per-example temperatures instead.
     schedule_strategy: which of the schedule's strategies to apply (default: its own).
+    allow_schedule_mismatch: apply the schedule where it does not match the run: calibrated on
+      another checkpoint (its recorded content sha256), or with per-task entries and none for
+      a task (its pooled entry). False: both are refused, naming the schedule and the run.
     label: row label in reports (default: 'tau = x' or the schedule strategy's, e.g. 'w/ P_max').
     model_name: model name in reports (default: from the checkpoint path).
     batch_size: examples per decoding step (rounded up to a multiple of the 'data' axis).
@@ -92,6 +95,8 @@ class EvalJob:
       'recorded as the temperatures applied (`Temperature.describe`)', None)
   schedule_strategy: str | None = run_identity.unrecorded(
       'recorded as the temperatures applied (`Temperature.describe`)', None)
+  allow_schedule_mismatch: bool = run_identity.unrecorded(
+      'recorded as the temperatures applied (`Temperature.describe`)', False)
   label: str | None = run_identity.unrecorded(
       "recorded as the temperatures' label (`Temperature.describe`)", None)
   model_name: str | None = run_identity.unrecorded('a name in reports', None)
@@ -142,6 +147,27 @@ class EvalJob:
     against the model's encoder layers."""
     return temperature_lib.make_temperature(config, self.temperature, self.schedule_path,
                             self.schedule_strategy, self.row_label, self.checkpoint.name)
+
+  def _check_schedule_model(self, fingerprint: Any) -> None:
+    """Refuses a schedule calibrated on another checkpoint than this run's (`fingerprint`, its
+    content's: None on a process that does not fingerprint) unless ALLOW_SCHEDULE_MISMATCH. A
+    schedule that records no checkpoint (written by hand or by an older calibrate) claims no
+    model and is applied as given."""
+    if not self.schedule_path or self.allow_schedule_mismatch or fingerprint is None:
+      return
+    schedule = schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
+    identity = schedule.provenance.get('identity')
+    calibrated = identity.get('checkpoint') if isinstance(identity, Mapping) else None
+    if not isinstance(calibrated, Mapping) or calibrated.get('sha256') == fingerprint.get(
+        'sha256'):
+      return
+    where = identity.get('checkpoint_path') or 'a checkpoint'
+    raise ValueError(
+        f'temperature schedule {self.schedule_path} (SCHEDULE_PATH) was calibrated on {where} '
+        f'(content sha256 {str(calibrated.get("sha256"))[:12]}), not on this run\'s '
+        f'{self.checkpoint.name} (sha256 {fingerprint["sha256"][:12]}): its temperatures are '
+        'another model\'s. Calibrate this checkpoint (python -m t5align.calibrate), or set '
+        '--gin.ALLOW_SCHEDULE_MISMATCH=True to apply them as they are.')
 
   def task_mode(self, spec: Any, task: Any = None) -> tuple[bool, int]:
     """(scored, decoding steps) of a task as this job runs it: a catalog task (`spec`, a
@@ -307,7 +333,7 @@ class EvalJob:
     if temp is None and self.schedule_path:  # The file itself, before any weight is read.
       schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
     # The checkpoint's fingerprint, before its weights are read.
-    self._base_identity  # pylint: disable=pointless-statement
+    self._check_schedule_model(self._base_identity.get('checkpoint'))
     mesh = self.mesh()
     params, config = checkpoint.load(None if self.model is None else self.model.config, mesh)
     run = _Run(self, network.Transformer(config), mesh, params,
@@ -384,7 +410,9 @@ class _Run:
   def task(self, task: Any, spec: Any, vocab: Any) -> dict[str, Any] | None:
     """Runs one task to its metrics (None on processes other than 0)."""
     job = self.job
-    temp = temperature_lib.task_temperature(self.pooled_temp, task.name)
+    temp = temperature_lib.task_temperature(
+        self.pooled_temp, task.name, allow_pooled=job.allow_schedule_mismatch,
+        source=f'temperature schedule {job.schedule_path} (SCHEDULE_PATH)')
     scored, steps = job.task_mode(spec, task)
     examples, shares = self.examples(task)
     total = int(sum({int(g): int(n) for g, n, _, _ in shares}.values()))

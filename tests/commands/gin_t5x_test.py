@@ -379,12 +379,20 @@ def test_schedule_applies_the_evaluated_tasks_own_entry(tmp_path):
   tokens = np.ones((1, 1024), np.int32)
   applied = scheduled.task_schedule(module.schedule_path, None, module.schedule_task)
   np.testing.assert_allclose(applied.temperatures(tokens), [[0.6]], rtol=1e-6)
-  # A task without an entry: the pooled 0.8, with a warning.
+  # A task without an entry: refused (it used to get the pooled 0.8 with a warning), unless
+  # the user allows it: then the pooled 0.8, with a warning.
+  with pytest.raises(ValueError, match=r"\(SCHEDULE_PATH\) has no calibration for task "
+                                       r"'t5align_passkey_20k' \(it has t5align_passkey_10k, "
+                                       r't5align_passkey_2k\).*ALLOW_SCHEDULE_MISMATCH=True'):
+    _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'",
+          "MIXTURE_OR_TASK_NAME = 't5align_passkey_20k'")
   with pytest.warns(UserWarning, match="no calibration for task 't5align_passkey_20k'"):
     module = _eval(('retrieval_t5.gin', 'schedule.gin'), f"SCHEDULE_PATH = '{path}'",
-                   "MIXTURE_OR_TASK_NAME = 't5align_passkey_20k'")['model'].module
+                   "MIXTURE_OR_TASK_NAME = 't5align_passkey_20k'",
+                   'ALLOW_SCHEDULE_MISMATCH = True')['model'].module
   np.testing.assert_allclose(scheduled.task_schedule(
-      module.schedule_path, None, module.schedule_task).temperatures(tokens), [[0.8]], rtol=1e-6)
+      module.schedule_path, None, module.schedule_task, True).temperatures(tokens), [[0.8]],
+      rtol=1e-6)
   # A mixture holding tasks with entries: one run cannot apply each its own; refused when the
   # model is configured, before any checkpoint is read.
   with pytest.raises(ValueError, match=r'per-task calibrations for t5align_passkey_10k, '

@@ -183,13 +183,17 @@ def test_per_task_calibration_on_the_shipped_model(tmp_path, clean_gin, capsys):
   for row in ref:
     row = row[row > 0]
     assert row[-1] == sp.eos_id() and row[-2] in period and len(row) <= 64
-  # t5align.eval applies a task's own entry, and the pooled one (with a warning) otherwise.
+  # t5align.eval applies a task's own entry; another task is refused, or given the pooled one
+  # (with a warning) when the user allows it.
   temp = temperature.Temperature(schedule=loaded)
   tokens = np.ones((1, loaded.tasks['lines']['pmax'][0].length), np.int32)
   np.testing.assert_allclose(temperature_lib.task_temperature(temp, 'lines').taus(tokens),
                              [[loaded.tasks['lines']['pmax'][0].tau]], rtol=1e-6)
+  with pytest.raises(ValueError, match=r"^the schedule has no calibration for task 'other' "
+                                       r'\(it has .*lines.*\): its pooled temperatures'):
+    temperature_lib.task_temperature(temp, 'other')
   with pytest.warns(UserWarning, match="no calibration for task 'other'"):
-    other = temperature_lib.task_temperature(temp, 'other')
+    other = temperature_lib.task_temperature(temp, 'other', allow_pooled=True)
   assert other.schedule is loaded
 
 

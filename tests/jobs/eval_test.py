@@ -20,6 +20,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -354,6 +355,32 @@ def test_scheduled_transformer_applies_the_strategys_bias_rule(tiny, tmp_path):
       calibration.Calibration(joint, 64, 16, 0.5, bias_rule='extend'))}, joint).save(mixed)
   with pytest.raises(ValueError, match=r"chose the bias rules \['extend', 'interpolate'\]"):
     scheduled.ScheduledTransformer(config, schedule_path=mixed)
+
+
+def test_a_schedule_of_another_checkpoint_is_refused_unless_allowed(tmp_path):
+  """docs/t5x.md's Flan-T5-XL loop once read a schedule calibrated on the shipped model: each
+  run would have applied another model's temperatures. The schedule records the content sha256
+  of the checkpoint it was calibrated on; eval compares it with its own before loading."""
+  path = runs.schedule_with_target(tmp_path / 's.json', 0.5)
+  data = json.loads(path.read_text())
+  data['provenance'] = {'identity': {'checkpoint': {'sha256': 'f' * 64},
+                                     'checkpoint_path': '/models/shipped/checkpoint_5000'}}
+  path.write_text(json.dumps(data))
+  job = jobs.EvalJob(checkpoint=jobs.Checkpoint('/models/flan_t5_xl/checkpoint_1138000'),
+                     schedule_path=str(path))
+  with pytest.raises(ValueError, match=re.escape(
+      f'temperature schedule {path} (SCHEDULE_PATH) was calibrated on '
+      '/models/shipped/checkpoint_5000 (content sha256 ffffffffffff), not on this run\'s '
+      'checkpoint /models/flan_t5_xl/checkpoint_1138000 (sha256 aaaaaaaaaaaa): its temperatures '
+      "are another model's. Calibrate this checkpoint (python -m t5align.calibrate), or set "
+      '--gin.ALLOW_SCHEDULE_MISMATCH=True to apply them as they are.')):
+    job._check_schedule_model({'sha256': 'a' * 64})  # pylint: disable=protected-access
+  job._check_schedule_model({'sha256': 'f' * 64})  # pylint: disable=protected-access
+  dataclasses.replace(job, allow_schedule_mismatch=True)._check_schedule_model(  # pylint: disable=protected-access
+      {'sha256': 'a' * 64})
+  del data['provenance']  # A schedule that names no checkpoint claims no model.
+  path.write_text(json.dumps(data))
+  job._check_schedule_model({'sha256': 'a' * 64})  # pylint: disable=protected-access
 
 
 # ---------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ EVAL = {
     'temperature': 'through the temperature description (make_temperature, eval_test)',
     'schedule_path': 'through the temperature description: the schedule\'s content',
     'schedule_strategy': 'through the temperature description',
+    'allow_schedule_mismatch': 'through the temperature description (the entry applied)',
     'label': 'the row name in reports',
     'model_name': 'the row name in reports',
     'batch_size': 'padding is masked: equal predictions (tests/model/partitioning_test.py)',
