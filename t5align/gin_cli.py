@@ -21,9 +21,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def log_plainly() -> None:
-  """For a command line: t5align's own log records (absl, as t5x) at INFO and above, other
-  libraries' at WARNING and above, on stderr as bare messages, the form they had when the
-  library printed them."""
+  """For a command line: t5align's and seqio_tasks' own log records (absl, as t5x) at INFO and
+  above, other libraries' at WARNING and above, on stderr as bare messages, the form they had
+  when the library printed them."""
   flags.FLAGS.mark_as_parsed()  # No absl flags here; absl would warn that none were parsed.
   logging.use_absl_handler()
   handler = logging.get_absl_handler()
@@ -31,9 +31,9 @@ def log_plainly() -> None:
   # caller that redirected sys.stderr since (a test capturing it, a notebook) would not see.
   handler.python_handler.setStream(sys.stderr)
   handler.setFormatter(std_logging.Formatter('%(message)s'))
-  package = os.path.join(REPO_ROOT, 't5align') + os.sep
+  ours = tuple(os.path.join(REPO_ROOT, p) + os.sep for p in ('t5align', 'seqio_tasks'))
   handler.addFilter(lambda record: record.levelno >= std_logging.WARNING
-                    or record.pathname.startswith(package))
+                    or record.pathname.startswith(ours))
   logging.set_verbosity(logging.INFO)
 
 

@@ -24,6 +24,11 @@ vocabulary vt and niah_multikey_3 at 512, cwe at 512, 1,024 and 4,096), `search.
 is raised, after `search.MAX_REDRAWS` overflowing draws of the smallest haystack (upstream redraws
 it until one fits, which for documents or words of varying length can take hundreds of draws).
 
+Long lengths cost time: about 25 us per token per sample at 10^6 tokens (niah_single_1, vt;
+12 us at 16k; a SentencePiece tokenizer on the 2-core CPU VM, 2026-12-02), so the default 500
+samples of 10^6 tokens take over 3 hours; past 30 s, the progress is logged every 30 s
+(`search.Progress`: samples done, seconds a sample, seconds left).
+
 Corpus files: `assets.Assets` (default: `Assets.from_data_dir()`, read only by the essay and QA
 tasks).
 """
@@ -34,6 +39,7 @@ from typing import Any
 from seqio_tasks.ruler import assets as assets_lib
 from seqio_tasks.ruler import niah
 from seqio_tasks.ruler import qa
+from seqio_tasks.ruler import search
 from seqio_tasks.ruler import templates
 from seqio_tasks.ruler import variable_tracking
 from seqio_tasks.ruler import words
@@ -85,7 +91,8 @@ def samples(task: str, max_seq_length: int, tokenizer: Tokenizer, *, seed: int,
   tokens_to_generate = templates.GENERATORS[generator]['tokens_to_generate']
   reserve = tokens_to_generate if budget == 'upstream' else 1
   common = dict(max_seq_length=max_seq_length, reserve=reserve, seed=seed,
-                num_samples=num_samples)
+                num_samples=num_samples,
+                progress=search.Progress(task, max_seq_length, num_samples))
   if task not in OFFLINE_TASKS and assets is None:
     assets = assets_lib.Assets.from_data_dir(
         (args['dataset'],) if generator == 'qa' else ('essays',))

@@ -128,6 +128,7 @@ class Niah:
 
 def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
              max_seq_length: int, reserve: int, seed: int, num_samples: int,
+             progress: search.Progress,
              assets: assets_lib.Assets | None) -> list[dict[str, Any]]:
   """niah.py's generate_samples: the records it writes, in its key order."""
   rng = random.Random(seed)
@@ -150,4 +151,5 @@ def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
     record['index'] = offset
     record['token_position_answer'] = len(tokenizer.text_to_tokens(record['input'][:offset]))
     records.append(record)
+    progress()
   return records

@@ -84,6 +84,7 @@ class QA:
 
 def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
              max_seq_length: int, reserve: int, seed: int, num_samples: int,
+             progress: search.Progress,
              assets: assets_lib.Assets | None) -> list[dict[str, Any]]:
   """qa.py's generate_samples (one chunk, pre_samples 0): the records it writes."""
   if assets is None:
@@ -103,4 +104,5 @@ def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
                                          incremental=step, max_seq_length=max_seq_length,
                                          reserve=reserve, task=task, unit='documents')
     records.append(search.record(index, text, answer, length, marker))
+    progress()
   return records

@@ -22,7 +22,10 @@ all overflow (a run that upstream would end later than that is refused too).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Protocol, Sequence
+
+from absl import logging
 
 
 class Tokenizer(Protocol):
@@ -124,3 +127,29 @@ def record(index: int, text: str, outputs: list[str], length: int, marker: str) 
   cut = text.rfind(marker)
   return {'index': index, 'input': text[:cut], 'outputs': outputs, 'length': length,
           'length_w_model_temp': length, 'answer_prefix': text[cut:]}
+
+
+class Progress:
+  """A generation's progress, logged (absl, INFO) after a sample at most every `every_s`
+  seconds: the samples done, the time a sample takes and the time left. Generation costs about
+  25 us per token per sample at 10^6 tokens (niah_single_1, vt; 12 us at 16k; SentencePiece
+  pieces, 2-core CPU VM, 2026-12-02), so 500 samples of 10^6 tokens take hours: this says so
+  while it runs."""
+
+  def __init__(self, task: str, max_seq_length: int, total: int, *, every_s: float = 30.0,
+               clock: Callable[[], float] = time.monotonic):
+    self.task, self.max_seq_length, self.total = task, max_seq_length, total
+    self.every_s, self.clock = every_s, clock
+    self.done = 0
+    self.start = self.last = clock()
+
+  def __call__(self) -> None:
+    """One more sample done."""
+    self.done += 1
+    now = self.clock()
+    if self.done < self.total and now - self.last >= self.every_s:
+      each = (now - self.start) / self.done
+      logging.info('RULER %s at %d tokens: %d of %d samples (%.1f s each; about %.0f s left).',
+                   self.task, self.max_seq_length, self.done, self.total, each,
+                   each * (self.total - self.done))
+      self.last = now

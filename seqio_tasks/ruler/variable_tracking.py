@@ -77,8 +77,8 @@ class VariableTracking:
 
 
 def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
-             max_seq_length: int, reserve: int, seed: int,
-             num_samples: int) -> list[dict[str, Any]]:
+             max_seq_length: int, reserve: int, seed: int, num_samples: int,
+             progress: search.Progress) -> list[dict[str, Any]]:
   """variable_tracking.py's main: the one-shot example, then the records it writes."""
   rng, np_rng = random.Random(seed), np.random.RandomState(seed)
   vt = VariableTracking(args, rng, np_rng)
@@ -113,4 +113,5 @@ def generate(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
                                          max_seq_length=max_seq_length, reserve=reserve,
                                          task=task, unit='lines')
     records.append(search.record(index, text, answer, length, marker))
+    progress()
   return records

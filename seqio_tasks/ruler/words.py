@@ -79,8 +79,8 @@ class CommonWords:
 
 
 def generate_cwe(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
-                 max_seq_length: int, reserve: int, seed: int,
-                 num_samples: int) -> list[dict[str, Any]]:
+                 max_seq_length: int, reserve: int, seed: int, num_samples: int,
+                 progress: search.Progress) -> list[dict[str, Any]]:
   """common_words_extraction.py's sys_word_pair_random: the records it writes."""
   cwe = CommonWords(args, random.Random(seed), seed, max_seq_length)
   step = 10
@@ -94,6 +94,7 @@ def generate_cwe(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer
                                          max_seq_length=max_seq_length, reserve=reserve,
                                          task=task, unit='words')
     records.append(search.record(index, text, answer, length, marker))
+    progress()
   return records
 
 
@@ -156,8 +157,8 @@ class FrequentWords:
 
 
 def generate_fwe(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer, *,
-                 max_seq_length: int, reserve: int, seed: int,
-                 num_samples: int) -> list[dict[str, Any]]:
+                 max_seq_length: int, reserve: int, seed: int, num_samples: int,
+                 progress: search.Progress) -> list[dict[str, Any]]:
   """freq_words_extraction.py's sys_kwext: the records it writes."""
   budget = max_seq_length - reserve
   if budget < 50:
@@ -175,4 +176,5 @@ def generate_fwe(task: str, args: Mapping[str, Any], tokenizer: search.Tokenizer
     text, answer, _ = fwe.draw(budget, num_words=num_words)
     length = len(tokenizer.text_to_tokens(text)) + reserve
     records.append(search.record(index, text, answer, length, marker))
+    progress()
   return records

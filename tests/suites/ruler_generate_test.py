@@ -272,3 +272,32 @@ def test_paired_words_equal_the_built_list():
   lazy = assets_lib.niah_keys()
   assert len(lazy) == len(built)
   assert lazy[:] == built
+
+
+# -------------------------------------------------------------- long generation says where it is
+
+
+def test_progress_logs_samples_done_and_time_left(caplog):
+  """At 10^6 tokens the generator ran for minutes without a word (about 25 s a sample)."""
+  now = [0.0]
+  progress = search.Progress('niah_single_1', 1_000_000, 4, every_s=30.0, clock=lambda: now[0])
+  with caplog.at_level('INFO'):
+    for t in (10.0, 50.0, 60.0, 100.0):  # Sample ends; logged after 30 s, not at the last.
+      now[0] = t
+      progress()
+  assert [r.getMessage() for r in caplog.records] == [
+      'RULER niah_single_1 at 1000000 tokens: 2 of 4 samples (25.0 s each; about 50 s left).']
+
+
+@pytest.mark.parametrize('task', generate.OFFLINE_TASKS)
+def test_every_generator_reports_each_sample(task, tokenizer, monkeypatch):
+  counted = []
+
+  class Counting(search.Progress):
+    def __call__(self):
+      counted.append(self.task)
+
+  monkeypatch.setattr(search, 'Progress', Counting)
+  length = 8192 if task in ('vt', 'cwe', 'niah_multikey_3') else 1024
+  assert len(generate.samples(task, length, tokenizer, seed=42, num_samples=3)) == 3
+  assert counted == [task] * 3
