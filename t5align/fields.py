@@ -171,32 +171,6 @@ def path() -> Check:
   return Check('a path (a string)', convert)
 
 
-def sequence(item: Check, *, length: int | None = None, nonempty: bool = True,
-             distinct: bool = False) -> Check:
-  """A tuple or list (not a string) of values `item` takes, `length` of them if given; stored
-  as a tuple."""
-  count = f'{length} ' if length is not None else ('' if not nonempty else 'a non-empty ')
-  words = f'{count if length is not None else count or "a "}tuple of {item.expected}'.replace(
-      'tuple of a ', 'tuple of ').replace('tuple of an ', 'tuple of ')
-  if distinct:
-    words += ', each once'
-
-  def convert(value):
-    if not isinstance(value, (tuple, list)) or (length is not None and len(value) != length) or (
-        nonempty and not value):
-      raise Refused()
-    out = []
-    for i, v in enumerate(value):
-      try:
-        out.append(item(v))
-      except Refused:
-        raise Refused(f'item {i}, {v!r}, is not {item.expected}') from None
-    if distinct and len(set(out)) != len(out):
-      raise Refused('an item is given twice')
-    return tuple(out)
-  return Check(words, convert)
-
-
 def mapping(keys: Sequence[str], value: Check) -> Check:
   """A dict from some of `keys` to values `value` takes (stored as given if it holds)."""
   words = f'a dict from some of {", ".join(keys)} to {value.expected}'
@@ -222,18 +196,6 @@ def instance(kind: type | tuple[type, ...], words: str) -> Check:
       raise Refused()
     return value
   return Check(words, convert)
-
-
-def one_of(*checks: Check) -> Check:
-  """What any of `checks` takes (the first that does)."""
-  def convert(value):
-    for c in checks:
-      try:
-        return c(value)
-      except Refused:
-        pass
-    raise Refused()
-  return Check(' or '.join(c.expected for c in checks), convert)
 
 
 def dtype() -> Check:

@@ -103,13 +103,18 @@ def defined_macros() -> set[str]:
   return {scope for (scope, selector), _ in _config_values() if selector == 'gin.macro'}
 
 
+def _referenced(bindings: Sequence[str]) -> set[str]:
+  """The macros the binding lines reference (`%NAME`)."""
+  return {m for b in bindings for m in re.findall(r'%([A-Za-z_][A-Za-z0-9_]*)', b)}
+
+
 def check_macros(bindings: Sequence[str], known: set[str], files: Sequence[str]) -> None:
   """Raises ValueError for a binding `NAME = ...` of a macro the config files never define.
 
   gin would otherwise define a new macro that nothing reads (a misspelt `--gin.SCHEDULE_PAHT`
   runs with the default). A macro referenced (`%NAME`) by another binding counts as known.
   """
-  known = set(known) | {m for b in bindings for m in re.findall(r'%([A-Za-z_][A-Za-z0-9_]*)', b)}
+  known = set(known) | _referenced(bindings)
   for line in bindings:
     match = _MACRO_BINDING.match(line)
     if match and match.group(1) not in known:
@@ -139,8 +144,7 @@ def check_macros_reach(bindings: Sequence[str], files: Sequence[str]) -> None:
   one file or an include): the value would be ignored. Run before the command line's bindings
   apply: one that rebinds such a parameter is `check_overrides`' (the same value twice is no
   conflict)."""
-  read = set().union(*map(_macros_in, _config_values().values())) | {
-      m for b in bindings for m in re.findall(r'%([A-Za-z_][A-Za-z0-9_]*)', b)}
+  read = set().union(*map(_macros_in, _config_values().values())) | _referenced(bindings)
   for line in bindings:
     match = _MACRO_BINDING.match(line)
     if match and match.group(1) not in read:

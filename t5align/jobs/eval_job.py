@@ -148,14 +148,14 @@ class EvalJob:
     return temperature_lib.make_temperature(config, self.temperature, self.schedule_path,
                             self.schedule_strategy, self.row_label, self.checkpoint.name)
 
-  def _check_schedule_model(self, fingerprint: Any) -> None:
-    """Refuses a schedule calibrated on another checkpoint than this run's (`fingerprint`, its
-    content's: None on a process that does not fingerprint) unless ALLOW_SCHEDULE_MISMATCH. A
-    schedule that records no checkpoint (written by hand or by an older calibrate) claims no
-    model and is applied as given."""
-    if not self.schedule_path or self.allow_schedule_mismatch or fingerprint is None:
+  def _check_schedule_model(self, schedule: schedule_lib.TemperatureSchedule | None,
+                            fingerprint: Any) -> None:
+    """Refuses SCHEDULE_PATH's `schedule` (None: no schedule) when it was calibrated on another
+    checkpoint than this run's (`fingerprint`, its content's: None on a process that does not
+    fingerprint), unless ALLOW_SCHEDULE_MISMATCH. A schedule that records no checkpoint
+    (written by hand or by an older calibrate) claims no model and is applied as given."""
+    if schedule is None or self.allow_schedule_mismatch or fingerprint is None:
       return
-    schedule = schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
     identity = schedule.provenance.get('identity')
     calibrated = identity.get('checkpoint') if isinstance(identity, Mapping) else None
     if not isinstance(calibrated, Mapping) or calibrated.get('sha256') == fingerprint.get(
@@ -330,10 +330,11 @@ class EvalJob:
                                vocabulary=f'vocabulary {files} (task {name})')
     # Checked before any weight is read when the model file gives the config.
     temp = None if self.model is None else self.temperature_of(self.model.config)
-    if temp is None and self.schedule_path:  # The file itself, before any weight is read.
-      schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
+    schedule = temp.schedule if temp is not None else (  # The file, before any weight is read.
+        schedule_lib.load_schedule(self.schedule_path, self.schedule_strategy)
+        if self.schedule_path else None)
     # The checkpoint's fingerprint, before its weights are read.
-    self._check_schedule_model(self._base_identity.get('checkpoint'))
+    self._check_schedule_model(schedule, self._base_identity.get('checkpoint'))
     mesh = self.mesh()
     params, config = checkpoint.load(None if self.model is None else self.model.config, mesh)
     run = _Run(self, network.Transformer(config), mesh, params,

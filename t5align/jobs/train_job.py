@@ -195,11 +195,9 @@ class TrainJob:
         eval_batch_size=self.eval_batch_size, export_dtype=self.export_dtype)
     if self.eval_lengths:
       validate.int_tuple(self.eval_lengths, 'EVAL_LENGTHS', minimum=2, example='(256, 1024)')
-    if not self.finetuning and self.mix.min_length > self.input_length:
-      raise ValueError(
-          f'train_data.Mix.min_length = {self.mix.min_length}: over the run\'s input length '
-          f'(jobs.TrainJob.input_length = {self.input_length}, L_TR): no example can be that '
-          'long.')
+    if not self.finetuning:
+      self.mix.check_fits(self.input_length, "the run's input length (jobs.TrainJob."
+                          f'input_length = {self.input_length}, L_TR)')
     cfg = self.model.config
     if self.initial_checkpoint is not None and not self.finetuning:
       raise ValueError(

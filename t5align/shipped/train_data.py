@@ -280,6 +280,12 @@ class Mix:
   def __post_init__(self):
     fields.check_fields(self)
 
+  def check_fits(self, max_length: int, limit: str) -> None:
+    """Raises ValueError when `min_length` is over `max_length` tokens (`limit` names it)."""
+    if self.min_length > max_length:
+      raise ValueError(f'train_data.Mix.min_length = {self.min_length}: over {limit}: no '
+                       'example can be that long.')
+
   def probabilities(self) -> np.ndarray:
     weights = self.task_weights
     w = np.array([float(weights.get(t, 0.0)) for t in TRAIN_TASKS])
@@ -299,9 +305,7 @@ def train_example(vocab: vocabularies.Vocabulary, mix: Mix, seed: int, index: in
                   max_length: int) -> Example:
   """Training example `index`: task by `mix`, then its content, then its input budget of at
   most `max_length` tokens (L_TR; see `Mix`)."""
-  if mix.min_length > max_length:
-    raise ValueError(f'train_data.Mix.min_length = {mix.min_length}: over '
-                     f'max_length={max_length}: no example can be that long.')
+  mix.check_fits(max_length, f'max_length={max_length}')
   rng = data.rng_for(seed, index)
   task = TRAIN_TASKS[int(rng.choice(len(TRAIN_TASKS), p=mix.probabilities()))]
   d = draft(task, rng, max_length)

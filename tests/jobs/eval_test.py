@@ -368,19 +368,21 @@ def test_a_schedule_of_another_checkpoint_is_refused_unless_allowed(tmp_path):
   path.write_text(json.dumps(data))
   job = jobs.EvalJob(checkpoint=jobs.Checkpoint('/models/flan_t5_xl/checkpoint_1138000'),
                      schedule_path=str(path))
+  loaded = schedule.load_schedule(str(path))
   with pytest.raises(ValueError, match=re.escape(
       f'temperature schedule {path} (SCHEDULE_PATH) was calibrated on '
       '/models/shipped/checkpoint_5000 (content sha256 ffffffffffff), not on this run\'s '
       'checkpoint /models/flan_t5_xl/checkpoint_1138000 (sha256 aaaaaaaaaaaa): its temperatures '
       "are another model's. Calibrate this checkpoint (python -m t5align.calibrate), or set "
       '--gin.ALLOW_SCHEDULE_MISMATCH=True to apply them as they are.')):
-    job._check_schedule_model({'sha256': 'a' * 64})  # pylint: disable=protected-access
-  job._check_schedule_model({'sha256': 'f' * 64})  # pylint: disable=protected-access
+    job._check_schedule_model(loaded, {'sha256': 'a' * 64})  # pylint: disable=protected-access
+  job._check_schedule_model(loaded, {'sha256': 'f' * 64})  # pylint: disable=protected-access
   dataclasses.replace(job, allow_schedule_mismatch=True)._check_schedule_model(  # pylint: disable=protected-access
-      {'sha256': 'a' * 64})
+      loaded, {'sha256': 'a' * 64})
   del data['provenance']  # A schedule that names no checkpoint claims no model.
   path.write_text(json.dumps(data))
-  job._check_schedule_model({'sha256': 'a' * 64})  # pylint: disable=protected-access
+  job._check_schedule_model(  # pylint: disable=protected-access
+      schedule.load_schedule(str(path)), {'sha256': 'a' * 64})
 
 
 # ---------------------------------------------------------------------------------------------
