@@ -151,12 +151,14 @@ def boolean() -> Check:
   return Check('True or False', convert)
 
 
-def text(choices: Sequence[str] | None = None) -> Check:
-  """A string, one of `choices` if given."""
-  words = 'a string' if choices is None else 'one of ' + ', '.join(repr(c) for c in choices)
+def text(choices: Sequence[str] | None = None, *, blank: bool = True) -> Check:
+  """A string, one of `choices` if given (not only spaces, unless `blank`)."""
+  words = ('one of ' + ', '.join(repr(c) for c in choices) if choices is not None
+           else 'a string' if blank else 'a non-blank string')
 
   def convert(value):
-    if not isinstance(value, str) or (choices is not None and value not in choices):
+    if not isinstance(value, str) or (choices is not None and value not in choices) or (
+        not blank and not value.strip()):
       raise Refused()
     return value
   return Check(words, convert)
@@ -171,16 +173,34 @@ def path() -> Check:
   return Check('a path (a string)', convert)
 
 
-def mapping(keys: Sequence[str], value: Check) -> Check:
-  """A dict from some of `keys` to values `value` takes (stored as given if it holds)."""
-  words = f'a dict from some of {", ".join(keys)} to {value.expected}'
+def integers(minimum: int, *, empty: bool = False) -> Check:
+  """A tuple or list of ints (no bool, float or text) >= `minimum`, non-empty unless `empty`;
+  stored as a tuple."""
+  each = 'positive integers' if minimum == 1 else f'integers >= {minimum}'
+  words = f'a {"" if empty else "non-empty "}tuple of {each}'
+
+  def convert(values):
+    if not isinstance(values, (tuple, list)) or not (values or empty):
+      raise Refused()
+    for v in values:
+      if not _is_int(v) or v < minimum:
+        raise Refused(f'{v!r} is not')
+    return tuple(int(v) for v in values)
+  return Check(words, convert)
+
+
+def mapping(keys: Sequence[str] | None, value: Check) -> Check:
+  """A dict from some of `keys` (None: any strings) to values `value` takes (stored as given if
+  it holds)."""
+  words = (f'a dict from strings to {value.expected}' if keys is None
+           else f'a dict from some of {", ".join(keys)} to {value.expected}')
 
   def convert(mapping_):
     if not isinstance(mapping_, Mapping):
       raise Refused()
     for k, v in mapping_.items():
-      if k not in keys:
-        raise Refused(f'{k!r} is not one of them')
+      if not isinstance(k, str) or (keys is not None and k not in keys):
+        raise Refused(f'{k!r} is not one of them' if keys is not None else f'{k!r} is not one')
       try:
         value(v)
       except Refused:
@@ -207,6 +227,33 @@ def dtype() -> Check:
       raise Refused() from None
     return value
   return Check("a floating dtype's name ('float32' or 'bfloat16')", convert)
+
+
+def temperature() -> Check:
+  """A constant encoder temperature, as `validate.constant_temperature` takes: a number, a tuple
+  (one per encoder layer) or equal-length tuples (`[layers][heads]`), each finite and > 0
+  (stored as given: the run checks its layers against the model's)."""
+  def convert(value):
+    if any(isinstance(v, (str, bytes, bool, np.bool_)) for v in _leaves(value)):
+      raise Refused()  # numpy would read '0.8' as a number, and True as 1.
+    try:
+      validate.constant_temperature(value, 'temperature')
+    except ValueError:
+      try:  # The form holds: name the first value that is not a temperature.
+        bad = validate.bad_temperatures(np.asarray(value, np.float64).ravel())
+      except (TypeError, ValueError):
+        raise Refused() from None
+      raise Refused(f'{float(bad[0])!r} is not' if bad.size else '') from None
+    return value
+  return Check(f'a temperature, {validate.TEMPERATURE_RANGE}: a number, a tuple (one per encoder '
+               'layer) or a tuple of equal-length tuples (one per layer and head)', convert)
+
+
+def _leaves(value: Any) -> list[Any]:
+  """The values of nested tuples and lists (`value` itself if it is neither)."""
+  if isinstance(value, (tuple, list)):
+    return [leaf for v in value for leaf in _leaves(v)]
+  return [value]
 
 
 def by(words: str, check: Callable[[Any], Any]) -> Check:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 from flax import linen as nn
 from flax import struct
@@ -13,6 +13,7 @@ import numpy as np
 
 from t5align.attention import dispatch
 from t5align.attention import reference
+from t5align import fields
 from t5align import layers
 from t5align.runtime import validate
 
@@ -20,42 +21,108 @@ Array = jax.Array
 ArrayLike = jax.typing.ArrayLike  # A temperature: Python float, numpy or jax array.
 
 
+def _activations(names: Any) -> tuple[str, ...]:
+  """`T5Config.mlp_activations` as a tuple, each a flax.linen function's name or 'linear'."""
+  if isinstance(names, str) or not isinstance(names, (tuple, list)) or not names:
+    raise fields.Refused()
+  for name in names:
+    if not isinstance(name, str) or (name != 'linear' and not callable(getattr(nn, name, None))):
+      raise fields.Refused(f'{name!r} is not one')
+  return tuple(names)
+
+
+def _dropout_rate(value: Any) -> float:
+  checked = fields.number(0)(value)
+  if checked >= 1.0:
+    raise fields.Refused()
+  return checked
+
+
+def _bias_rules(rules: Any) -> Any:
+  """One `reference.BiasRule` (kept), or a tuple of them (a list becomes one)."""
+  if isinstance(rules, reference.BiasRule):
+    return rules
+  if not isinstance(rules, (tuple, list)) or not all(
+      isinstance(r, reference.BiasRule) for r in rules):
+    raise fields.Refused()
+  return tuple(rules)
+
+
+def _attention_options(options: Any) -> tuple[Any, ...]:
+  """`T5Config.attention_options` as a tuple: Options objects of distinct implementations, each
+  field a positive int (or None where its default is None), a switch True or False."""
+  if not isinstance(options, (tuple, list)):
+    raise fields.Refused()
+  classes = {spec.options: name for name, spec in dispatch.IMPLEMENTATIONS.items()
+             if spec.options is not None}
+  seen = set()
+  for option in options:
+    name = classes.get(type(option))
+    if name is None:
+      raise fields.Refused(f'{option!r} is not the Options of an attention implementation '
+                           f'(those of {sorted(classes.values())})')
+    if name in seen:
+      raise fields.Refused(f'it gives {name!r} options twice')
+    seen.add(name)
+    for field in dataclasses.fields(option):
+      value = getattr(option, field.name)
+      if value is None and field.default is None:
+        continue
+      if isinstance(field.default, bool):  # A switch (pallas_mgpu's use_schedule_barrier).
+        if not isinstance(value, bool):
+          raise fields.Refused(f'{name} {field.name} must be True or False; got {value!r}')
+        continue
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise fields.Refused(f'{name} {field.name} must be a positive int'
+                             f'{" or None" if field.default is None else ""}; got {value!r}')
+  return tuple(options)
+
+
 @struct.dataclass
 class T5Config:
   """Architecture and run-time knobs; t5x's fields plus the encoder temperature and impl."""
 
-  vocab_size: int
+  vocab_size: int = fields.setting(check=fields.integer(1))
   # Activation dtype; parameters are always stored in float32.
-  dtype: Any = jnp.float32
-  emb_dim: int = 512
-  num_heads: int = 8
-  num_encoder_layers: int = 6
-  num_decoder_layers: int = 6
-  head_dim: int = 64
-  mlp_dim: int = 2048
+  dtype: Any = fields.setting(jnp.float32, check=fields.by(
+      "a floating dtype ('float32', 'bfloat16' or jnp's)",
+      lambda v: (validate.float_dtype(v, 'dtype'), v)[1]))
+  emb_dim: int = fields.setting(512, check=fields.integer(1))
+  num_heads: int = fields.setting(8, check=fields.integer(1))
+  num_encoder_layers: int = fields.setting(6, check=fields.integer(1))
+  num_decoder_layers: int = fields.setting(6, check=fields.integer(1))
+  head_dim: int = fields.setting(64, check=fields.integer(1))
+  mlp_dim: int = fields.setting(2048, check=fields.integer(1))
   # One flax.linen activation (or 'linear') per MLP input projection: ('relu',) T5 1.0,
   # ('gelu', 'linear') T5 1.1 / Flan-T5 / T0, ('silu', 'linear') UL2 / Flan-UL2.
-  mlp_activations: Sequence[str] = ('relu',)
-  dropout_rate: float = 0.1
+  mlp_activations: Sequence[str] = fields.setting(('relu',), check=fields.by(
+      "a non-empty tuple of flax.linen activations' names or 'linear'", _activations))
+  dropout_rate: float = fields.setting(0.1, check=fields.by(
+      'a number in [0, 1)', _dropout_rate))
   # If True, the decoder's output logits use the transposed embedding (T5 1.0).
-  logits_via_embedding: bool = False
-  float32_attention_logits: bool = False
+  logits_via_embedding: bool = fields.setting(False, check=fields.boolean())
+  float32_attention_logits: bool = fields.setting(False, check=fields.boolean())
   # Encoder self-attention softmax temperature: one float, one per encoder layer, or one per
-  # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x.
-  encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = 1.0
+  # encoder layer and head (`[layers][heads]`, a tuple of tuples in gin). 1.0 is t5x. Its
+  # shape against the layers and heads: `__post_init__`.
+  encoder_attention_temperature: float | Sequence[float] | Sequence[Sequence[float]] = (
+      fields.setting(1.0, check=fields.temperature()))
   # Encoder relative-bias rule (`reference.BiasRule`: 'none', 'interpolate', 'extend'), one for
   # every layer or a tuple with one per encoder layer; resolved at each call's (static, padded)
   # input width (`encoder_offset_map`), or once by a job at its inputs' length
   # (`bias_rules_at`). The decoder's bias is never changed. In gin (dynamic registration,
   # `from t5align.attention import reference`): `encoder_bias_rule = @reference.BiasRule()`.
-  encoder_bias_rule: reference.BiasRule | Sequence[reference.BiasRule] = reference.BiasRule()
+  # Its count against the layers: `__post_init__`.
+  encoder_bias_rule: reference.BiasRule | Sequence[reference.BiasRule] = fields.setting(
+      reference.BiasRule(), check=fields.by(
+          'a reference.BiasRule, or a tuple of them (one per encoder layer)', _bias_rules))
   # Encoder self-attention implementation (dispatch.NAMES): 'reference' (materialized), 'blockwise',
   # 'pallas' (the target platform's fused kernel, dispatch.resolve: Mosaic GPU on Hopper for
   # bfloat16 / float16, else Triton on GPU; Mosaic on TPU), 'pallas_gpu' / 'pallas_mgpu' /
   # 'pallas_tpu' (one of them by name), or 'auto': 'reference' for inputs of at most
   # `blockwise_threshold` tokens, above it 'pallas' on GPU / TPU and 'blockwise' on CPU.
-  attention_impl: str = 'reference'
-  blockwise_threshold: int = 2048
+  attention_impl: str = fields.setting('reference', check=fields.text(dispatch.NAMES))
+  blockwise_threshold: int = fields.setting(2048, check=fields.integer(1))
   # Tiles and launch parameters, per implementation: a tuple of the implementations' frozen
   # Options objects (`dispatch.IMPLEMENTATIONS[name].options`: blockwise.Options,
   # pallas_gpu.Options, pallas_mgpu.Options, pallas_tpu.Options), at most one per implementation;
@@ -63,9 +130,15 @@ class T5Config:
   # registration, `from t5align.attention import blockwise`):
   #   network.T5Config.attention_options = (@blockwise.Options(),)
   #   blockwise.Options.block_q = 1024
-  attention_options: tuple[Any, ...] = ()
+  attention_options: tuple[Any, ...] = fields.setting((), check=fields.by(
+      "a tuple of attention implementations' Options, at most one each", _attention_options))
+
+  GIN_NAME: ClassVar[str] = 'network.T5Config'
 
   def __post_init__(self):
+    fields.check_fields(self)
+    # What one field's check cannot see: the temperature's shape and the rules' count against
+    # the layers and heads.
     tau = validate.constant_temperature(self.encoder_attention_temperature,
                                         'T5Config.encoder_attention_temperature')
     shape = np.shape(tau)
@@ -77,47 +150,11 @@ class T5Config:
           f'{self.num_encoder_layers}][num_heads={self.num_heads}] (a tuple of tuples).')
     object.__setattr__(self, 'encoder_attention_temperature', tau)
     rules = self.encoder_bias_rule
-    if not isinstance(rules, reference.BiasRule):
-      rules = tuple(rules) if isinstance(rules, (tuple, list)) else (rules,)
-      if (len(rules) != self.num_encoder_layers
-          or not all(isinstance(r, reference.BiasRule) for r in rules)):
-        raise ValueError(
-            f'T5Config.encoder_bias_rule={self.encoder_bias_rule!r}: expected one '
-            f'reference.BiasRule or a tuple of num_encoder_layers={self.num_encoder_layers} '
-            '(one per layer).')
-      object.__setattr__(self, 'encoder_bias_rule', rules)
-    validate.float_dtype(self.dtype, 'T5Config.dtype')
-    object.__setattr__(self, 'mlp_activations', tuple(self.mlp_activations))
-    if not isinstance(self.dropout_rate, (int, float)) or not 0.0 <= self.dropout_rate < 1.0:
-      raise ValueError(f'T5Config.dropout_rate must be a float in [0, 1); got '
-                       f'{self.dropout_rate!r}.')
-    if self.attention_impl not in dispatch.NAMES:
-      raise ValueError(f'T5Config.attention_impl={self.attention_impl!r}; expected one of '
-                       f'{sorted(dispatch.NAMES)}.')
-    object.__setattr__(self, 'attention_options', tuple(self.attention_options))
-    classes = {spec.options: name for name, spec in dispatch.IMPLEMENTATIONS.items()
-               if spec.options is not None}
-    seen = set()
-    for options in self.attention_options:
-      name = classes.get(type(options))
-      if name is None:
-        raise ValueError(f'T5Config.attention_options: {options!r} is not the Options of an '
-                         f'attention implementation (those of {sorted(classes.values())}).')
-      if name in seen:
-        raise ValueError(f'T5Config.attention_options gives {name!r} options twice.')
-      seen.add(name)
-      for field in dataclasses.fields(options):
-        value = getattr(options, field.name)
-        if value is None and field.default is None:
-          continue
-        if isinstance(field.default, bool):  # A switch (pallas_mgpu's use_schedule_barrier).
-          if not isinstance(value, bool):
-            raise ValueError(f'T5Config.attention_options: {name} {field.name} must be True or '
-                             f'False; got {value!r}.')
-          continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-          raise ValueError(f'T5Config.attention_options: {name} {field.name} must be a positive '
-                           f'int{" or None" if field.default is None else ""}; got {value!r}.')
+    if not isinstance(rules, reference.BiasRule) and len(rules) != self.num_encoder_layers:
+      raise ValueError(
+          f'T5Config.encoder_bias_rule={self.encoder_bias_rule!r}: expected one '
+          f'reference.BiasRule or a tuple of num_encoder_layers={self.num_encoder_layers} '
+          '(one per layer).')
 
   @property
   def encoder_bias_rules(self) -> tuple[reference.BiasRule, ...]:

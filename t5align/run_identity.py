@@ -251,12 +251,6 @@ def settings_record(settings: Any) -> dict[str, Any]:
   return out
 
 
-def unrecorded(why: str, default: Any = dataclasses.MISSING) -> Any:
-  """A dataclass field (its `default`) left out of a run's identity, because `why` (its
-  metadata, `NOT_IDENTITY`)."""
-  return dataclasses.field(default=default, metadata={NOT_IDENTITY: why})
-
-
 # ---------------------------------------------------------------------------------------------
 # Identities and their comparison.
 

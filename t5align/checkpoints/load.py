@@ -98,6 +98,10 @@ def infer_config(params: Mapping[str, Any]) -> dict[str, Any]:
   mlp_dim = get(f"encoder/layers_0/mlp/{'wi_0' if gated else 'wi'}/kernel")[1]
   if joined % num_heads:
     raise ValueError(f'Query width {joined} is not a multiple of {num_heads} heads.')
+  for stack in ('encoder', 'decoder'):  # An encoder-only checkpoint has no decoder layers.
+    if not count_layers(stack):
+      raise ValueError(f'Cannot infer the T5 config: no {stack}/layers_N parameters (t5align '
+                       'runs encoder-decoder T5).')
   return {
       'vocab_size': vocab_size, 'emb_dim': emb_dim, 'num_heads': num_heads,
       'num_encoder_layers': count_layers('encoder'),

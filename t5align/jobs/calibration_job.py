@@ -15,9 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t5align.attention import dispatch
 from t5align import calibration
 from t5align.calibration import samples
 from t5align.calibration import stats
+from t5align import fields
 from t5align import gin_cli
 from t5align.jobs import common
 from t5align import memory
@@ -88,40 +90,68 @@ class CalibrationJob:
   metadata says what records them or why nothing does.
   """
 
-  checkpoint: common.Checkpoint = dataclasses.field(default_factory=common.Checkpoint)
-  output_path: str | None = run_identity.unrecorded('where the schedule goes', None)
-  text_file: str | None = run_identity.unrecorded(
-      "its content is recorded (the samples' fingerprint)", None)
-  vocabulary_path: str | None = run_identity.unrecorded(
-      "its content is recorded (the samples' fingerprint)", None)
-  seqio_task: str | None = run_identity.unrecorded(
-      "recorded as the samples read (their fingerprint)", None)
-  seqio_split: str = run_identity.unrecorded(
-      "recorded as the samples read (their fingerprint)", 'validation')
-  jsonl_file: str | None = run_identity.unrecorded(
-      "its content is recorded (the samples' fingerprint)", None)
-  per_task: bool = True
-  reference_tasks: Mapping[str, str] | None = None
-  lengths: Sequence[int] = dataclasses.field(
-      default=(1024, 2048, 4096, 8192, 15000),
+  checkpoint: common.Checkpoint = fields.setting(
+      default_factory=common.Checkpoint,
+      check=common.settings_object(common.Checkpoint, 'checkpoint', none='None (unset)'))
+  output_path: str | None = fields.setting(None, check=fields.required(fields.path()),
+                                           unrecorded='where the schedule goes')
+  text_file: str | None = fields.setting(
+      None, check=fields.optional(fields.path()),
+      unrecorded="its content is recorded (the samples' fingerprint)")
+  vocabulary_path: str | None = fields.setting(
+      None, check=fields.optional(fields.path()),
+      unrecorded="its content is recorded (the samples' fingerprint)")
+  seqio_task: str | None = fields.setting(
+      None, check=fields.optional(fields.text(blank=False)),
+      unrecorded='recorded as the samples read (their fingerprint)')
+  seqio_split: str = fields.setting(
+      'validation', check=fields.text(blank=False),
+      unrecorded='recorded as the samples read (their fingerprint)')
+  jsonl_file: str | None = fields.setting(
+      None, check=fields.optional(fields.path()),
+      unrecorded="its content is recorded (the samples' fingerprint)")
+  per_task: bool = fields.setting(True, check=fields.boolean())
+  reference_tasks: Mapping[str, str] | None = fields.setting(
+      None, check=fields.optional(fields.mapping(None, fields.text(blank=False))))
+  # At least L_tr (REFERENCE_LENGTH): `check`.
+  lengths: Sequence[int] = fields.setting(
+      (1024, 2048, 4096, 8192, 15000), check=fields.integers(2),
       metadata={run_identity.RECORDED_AS: lambda lengths: sorted(set(lengths))})
   # gin/calibrate.gin's STRATEGIES, ATTENTION_IMPL and BATCH_SIZE (tests/jobs/defaults_test.py).
-  strategies: Sequence[str] = ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'infoscale_head',
-                               'infoscale_model', 'llama4_length', 'yarn_mscale')
-  reference_length: int = 512
-  num_samples: int = 8
-  seed: int = 0
-  config: Any = run_identity.unrecorded(
-      'checked against the checkpoint, whose content is recorded', None)
-  dtype: str | None = run_identity.unrecorded("recorded as the dtype computed in ('dtype')", None)
-  # gin/calibrate.gin's ATTENTION_IMPL and BATCH_SIZE (tests/jobs/defaults_test.py).
-  attention_impl: str | None = run_identity.unrecorded(
-      "recorded as the implementation that runs ('attention_impl')", 'blockwise')
-  mesh_shape: tuple[int, ...] | None = None
-  search: calibration.SearchSettings = dataclasses.field(
-      default_factory=lambda: calibration.SearchSettings(batch_size=1))
-  analysis_dir: str | None = run_identity.unrecorded('where the analysis goes', None)
-  relpos_heads: Sequence[int] | None = run_identity.unrecorded('the heads a figure draws', None)
+  strategies: Sequence[str] = fields.setting(
+      ('pmax', 'entropy', 'log_length', 'prop1', 'prop2', 'infoscale_head', 'infoscale_model',
+       'llama4_length', 'yarn_mscale'),
+      check=fields.by('distinct strategy names (calibration.STRATEGIES, with options)',
+                      lambda v: validate.strategy_names(v, 'STRATEGIES', calibration.STRATEGIES,
+                                                        calibration.parse_name)))
+  reference_length: int = fields.setting(512, check=fields.integer(2))
+  num_samples: int = fields.setting(8, check=fields.integer(1))
+  seed: int = fields.setting(0, check=fields.integer(0))
+  config: Any = fields.setting(
+      None, check=fields.optional(fields.instance(
+          network.T5Config, 'a network.T5Config (gin: @network.T5Config())'),
+          "None (the checkpoint's)"),
+      unrecorded='checked against the checkpoint, whose content is recorded')
+  dtype: str | None = fields.setting(None, check=fields.optional(fields.dtype(), "None (the "
+                                                                 "config's, else float32)"),
+                                     unrecorded="recorded as the dtype computed in ('dtype')")
+  attention_impl: str | None = fields.setting(
+      'blockwise', check=fields.optional(fields.text(dispatch.NAMES), "None (the config's)"),
+      unrecorded="recorded as the implementation that runs ('attention_impl')")
+  # (tau, data) or (tau, data, model): `check`.
+  mesh_shape: tuple[int, ...] | None = fields.setting(
+      None, check=fields.optional(fields.integers(1), 'None (one device)'))
+  search: calibration.SearchSettings = fields.setting(
+      default_factory=lambda: calibration.SearchSettings(batch_size=1),
+      check=common.settings_object(calibration.SearchSettings, 'search'))
+  analysis_dir: str | None = fields.setting(
+      None, check=fields.optional(fields.path()), unrecorded='where the analysis goes')
+  # Below the model's head count: `check` (with `config`), else `run`.
+  relpos_heads: Sequence[int] | None = fields.setting(
+      None, check=fields.optional(fields.integers(0), 'None (the first 16)'),
+      unrecorded='the heads a figure draws')
+
+  GIN_NAME: ClassVar[str] = 'jobs.CalibrationJob'
 
   # The settings a run needs, by their gin macro (`gin_cli.require`); the inputs are one of
   # TEXT_FILE, SEQIO_TASK and JSONL_FILE (`check`).
@@ -130,9 +160,7 @@ class CalibrationJob:
   KIND: ClassVar[str] = 'calibration'
 
   def __post_init__(self):
-    common.check_settings_objects(self, {
-        'checkpoint': (common.Checkpoint, 'jobs.Checkpoint'),
-        'search': (calibration.SearchSettings, 'calibration.SearchSettings')})
+    fields.check_fields(self)  # Unset (None, %gin.REQUIRED): `check` names the macro.
 
   @property
   def params_dtype(self) -> str:
@@ -150,35 +178,29 @@ class CalibrationJob:
     if sum(x is not None for x in (self.text_file, self.seqio_task, self.jsonl_file)) != 1:
       raise ValueError('set exactly one of TEXT_FILE (with VOCABULARY_PATH), SEQIO_TASK and '
                        'JSONL_FILE (with VOCABULARY_PATH).')
+    # Each field was checked as the job (and its settings objects) was built (`fields`); here
+    # what one field's check cannot see.
     reference = self.reference_length
-    validate.positive_int(reference, 'REFERENCE_LENGTH', minimum=2)
     validate.int_tuple(self.lengths, 'LENGTHS', minimum=reference,
                        why=f'REFERENCE_LENGTH, L_tr = {reference}: calibration aligns '
                            'longer inputs to it',
                        example=f'({2 * reference}, {4 * reference})')
-    validate.strategy_names(self.strategies, 'STRATEGIES', calibration.STRATEGIES,
-                            calibration.parse_name)
-    # The checkpoint's and the search's fields are checked as they are built (`fields`).
-    validate.run_settings(num_samples=self.num_samples, seed=self.seed)
     if self.mesh_shape is not None:
-      validate.int_tuple(self.mesh_shape, 'MESH_SHAPE', minimum=1, example='(4, 2, 1)')
       self._mesh_axes()
     self._check_analysis()
     self.activation_dtype  # pylint: disable=pointless-statement
 
   def _check_analysis(self) -> None:
     """ANALYSIS_DIR and RELPOS_HEADS, before any work (they were once refused after the whole
-    calibration, leaving a half-written analysis): RELPOS_HEADS's form, and its range where the
-    model's config is given (else `run` checks the range once the weights are read, before any
-    sweep)."""
+    calibration, leaving a half-written analysis): ANALYSIS_DIR not a file, RELPOS_HEADS's range
+    where the model's config is given (else `run` checks the range once the weights are read,
+    before any sweep)."""
     from t5align.calibration import analysis  # pylint: disable=g-import-not-at-top
     folder = self.analysis_dir
-    if folder is not None:
-      if not isinstance(folder, (str, os.PathLike)):
-        raise ValueError(f'ANALYSIS_DIR={folder!r}: expected the path of a folder, or None.')
-      if not fileio.is_remote(folder) and os.path.exists(folder) and not os.path.isdir(folder):
-        raise NotADirectoryError(f'ANALYSIS_DIR {folder} is a file; give a folder to write the '
-                                 'analysis into.')
+    if folder is not None and not fileio.is_remote(folder) and os.path.exists(
+        folder) and not os.path.isdir(folder):
+      raise NotADirectoryError(f'ANALYSIS_DIR {folder} is a file; give a folder to write the '
+                               'analysis into.')
     if self.relpos_heads is not None:
       analysis.check_heads(self.relpos_heads,
                            None if self.config is None else self.config.num_heads,

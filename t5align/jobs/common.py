@@ -98,20 +98,23 @@ class Checkpoint:
     return run_identity.checkpoint_fingerprint(self.resolved)
 
 
-def check_settings_objects(job: Any, objects: Mapping[str, tuple[type, str]]) -> None:
-  """Refuses anything but its settings object in each of `job`'s `objects` ({field: (class,
-  gin name)}; None passes for a `Checkpoint`, a job's check names it), naming the field and the
-  form it takes: a path given where a `Checkpoint` goes (the jobs once took one) is told where
-  the path goes."""
-  for field, (kind, name) in objects.items():
-    value = getattr(job, field)
-    if isinstance(value, kind) or (value is None and kind is Checkpoint):
-      continue
-    fields = ('its path bound as jobs.Checkpoint.path' if kind is Checkpoint
-              else f'its fields bound as {name}.NAME')
-    example = 'path' if kind is Checkpoint else '...'
-    raise TypeError(f'jobs.{type(job).__name__}.{field}={value!r}: expected a {name} (in gin: '
-                    f'{field} = @{name}(), {fields}; in Python: {field}={name}({example})).')
+def settings_object(kind: type, field: str, *, none: str | None = None) -> fields.Check:
+  """The check of a job's `field` that holds a settings object of `kind` (named by its
+  `GIN_NAME`; None passes with `none`, what None means): anything else is refused with the form
+  it takes, so a path given where a `Checkpoint` goes (the jobs once took one) is told where the
+  path goes."""
+  name = kind.GIN_NAME
+  bound = ('its path bound as jobs.Checkpoint.path' if kind is Checkpoint
+           else f'its fields bound as {name}.NAME')
+  example = 'path' if kind is Checkpoint else '...'
+
+  def convert(value):
+    if not isinstance(value, kind):
+      raise fields.Refused(f'in gin: {field} = @{name}(), {bound}; in Python: '
+                           f'{field}={name}({example})')
+    return value
+  check = fields.Check(f'a {name}', convert)
+  return check if none is None else fields.optional(check, none)
 
 
 @dataclasses.dataclass(frozen=True)

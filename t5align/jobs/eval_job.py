@@ -25,6 +25,7 @@ from t5align.evaluation import metrics as metrics_lib
 from t5align.evaluation import predictions
 from t5align.evaluation import scoring
 from t5align.evaluation import temperature as temperature_lib
+from t5align import fields
 from t5align import gin_cli
 from t5align.jobs import common
 from t5align import memory
@@ -82,34 +83,55 @@ class EvalJob:
   settings; each other field says in its metadata what records it or why nothing does.
   """
 
-  model: network.Transformer | None = run_identity.unrecorded(
-      "recorded as 'config', the config the run computes with (the model's or the "
-      "checkpoint's)", None)
-  checkpoint: common.Checkpoint = dataclasses.field(default_factory=common.Checkpoint)
-  mixture_or_task_name: str | None = run_identity.unrecorded(
-      "each task's folder records its task ('task')", None)
-  output_dir: str | None = run_identity.unrecorded('where results go', None)
-  temperature: Any = run_identity.unrecorded(
-      'recorded as the temperatures applied (`Temperature.describe`)', None)
-  schedule_path: str | None = run_identity.unrecorded(
-      'recorded as the temperatures applied (`Temperature.describe`)', None)
-  schedule_strategy: str | None = run_identity.unrecorded(
-      'recorded as the temperatures applied (`Temperature.describe`)', None)
-  allow_schedule_mismatch: bool = run_identity.unrecorded(
-      'recorded as the temperatures applied (`Temperature.describe`)', False)
-  label: str | None = run_identity.unrecorded(
-      "recorded as the temperatures' label (`Temperature.describe`)", None)
-  model_name: str | None = run_identity.unrecorded('a name in reports', None)
-  batch_size: int = run_identity.unrecorded('examples are computed independently of their batch', 8)
-  num_partitions: int = run_identity.unrecorded("recorded as 'mesh'", 1)
-  num_examples: int | None = run_identity.unrecorded(
-      "recorded as the task's examples, their count and fingerprint", None)
-  split: str = 'test'
-  max_decode_length: int | None = run_identity.unrecorded(
-      "recorded as the steps the task decodes ('max_decode_length')", None)
-  truncate_inputs: int | None = None
-  show_progress: bool = run_identity.unrecorded('draws a bar', True)
+  model: network.Transformer | None = fields.setting(
+      None, check=fields.optional(fields.instance(
+          network.Transformer, 'a network.Transformer (gin: @network.Transformer())'),
+          "None (the checkpoint's config)"),
+      unrecorded="recorded as 'config', the config the run computes with (the model's or the "
+                 "checkpoint's)")
+  checkpoint: common.Checkpoint = fields.setting(
+      default_factory=common.Checkpoint,
+      check=common.settings_object(common.Checkpoint, 'checkpoint', none='None (unset)'))
+  mixture_or_task_name: str | None = fields.setting(
+      None, check=fields.required(fields.text(blank=False)),
+      unrecorded="each task's folder records its task ('task')")
+  output_dir: str | None = fields.setting(None, check=fields.required(fields.path()),
+                                          unrecorded='where results go')
+  temperature: Any = fields.setting(
+      None, check=fields.optional(fields.temperature(), "None (the config's)"),
+      unrecorded='recorded as the temperatures applied (`Temperature.describe`)')
+  schedule_path: str | None = fields.setting(
+      None, check=fields.optional(fields.path()),
+      unrecorded='recorded as the temperatures applied (`Temperature.describe`)')
+  schedule_strategy: str | None = fields.setting(
+      None, check=fields.optional(fields.text(blank=False), "None (the schedule's own)"),
+      unrecorded='recorded as the temperatures applied (`Temperature.describe`)')
+  allow_schedule_mismatch: bool = fields.setting(
+      False, check=fields.boolean(),
+      unrecorded='recorded as the temperatures applied (`Temperature.describe`)')
+  label: str | None = fields.setting(
+      None, check=fields.optional(fields.text(), "None (the temperature's)"),
+      unrecorded="recorded as the temperatures' label (`Temperature.describe`)")
+  model_name: str | None = fields.setting(
+      None, check=fields.optional(fields.text(), "None (the checkpoint path's)"),
+      unrecorded='a name in reports')
+  batch_size: int = fields.setting(
+      8, check=fields.integer(1),
+      unrecorded='examples are computed independently of their batch')
+  num_partitions: int = fields.setting(1, check=fields.integer(1),
+                                       unrecorded="recorded as 'mesh'")
+  num_examples: int | None = fields.setting(
+      None, check=fields.optional(fields.integer(1), 'None (all)'),
+      unrecorded="recorded as the task's examples, their count and fingerprint")
+  split: str = fields.setting('test', check=fields.text(blank=False))
+  max_decode_length: int | None = fields.setting(
+      None, check=fields.optional(fields.integer(1), "None (the task's)"),
+      unrecorded="recorded as the steps the task decodes ('max_decode_length')")
+  truncate_inputs: int | None = fields.setting(
+      None, check=fields.optional(fields.integer(1), 'None (whole inputs)'))
+  show_progress: bool = fields.setting(True, check=fields.boolean(), unrecorded='draws a bar')
 
+  GIN_NAME: ClassVar[str] = 'jobs.EvalJob'
   # The settings a run needs, by their gin macro (`gin_cli.require`).
   REQUIRED: ClassVar[Mapping[str, str]] = {
       'checkpoint.path': 'CHECKPOINT_PATH', 'mixture_or_task_name': 'MIXTURE_OR_TASK_NAME',
@@ -117,7 +139,7 @@ class EvalJob:
   KIND: ClassVar[str] = 'eval'
 
   def __post_init__(self):
-    common.check_settings_objects(self, {'checkpoint': (common.Checkpoint, 'jobs.Checkpoint')})
+    fields.check_fields(self)  # Unset (None, %gin.REQUIRED): `check` names the macro.
 
   @property
   def params_dtype(self) -> str:
@@ -132,11 +154,7 @@ class EvalJob:
 
   def check(self) -> None:
     """The settings that need no file, each error naming its macro."""
-    gin_cli.require(self)
-    validate.run_settings(batch_size=self.batch_size, num_partitions=self.num_partitions,
-                          num_examples=self.num_examples,
-                          max_decode_length=self.max_decode_length,
-                          truncate_inputs=self.truncate_inputs)
+    gin_cli.require(self)  # Each field was checked as the job was built (`fields`).
 
   def mesh(self) -> jax.sharding.Mesh:
     """The ('data', 'model') mesh over every device, NUM_PARTITIONS along 'model'."""

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t5align import checkpoints
+from t5align import fields
 from t5align import gin_cli
 from t5align.jobs import common
 from t5align import memory
@@ -127,35 +128,58 @@ class TrainJob:
   config, the vocabulary's content and, fine-tuning, the initial checkpoint's.
   """
 
-  model: network.Transformer | None = run_identity.unrecorded("recorded as 'config'", None)
-  model_dir: str | None = run_identity.unrecorded('where the run goes', None)
-  seed: int = 0
-  num_steps: int = 1000
-  batch_size: int = 32
-  optimizer: training.OptimizerConfig = dataclasses.field(
-      default_factory=training.OptimizerConfig)
-  per_example_loss: bool = False
-  mix: train_data.Mix = dataclasses.field(default_factory=train_data.Mix)
-  input_length: int = 256
-  target_length: int = 40
-  vocab_size: int = 1000
-  checkpoint_every: int = run_identity.unrecorded(
-      'the weights at a step are the same whichever steps were saved', 200)
-  keep_checkpoints: int = run_identity.unrecorded('how many stay', 2)
-  log_every: int = run_identity.unrecorded('how often the log writes', 20)
-  eval_lengths: Sequence[int] = run_identity.unrecorded(
-      'the held-out evaluation after training (eval.json), not the weights', (256,))
-  eval_examples: int = run_identity.unrecorded(
-      'the held-out evaluation after training (eval.json), not the weights', 100)
-  eval_seed: int = run_identity.unrecorded(
-      'the held-out evaluation after training (eval.json), not the weights', 1000)
-  eval_batch_size: int = run_identity.unrecorded(
-      'the held-out evaluation after training (eval.json), not the weights', 16)
-  export_dir: str | None = run_identity.unrecorded('where the final weights are copied', None)
-  export_dtype: str = run_identity.unrecorded('how the final weights are copied', 'float32')
-  command: str | None = run_identity.unrecorded('recorded in training.json', None)
-  mixture_or_task_name: str | None = None
-  initial_checkpoint: common.Checkpoint | None = None
+  model: network.Transformer | None = fields.setting(
+      None, check=fields.required(fields.instance(
+          network.Transformer, 'a network.Transformer (gin: @network.Transformer())')),
+      unrecorded="recorded as 'config'")
+  model_dir: str | None = fields.setting(None, check=fields.required(fields.path()),
+                                         unrecorded='where the run goes')
+  seed: int = fields.setting(0, check=fields.integer(0))
+  num_steps: int = fields.setting(1000, check=fields.integer(1))
+  batch_size: int = fields.setting(32, check=fields.integer(1))
+  optimizer: training.OptimizerConfig = fields.setting(
+      default_factory=training.OptimizerConfig,
+      check=common.settings_object(training.OptimizerConfig, 'optimizer'))
+  per_example_loss: bool = fields.setting(False, check=fields.boolean())
+  # Its inputs fit in L_TR: `check`.
+  mix: train_data.Mix = fields.setting(default_factory=train_data.Mix,
+                                       check=common.settings_object(train_data.Mix, 'mix'))
+  input_length: int = fields.setting(256, check=fields.integer(1))
+  target_length: int = fields.setting(40, check=fields.integer(1))
+  # At most the model's embedding rows: `check`.
+  vocab_size: int = fields.setting(1000, check=fields.integer(1))
+  checkpoint_every: int = fields.setting(
+      200, check=fields.integer(1),
+      unrecorded='the weights at a step are the same whichever steps were saved')
+  keep_checkpoints: int = fields.setting(2, check=fields.integer(1), unrecorded='how many stay')
+  log_every: int = fields.setting(20, check=fields.integer(1),
+                                  unrecorded='how often the log writes')
+  eval_lengths: Sequence[int] = fields.setting(
+      (256,), check=fields.integers(2, empty=True),
+      unrecorded='the held-out evaluation after training (eval.json), not the weights')
+  eval_examples: int = fields.setting(
+      100, check=fields.integer(1),
+      unrecorded='the held-out evaluation after training (eval.json), not the weights')
+  eval_seed: int = fields.setting(
+      1000, check=fields.integer(0),
+      unrecorded='the held-out evaluation after training (eval.json), not the weights')
+  eval_batch_size: int = fields.setting(
+      16, check=fields.integer(1),
+      unrecorded='the held-out evaluation after training (eval.json), not the weights')
+  export_dir: str | None = fields.setting(
+      None, check=fields.optional(fields.path(), 'None (no export)'),
+      unrecorded='where the final weights are copied')
+  export_dtype: str = fields.setting('float32', check=fields.dtype(),
+                                     unrecorded='how the final weights are copied')
+  command: str | None = fields.setting(None, check=fields.optional(fields.text()),
+                                       unrecorded='recorded in training.json')
+  mixture_or_task_name: str | None = fields.setting(
+      None, check=fields.optional(fields.text(blank=False), 'None (the synthetic mix)'))
+  initial_checkpoint: common.Checkpoint | None = fields.setting(
+      None, check=common.settings_object(common.Checkpoint, 'initial_checkpoint',
+                                         none='None (initialized from the seed)'))
+
+  GIN_NAME: ClassVar[str] = 'jobs.TrainJob'
 
   # The settings a run needs, by their gin macro (`gin_cli.require`; the model is bound by the
   # run file, configured by a gin/models file). gin/runs/finetune.gin requires more
@@ -164,10 +188,7 @@ class TrainJob:
   KIND: ClassVar[str] = 'train'
 
   def __post_init__(self):
-    common.check_settings_objects(self, {
-        'optimizer': (training.OptimizerConfig, 'training.OptimizerConfig'),
-        'mix': (train_data.Mix, 'train_data.Mix'),
-        'initial_checkpoint': (common.Checkpoint, 'jobs.Checkpoint')})
+    fields.check_fields(self)  # Unset (None, %gin.REQUIRED): `check` names the macro.
 
   @property
   def params_dtype(self) -> str:
@@ -185,16 +206,8 @@ class TrainJob:
   def check(self) -> None:
     """Every setting, each error naming its macro, before any file is written."""
     gin_cli.require(self)
-    # The optimizer's and the mix's fields are checked as they are built (`fields`).
-    validate.run_settings(
-        seed=self.seed, num_steps=self.num_steps, batch_size=self.batch_size,
-        input_length=self.input_length, target_length=self.target_length,
-        vocab_size=self.vocab_size, checkpoint_every=self.checkpoint_every,
-        keep_checkpoints=self.keep_checkpoints, log_every=self.log_every,
-        eval_examples=self.eval_examples, eval_seed=self.eval_seed,
-        eval_batch_size=self.eval_batch_size, export_dtype=self.export_dtype)
-    if self.eval_lengths:
-      validate.int_tuple(self.eval_lengths, 'EVAL_LENGTHS', minimum=2, example='(256, 1024)')
+    # Each field was checked as the job (and its settings objects) was built (`fields`); here
+    # what one field's check cannot see.
     if not self.finetuning:
       self.mix.check_fits(self.input_length, "the run's input length (jobs.TrainJob."
                           f'input_length = {self.input_length}, L_TR)')
@@ -204,11 +217,7 @@ class TrainJob:
           f'INITIAL_CHECKPOINT_PATH={self.initial_checkpoint.path} needs MIXTURE_OR_TASK_NAME: '
           'the synthetic mix trains its own vocabulary from scratch. Fine-tune on it through '
           "its seqio tasks, e.g. MIXTURE_OR_TASK_NAME='t5align_train_retrieval'.")
-    if self.finetuning:
-      if not isinstance(self.mixture_or_task_name, str) or not self.mixture_or_task_name.strip():
-        raise ValueError(f'MIXTURE_OR_TASK_NAME={self.mixture_or_task_name!r}: expected the name '
-                         'of a seqio task or mixture.')
-    else:
+    if not self.finetuning:
       validate.vocabulary_fits(self.vocab_size, cfg.vocab_size,
                                vocabulary='the vocabulary to train (VOCAB_SIZE)',
                                model=f'the model (network.T5Config.vocab_size={cfg.vocab_size})')

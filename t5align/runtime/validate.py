@@ -15,6 +15,9 @@ import numpy as np
 # ordinary logit sizes: float32's smallest normal number (1e-50 is 0 in float32, 1e-40 is a
 # subnormal whose reciprocal is inf).
 _F32_TINY = float(np.finfo(np.float32).tiny)
+# What a temperature is, in an error's words.
+TEMPERATURE_RANGE = (f'finite and > 0, in float32 too (from {_F32_TINY:.3g} to '
+                     f'{float(np.finfo(np.float32).max):.3g})')
 
 
 def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
@@ -29,14 +32,18 @@ def temperatures(values: Any, name: str = 'temperature') -> np.ndarray:
     if type(e).__module__.startswith('jax'):
       return values
     raise ValueError(f'{name} must be numbers; got {values!r}.') from e
-  with np.errstate(over='ignore'):
-    as_f32 = taus.astype(np.float32)  # inf where float32 overflows.
-  bad = taus[~(np.isfinite(taus) & (taus > 0) & np.isfinite(as_f32) & (as_f32 >= _F32_TINY))]
+  bad = bad_temperatures(taus)
   if bad.size:
-    raise ValueError(f'{name} must be finite and > 0, in float32 too (from {_F32_TINY:.3g} to '
-                     f'{float(np.finfo(np.float32).max):.3g}); got '
+    raise ValueError(f'{name} must be {TEMPERATURE_RANGE}; got '
                      f'{bad.tolist()}' + (f' in {taus.tolist()}' if taus.size > 1 else '') + '.')
   return taus
+
+
+def bad_temperatures(taus: np.ndarray) -> np.ndarray:
+  """The values of float64 `taus` that are not temperatures (`TEMPERATURE_RANGE`), flat."""
+  with np.errstate(over='ignore'):
+    as_f32 = taus.astype(np.float32)  # inf where float32 overflows.
+  return taus[~(np.isfinite(taus) & (taus > 0) & np.isfinite(as_f32) & (as_f32 >= _F32_TINY))]
 
 
 def temperature_array(values: Any, name: str = 'temperatures') -> np.ndarray:
@@ -96,15 +103,6 @@ def positive_int(value: Any, name: str, *, allow_none: bool = False,
     kind = 'a positive integer' if minimum == 1 else f'an integer >= {minimum}'
     raise ValueError(f'{name} must be {kind}; got {value!r}.')
   return int(value)
-
-
-def number(value: Any, name: str, *, positive: bool = False) -> float:
-  """`value` as a finite float, > 0 with `positive`, else >= 0; bools and text raise."""
-  if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or (
-      not math.isfinite(value) or value < 0 or (positive and value == 0)):
-    kind = 'a positive number' if positive else 'a number >= 0'
-    raise ValueError(f'{name} must be {kind}, e.g. {name}=0.01; got {value!r}.')
-  return float(value)
 
 
 def int_tuple(values: Any, name: str, *, minimum: int, why: str = '',
@@ -244,28 +242,3 @@ def schedule_lengths(lengths: Any, reference_length: Any, where: str) -> None:
       raise ValueError(f'{where}: calibrated length {length!r} is not an integer >= '
                        f'reference_length (L_tr = {reference_length}); a schedule holds lengths '
                        'at or beyond its training length.')
-
-
-_OPTIONAL_INTS = ('num_examples', 'max_decode_length', 'tau_batch_size', 'truncate_inputs')
-_NONNEGATIVE_INTS = ('warmup_steps', 'seed', 'eval_seed')
-_POSITIVE_NUMBERS = ('learning_rate', 'length_power')
-_NONNEGATIVE_NUMBERS = ('weight_decay',)
-
-
-def run_settings(**settings: Any) -> None:
-  """Checks the run settings an entry point was given (names as their gin macros, upper case).
-
-  params_dtype, dtype, export_dtype: floating dtypes; num_examples, max_decode_length,
-  tau_batch_size, truncate_inputs: positive ints or None; warmup_steps, seed, eval_seed: ints >= 0;
-  learning_rate, length_power: positive numbers; weight_decay: a number >= 0; any other
-  (batch_size, num_steps, checkpoint_every, ...): a positive int.
-  """
-  for key, value in settings.items():
-    flag = key.upper()
-    if key.endswith('dtype'):
-      float_dtype(value, flag)
-    elif key in _POSITIVE_NUMBERS + _NONNEGATIVE_NUMBERS:
-      number(value, flag, positive=key in _POSITIVE_NUMBERS)
-    else:
-      positive_int(value, flag, allow_none=key in _OPTIONAL_INTS,
-                   minimum=0 if key in _NONNEGATIVE_INTS else 1)

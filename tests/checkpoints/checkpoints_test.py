@@ -103,6 +103,15 @@ def test_infer_config_equals_fixture_config(name):
   assert {k: getattr(config, k) for k in expected} == expected
 
 
+def test_an_encoder_only_checkpoint_is_refused_by_the_inference():
+  # Its config would hold num_decoder_layers = 0, which T5Config refuses less helpfully.
+  params = dict(checkpoints.read_params(_legacy('t5_1_1_tiny')))
+  params['decoder'] = {k: v for k, v in params['decoder'].items() if not k.startswith('layers_')}
+  with pytest.raises(ValueError, match=r'^Cannot infer the T5 config: no decoder/layers_N '
+                                       r'parameters \(t5align runs encoder-decoder T5\)\.$'):
+    checkpoints.infer_config(params)
+
+
 def test_detect_format():
   assert checkpoints.detect_format(_legacy('t5_1_0_tiny')) == 't5x'
   assert checkpoints.detect_format(_legacy('t5_1_0_tiny') / 'checkpoint') == 't5x'

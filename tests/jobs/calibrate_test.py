@@ -330,16 +330,28 @@ def test_calibrate_refuses_a_directory_output_path_before_any_work(tmp_path):
 
 
 @pytest.mark.parametrize('setting, message', [
-    ({'lengths': (0,)}, r'LENGTHS=\(0,\): 0 is not an integer >= 256 \(REFERENCE_LENGTH, L_tr = '
-                        r'256: calibration aligns longer inputs to it\)'),
-    ({'lengths': 'abc'}, r"LENGTHS='abc': expected a tuple of integers, e.g. LENGTHS="
-                         r'\(512, 1024\)'),
-    ({'lengths': 512}, r'LENGTHS=512: expected a tuple of integers'),
-    ({'strategies': 'pmax'}, r"STRATEGIES='pmax': expected a tuple of strategy names, e.g. "
-                             r"STRATEGIES=\('pmax',\); known: pmax, entropy"),
+    ({'lengths': (100,)}, r'^LENGTHS=\(100,\): 100 is not an integer >= 256 \(REFERENCE_LENGTH, '
+                          r'L_tr = 256: calibration aligns longer inputs to it\)\.$'),
+    # The fields' own checks, as the job is built.
+    ({'lengths': 'abc'}, r"^jobs\.CalibrationJob\.lengths = 'abc': expected a non-empty tuple "
+                         r'of integers >= 2\.$'),
+    ({'lengths': 512}, r'^jobs\.CalibrationJob\.lengths = 512: expected a non-empty tuple'),
+    ({'strategies': 'pmax'}, r"^jobs\.CalibrationJob\.strategies = 'pmax': expected distinct "
+                             r'strategy names .*STRATEGIES=\(\'pmax\',\); known: pmax, entropy'),
     ({'strategies': ('pmax', 'p_max')}, r"STRATEGIES=\('pmax', 'p_max'\): 'p_max' is not a "
                                         r'strategy'),
-    ({'reference_length': 'x'}, r"REFERENCE_LENGTH must be an integer >= 2; got 'x'"),
+    ({'reference_length': 'x'}, r"^jobs\.CalibrationJob\.reference_length = 'x': expected an "
+                                r'integer >= 2\.$'),
+    ({'per_task': 'no'}, r"^jobs\.CalibrationJob\.per_task = 'no': expected True or False\.$"),
+    ({'num_samples': 0}, r'^jobs\.CalibrationJob\.num_samples = 0: expected a positive '
+                         r'integer\.$'),
+    ({'mesh_shape': (2, 0)}, r'^jobs\.CalibrationJob\.mesh_shape = \(2, 0\): expected a '
+                             r'non-empty tuple of positive integers or None \(one device\) '
+                             r'\(0 is not\)\.$'),
+    ({'dtype': 'int8'}, r"^jobs\.CalibrationJob\.dtype = 'int8': expected a floating dtype's "
+                        r'name'),
+    ({'reference_tasks': ['t']}, r"^jobs\.CalibrationJob\.reference_tasks = \['t'\]: expected "
+                                 r'a dict from strings to a non-blank string or None\.$'),
 ])
 def test_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_load, setting,
                                                               message):
@@ -351,9 +363,10 @@ def test_calibrate_settings_are_checked_before_the_checkpoint(tmp_path, no_load,
 @pytest.mark.parametrize('heads, config, message', [
     ((99,), THREE_HEADS, r'RELPOS_HEADS=\(99,\): .*3 heads, 0\.\.2'),
     ((0, 3), THREE_HEADS, r'RELPOS_HEADS=\(0, 3\): .*3 heads'),
-    ((-1,), None, r'RELPOS_HEADS=\(-1,\): expected'),
-    ((), None, r'RELPOS_HEADS=\(\): expected'),
-    (('a',), None, r"RELPOS_HEADS=\('a',\): expected"),
+    ((-1,), None, r'^jobs\.CalibrationJob\.relpos_heads = \(-1,\): expected a non-empty tuple '
+                  r'of integers >= 0 or None \(the first 16\) \(-1 is not\)\.$'),
+    ((), None, r'^jobs\.CalibrationJob\.relpos_heads = \(\): expected a non-empty tuple'),
+    (('a',), None, r"^jobs\.CalibrationJob\.relpos_heads = \('a',\): expected a non-empty tuple"),
 ], ids=['past_config', 'one_past', 'negative', 'empty', 'not_int'])
 def test_calibrate_refuses_bad_relpos_heads_before_any_work(heads, config, message, tmp_path,
                                                             monkeypatch):

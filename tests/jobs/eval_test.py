@@ -695,11 +695,22 @@ def test_a_folder_recorded_before_record_formats_resumes(e2e_env, monkeypatch, t
 
 
 @pytest.mark.parametrize('settings, message', [
-    ({'batch_size': 'abc'}, "BATCH_SIZE must be a positive integer; got 'abc'"),
-    ({'batch_size': 0}, 'BATCH_SIZE must be a positive integer; got 0'),
-    ({'batch_size': -1}, 'BATCH_SIZE must be a positive integer; got -1'),
-    ({'max_decode_length': -3}, 'MAX_DECODE_LENGTH must be a positive integer; got -3'),
-    ({'max_decode_length': 0}, 'MAX_DECODE_LENGTH must be a positive integer; got 0'),
+    ({'batch_size': 'abc'}, r"^jobs\.EvalJob\.batch_size = 'abc': expected a positive integer\.$"),
+    ({'batch_size': 0}, r'^jobs\.EvalJob\.batch_size = 0: expected a positive integer\.$'),
+    ({'batch_size': -1}, r'^jobs\.EvalJob\.batch_size = -1: expected a positive integer\.$'),
+    # 0 does not become the task's default.
+    ({'max_decode_length': -3}, r'^jobs\.EvalJob\.max_decode_length = -3: expected a positive '
+                                r"integer or None \(the task's\)\.$"),
+    ({'max_decode_length': 0}, r'^jobs\.EvalJob\.max_decode_length = 0: expected a positive'),
+    ({'num_examples': 2.0}, r'^jobs\.EvalJob\.num_examples = 2\.0: expected a positive integer '
+                            r'or None \(all\)\.$'),
+    ({'allow_schedule_mismatch': 'yes'}, r"^jobs\.EvalJob\.allow_schedule_mismatch = 'yes': "
+                                         r'expected True or False\.$'),
+    ({'temperature': 'abc'}, r"^jobs\.EvalJob\.temperature = 'abc': expected a temperature, "
+                             r'finite and > 0, in float32 too .* or None \(the config\'s\)\.$'),
+    ({'temperature': (0.9, -1.0)}, r'^jobs\.EvalJob\.temperature = \(0\.9, -1\.0\): expected '
+                                   r'.* \(-1\.0 is not\)\.$'),
+    ({'split': ''}, r"^jobs\.EvalJob\.split = '': expected a non-blank string\.$"),
     # Built in the test: the checkpoint's settings are refused as it is built.
     (lambda: {'checkpoint': jobs.Checkpoint('/no/such', params_dtype='int8')},
      r"jobs\.Checkpoint\.params_dtype = 'int8': expected a floating dtype's name"),

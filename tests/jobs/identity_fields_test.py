@@ -213,13 +213,14 @@ def _another(job, field):
     return value + 1
   if isinstance(value, tuple):
     return value[:1]
-  if isinstance(value, str):
-    return '/elsewhere'
-  if value is not None:
+  if value is not None and not isinstance(value, str):
     return None
-  # Unset: the first of a path, a count and a mesh that the field takes (its check refuses
-  # the others as the object is built).
-  for candidate in ('/elsewhere', 2, jax.sharding.Mesh(np.array(jax.devices()[:1]), ('data',))):
+  # A string or unset: the first of a path, a dtype, a count, heads and a mesh that the field
+  # takes and it does not hold (its check refuses the others as the object is built).
+  for candidate in ('/elsewhere', 'bfloat16', 2, (0,),
+                    jax.sharding.Mesh(np.array(jax.devices()[:1]), ('data',))):
+    if candidate == value:
+      continue
     try:
       _replace(job, field, candidate)
     except ValueError:

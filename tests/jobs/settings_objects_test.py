@@ -67,7 +67,8 @@ def test_old_python_keywords_are_refused(keyword, value):
     ('initial_checkpoint', '/c', r'jobs\.Checkpoint')])
 def test_a_value_where_a_settings_object_goes_is_refused_by_name(field, value, expected):
   model = network.Transformer(network.T5Config(vocab_size=1024))
-  with pytest.raises(TypeError, match=rf'jobs\.TrainJob\.{field}=.*: expected a {expected}'):
+  with pytest.raises(ValueError, match=rf'^jobs\.TrainJob\.{field} = .*: expected a {expected}'
+                                       r'.* \(in gin: '):
     jobs.TrainJob(model=model, model_dir='/m', **{field: value})
 
 
@@ -89,9 +90,11 @@ def _fields(cls):
 
 
 def test_a_path_where_the_checkpoint_object_goes_is_refused_by_name():
-  with pytest.raises(TypeError, match=r"jobs\.EvalJob\.checkpoint='/ckpt': expected a "
-                                      r'jobs\.Checkpoint \(in gin: checkpoint = '
-                                      r'@jobs\.Checkpoint\(\)'):
+  with pytest.raises(ValueError, match=r"^jobs\.EvalJob\.checkpoint = '/ckpt': expected a "
+                                       r'jobs\.Checkpoint or None \(unset\) \(in gin: checkpoint = '
+                                       r'@jobs\.Checkpoint\(\), its path bound as '
+                                       r'jobs\.Checkpoint\.path; in Python: '
+                                       r'checkpoint=jobs\.Checkpoint\(path\)\)\.$'):
     jobs.EvalJob(checkpoint='/ckpt')
 
 

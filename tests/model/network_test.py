@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -186,7 +187,10 @@ def test_param_tree_and_axes():
 
 @pytest.mark.parametrize('bad', [0.0, -0.5, float('nan'), float('inf')])
 def test_bad_temperature_in_config(bad):
-  with pytest.raises(ValueError, match='encoder_attention_temperature must be finite and > 0'):
+  with pytest.raises(ValueError, match=rf'^network\.T5Config\.encoder_attention_temperature = '
+                                       rf'{bad!r}: expected a temperature, finite and > 0, in '
+                                       r'float32 too .* '
+                                       rf'\({bad!r} is not\)\.$'):
     network.T5Config(vocab_size=8, encoder_attention_temperature=bad)
 
 
@@ -213,7 +217,8 @@ def test_temperature_shape_errors():
                                       r'\[num_heads=8\]'):
     network.T5Config(vocab_size=8, num_encoder_layers=2,
                      encoder_attention_temperature=(0.9, 0.8, 0.7))
-  with pytest.raises(ValueError, match="attention_impl='flash'"):
+  with pytest.raises(ValueError, match=r"^network\.T5Config\.attention_impl = 'flash': expected "
+                                       r"one of 'reference', 'blockwise'"):
     network.T5Config(vocab_size=8, attention_impl='flash')
 
 
@@ -300,10 +305,34 @@ def test_layer_temperatures_errors(value, kwargs, message):
     network.layer_temperatures(value, name='config_tau', **kwargs)
 
 
-@pytest.mark.parametrize('bad', [1.0, -0.1, None, 'x'])
+@pytest.mark.parametrize('bad', [1.0, -0.1, None, 'x', float('nan')])
 def test_bad_dropout_rate(bad):
-  with pytest.raises(ValueError, match=r'dropout_rate must be a float in \[0, 1\)'):
+  shown = re.escape(repr(bad))
+  with pytest.raises(ValueError, match=rf'^network\.T5Config\.dropout_rate = {shown}: expected a '
+                                       r'number in \[0, 1\)\.$'):
     network.T5Config(vocab_size=8, dropout_rate=bad)
+
+
+@pytest.mark.parametrize('field, bad, expected', [
+    ('vocab_size', '8', 'a positive integer'),
+    ('num_heads', 0, 'a positive integer'),
+    ('head_dim', 64.0, 'a positive integer'),
+    ('num_encoder_layers', True, 'a positive integer'),
+    ('logits_via_embedding', 'no', 'True or False'),
+    ('attention_impl', 'flash', "one of 'reference', 'blockwise'"),
+    ('blockwise_threshold', -1, 'a positive integer'),
+    ('mlp_activations', ('gelu', 'nope'), "a non-empty tuple of flax.linen activations' names "
+     "or 'linear' ('nope' is not one)"),
+    ('mlp_activations', 'gelu', "a non-empty tuple of flax.linen activations' names"),
+    ('encoder_bias_rule', 'interpolate', 'a reference.BiasRule, or a tuple of them'),
+    # numpy reads '0.8' as 0.8 and True as 1.0: neither is cast.
+    ('encoder_attention_temperature', '0.8', 'a temperature, finite and > 0'),
+    ('encoder_attention_temperature', (0.9, True), 'a temperature, finite and > 0'),
+])
+def test_a_bad_config_field_is_refused_naming_it(field, bad, expected):
+  with pytest.raises(ValueError, match=rf'^network\.T5Config\.{field} = {re.escape(repr(bad))}: '
+                                       rf'expected {re.escape(expected)}'):
+    network.T5Config(**{'vocab_size': 8, field: bad})
 
 
 @pytest.mark.slow
@@ -421,10 +450,11 @@ def test_per_head_temperature_shape_errors(load_t5x_fixture):
     _encode(config, params, tokens, temperature=np.array([[[1.0, 0.0, 1.0, 1.0]] * 2]))
   for bad, message in ((((0.9,) * 4,) * 3, r'has shape \(3, 4\); expected one float, '
                         r'num_encoder_layers=2 values, or \[num_encoder_layers=2\]\[num_heads=4\]'),
-                       (((0.9,) * 4, (0.7,) * 3), 'is not a float, a tuple of floats'),
-                       (((0.9,) * 4, ((0.9,),) * 4), 'is not a float, a tuple'),
-                       (((0.9,) * 4, 0.7), 'is not a float, a tuple'),
-                       (((0.9,) * 4, (0.9, -0.8, 1.0, 1.0)), 'must be finite and > 0')):
+                       (((0.9,) * 4, (0.7,) * 3), r'expected a temperature, finite and > 0, '
+                        r'in float32 too .*: a number, .*\)\.$'),
+                       (((0.9,) * 4, ((0.9,),) * 4), 'expected a temperature, finite and > 0'),
+                       (((0.9,) * 4, 0.7), 'expected a temperature, finite and > 0'),
+                       (((0.9,) * 4, (0.9, -0.8, 1.0, 1.0)), r'\(-0\.8 is not\)\.$')):
     with pytest.raises(ValueError, match=rf'T5Config.encoder_attention_temperature.*{message}'):
       dataclasses.replace(config, encoder_attention_temperature=bad)
 

@@ -36,11 +36,14 @@ def _loaded(module: str) -> tuple[set[str], set[str]]:
     # Schedules are data: reading one needs no model and no calibration engine.
     ('t5align.schedule', SCHEDULE, {'jax'}),
     # The network t5x.eval loads: the schedule's data and the network, nothing of calibration,
-    # checkpoints, evaluation or the shipped model.
+    # checkpoints, evaluation or the shipped model. T5Config's fields carry their checks
+    # (t5align.fields), whose refusals name the gin macro that set a field (gin_cli: gin and
+    # absl, which t5x loads anyway) and mark fields outside a run's identity (run_identity).
     # (A fresh interpreter importing jax and flax: 4.5 s under load, so slow.)
     pytest.param('t5align.scheduled',
                  SCHEDULE | ATTENTION | {'t5align.scheduled', 't5align.network',
-                                         't5align.layers'},
+                                         't5align.layers', 't5align.fields', 't5align.gin_cli',
+                                         't5align.run_identity'},
                  {'jax', 'flax'}, marks=pytest.mark.slow),
     # Tables from finished runs (and their run identities, to keep runs apart), with the
     # suites' layouts: no JAX, no seqio at all.

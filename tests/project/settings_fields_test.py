@@ -1,6 +1,7 @@
-"""Every field of every settings object a job holds carries its check in its declaration
-(`t5align.fields.setting`), run when the object is built: a bad value is refused there,
-naming the field in gin's form (and the macro that set it), before anything loads.
+"""Every field of every job and of every settings object a job holds (the model's config
+among them) carries its check in its declaration (`t5align.fields.setting`), run when the object
+is built: a bad value is refused there, naming the field in gin's form (and the macro that set
+it), before anything loads.
 
 The settings objects are found from the jobs' fields (each field whose default is a dataclass),
 so a new settings object, or a new field declared without a check, fails
@@ -24,20 +25,25 @@ from t5align import fields
 from t5align.shipped import train_data
 
 JOBS = (jobs.EvalJob, jobs.CalibrationJob, jobs.TrainJob)
-# Written out: the settings objects and how many fields each has (24 in all).
-EXPECTED = {'jobs.Checkpoint': 4, 'calibration.SearchSettings': 9,
-            'training.OptimizerConfig': 7, 'train_data.Mix': 4}
+# Written out: the jobs and the settings objects they hold, and how many fields each has (102
+# in all: 61 of the jobs, 41 of their settings objects).
+EXPECTED = {'jobs.EvalJob': 17, 'jobs.CalibrationJob': 21, 'jobs.TrainJob': 23,
+            'jobs.Checkpoint': 4, 'calibration.SearchSettings': 9,
+            'training.OptimizerConfig': 7, 'train_data.Mix': 4, 'network.T5Config': 17}
 
 
 def _settings_objects() -> dict[str, type]:
-  found = {}
+  found = {job.GIN_NAME: job for job in JOBS}
   for job in JOBS:
     for f in dataclasses.fields(job):
       if f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
         if dataclasses.is_dataclass(value):
           found[type(value).GIN_NAME] = type(value)
-  found['jobs.Checkpoint'] = jobs.Checkpoint  # TrainJob's initial_checkpoint defaults to None.
+  # Held with no default: TrainJob's initial_checkpoint (None), the model's config (the jobs'
+  # `model`, a network.Transformer, is None by default; its config is built by gin/models).
+  found['jobs.Checkpoint'] = jobs.Checkpoint
+  found['network.T5Config'] = network.T5Config
   return found
 
 
@@ -48,7 +54,18 @@ def test_every_settings_field_declares_its_check():
              for f in dataclasses.fields(cls) if not isinstance(f.metadata.get(fields.CHECK),
                                                                 fields.Check)]
   assert not missing, f'declared without a check (fields.setting): {missing}'
-  assert sum(EXPECTED.values()) == 24
+  assert sum(EXPECTED.values()) == 102
+
+
+def test_every_default_passes_its_own_check():
+  # A default its check refuses would make the object unbuildable without that field.
+  for name, cls in _settings_objects().items():
+    for f in dataclasses.fields(cls):
+      default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                 else f.default)
+      if default is dataclasses.MISSING:  # Required (T5Config.vocab_size).
+        continue
+      assert f.metadata[fields.CHECK](default) == default, f'{name}.{f.name}'
 
 
 def test_a_field_without_a_check_is_a_programming_error():
@@ -123,6 +140,32 @@ def test_gin_value_refused_naming_the_macro_that_set_it(clean_gin):
       'training.OptimizerConfig.learning_rate = -1.0 (--gin.LEARNING_RATE): expected a positive '
       'number.')):
     gin_cli.call_configured('t5align.jobs.TrainJob')
+
+
+@pytest.mark.parametrize('flags, job, message', [
+    (['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin.CHECKPOINT_PATH=/c', '--gin.EVAL_OUTPUT_DIR=/o',
+      "--gin.MIXTURE_OR_TASK_NAME='t'", '--gin.BATCH_SIZE=0'], 'EvalJob',
+     'jobs.EvalJob.batch_size = 0 (--gin.BATCH_SIZE): expected a positive integer.'),
+    (['--gin_file=gin/runs/eval.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin.CHECKPOINT_PATH=/c', '--gin.EVAL_OUTPUT_DIR=/o',
+      "--gin.MIXTURE_OR_TASK_NAME='t'", '--gin.MAX_DECODE_LENGTH=0'], 'EvalJob',
+     "jobs.EvalJob.max_decode_length = 0 (--gin.MAX_DECODE_LENGTH): expected a positive "
+     "integer or None (the task's)."),
+    (['--gin_file=gin/calibrate.gin', '--gin.CHECKPOINT_PATH=/c', '--gin.OUTPUT_PATH=/s.json',
+      "--gin.TEXT_FILE='/t.txt'", '--gin.NUM_SAMPLES=-2'], 'CalibrationJob',
+     'jobs.CalibrationJob.num_samples = -2 (--gin.NUM_SAMPLES): expected a positive integer.'),
+    (['--gin_file=gin/runs/train_retrieval.gin', '--gin_file=gin/models/retrieval_small.gin',
+      '--gin.MODEL_DIR=/tmp/m', '--gin.NUM_STEPS=0'], 'TrainJob',
+     'jobs.TrainJob.num_steps = 0 (--gin.NUM_STEPS): expected a positive integer.'),
+])
+def test_a_jobs_gin_value_is_refused_as_gin_builds_it(flags, job, message, clean_gin):
+  import t5align.calibrate  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  import t5align.eval  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  import t5align.train  # pylint: disable=g-import-not-at-top,unused-import  # noqa: F401
+  gin_cli.configure(flags, prog='t')
+  with pytest.raises(ValueError, match=re.escape(message)):
+    gin_cli.call_configured(f't5align.jobs.{job}')
 
 
 def test_mix_min_length_over_the_input_length_names_both(tmp_path):

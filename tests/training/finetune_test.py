@@ -262,8 +262,9 @@ def test_settings_that_need_a_task_are_refused(tmp_path):
                                        r'MIXTURE_OR_TASK_NAME'):
     _job(tmp_path, config=TINY, mixture_or_task_name=None,
          initial_checkpoint=jobs.Checkpoint('/ckpt', flag='INITIAL_CHECKPOINT_PATH')).check()
-  with pytest.raises(ValueError, match=r"MIXTURE_OR_TASK_NAME=' ': expected the name"):
-    _job(tmp_path, config=TINY, mixture_or_task_name=' ').check()
+  with pytest.raises(ValueError, match=r"^jobs\.TrainJob\.mixture_or_task_name = ' ': expected a "
+                                       r'non-blank string or None \(the synthetic mix\)\.$'):
+    _job(tmp_path, config=TINY, mixture_or_task_name=' ')
 
 
 def test_a_synthetic_runs_record_of_format_1_reads_as_todays(tmp_path):

@@ -414,14 +414,21 @@ def test_shipped_model_retrieves_lines_on_a_sample_it_was_never_chosen_on(shippe
 
 @pytest.mark.parametrize('num_steps', [-3, 0])
 def test_train_refuses_a_non_positive_num_steps(tmp_path, num_steps):
-  with pytest.raises(ValueError, match=rf'NUM_STEPS must be a positive integer; got {num_steps}'):
+  with pytest.raises(ValueError, match=rf'^jobs\.TrainJob\.num_steps = {num_steps}: expected a '
+                                       r'positive integer\.$'):
     jobs.TrainJob(model=network.Transformer(network.T5Config(vocab_size=1024)),
                   model_dir=str(tmp_path / 'm'), num_steps=num_steps).run()
   assert not list((tmp_path / 'm').glob('*.model'))
 
 
 @pytest.mark.parametrize('setting, message', [
-    ({'checkpoint_every': 0}, 'CHECKPOINT_EVERY must be a positive integer; got 0'),
+    ({'checkpoint_every': 0}, r'^jobs\.TrainJob\.checkpoint_every = 0: expected a positive '
+                              r'integer\.$'),
+    ({'eval_lengths': (256, 1)}, r'^jobs\.TrainJob\.eval_lengths = \(256, 1\): expected a tuple '
+                                 r'of integers >= 2 \(1 is not\)\.$'),
+    ({'export_dtype': 'int8'}, r"^jobs\.TrainJob\.export_dtype = 'int8': expected a floating"),
+    ({'per_example_loss': 1}, r'^jobs\.TrainJob\.per_example_loss = 1: expected True or '
+                              r'False\.$'),
     # Built in the test: the optimizer's settings are refused as it is built.
     (lambda: {'optimizer': training.OptimizerConfig(learning_rate='abc')},
      r"training\.OptimizerConfig\.learning_rate = 'abc': expected a positive number\."),
